@@ -1,0 +1,48 @@
+# nri-cpumgr: two commands on a fresh machine (root, Debian 12):
+#   make demo   set everything up, run a real containerd + the plugin + the docs' example pods
+#   make test   set everything up and run every test (unit, conformance, real-containerd e2e)
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+.PHONY: setup venv runtime proto proto-check lint test unit e2e demo bench clean
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+runtime:
+	bash scripts/fetch-runtime.sh
+
+setup: venv runtime
+
+proto: venv
+	$(PY) scripts/gen_proto.py
+
+proto-check: venv
+	$(PY) scripts/gen_proto.py --check
+
+lint: venv
+	$(PY) -m ruff check nri_cpumgr tests benchmarks scripts
+
+unit: setup
+	$(PY) -m pytest -q tests/unit tests/conformance
+
+e2e: setup
+	$(PY) -m pytest -q tests/e2e
+
+test: setup lint
+	$(PY) -m pytest tests
+
+demo: setup
+	$(PY) scripts/demo.py
+
+bench: setup
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) .runtime

@@ -1,0 +1,100 @@
+"""CPU sets and Linux cpulist strings.
+
+A :class:`CPUSet` is an immutable set of non-negative integers (CPU ids, or NUMA node ids
+when used for ``cpuset.mems``). Its string form is the Linux cpulist format that the kernel
+(``/sys/devices/system/cpu/online``), the OCI spec (``linux.resources.cpu.cpus``) and the
+kubelet (``cpuset.CPUSet.String()``) use: sorted, runs of two or more written ``a-b``,
+comma separated, ``""`` for the empty set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class CPUSetError(ValueError):
+    """A cpulist string that cannot be parsed (bad syntax, negative or reversed range)."""
+
+
+class CPUSet(frozenset[int]):
+    """An immutable set of CPU (or NUMA node) ids with cpulist parsing and formatting.
+
+    Set operators (``|``, ``&``, ``-``, ``^``) return :class:`CPUSet`.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, ids: Iterable[int] = ()) -> CPUSet:
+        return super().__new__(cls, ids)
+
+    @classmethod
+    def parse(cls, text: str) -> CPUSet:
+        """Parse a cpulist such as ``"0-3,8,10-11"``; ``""`` (or blanks) is the empty set.
+
+        Raises :class:`CPUSetError` for malformed input.
+        """
+        text = text.strip()
+        if not text:
+            return _EMPTY
+        out: set[int] = set()
+        for part in text.split(","):
+            part = part.strip()
+            if not part:
+                raise CPUSetError(f"invalid cpulist {text!r}: empty element")
+            lo, sep, hi = part.partition("-")
+            try:
+                a = int(lo)
+                b = int(hi) if sep else a
+            except ValueError:
+                raise CPUSetError(f"invalid cpulist {text!r}: bad element {part!r}") from None
+            if a < 0 or b < a:
+                raise CPUSetError(f"invalid cpulist {text!r}: bad range {part!r}")
+            out.update(range(a, b + 1))
+        return cls(out)
+
+    def __str__(self) -> str:
+        return format_cpulist(self)
+
+    def __repr__(self) -> str:
+        return f"CPUSet({format_cpulist(self)!r})"
+
+    def sorted(self) -> list[int]:
+        """The ids in ascending order."""
+        return sorted(self)
+
+    # frozenset's operators return frozenset; keep the type.
+    def __or__(self, other: Iterable[int]) -> CPUSet:  # type: ignore[override]
+        return CPUSet(frozenset.__or__(self, frozenset(other)))
+
+    def __and__(self, other: Iterable[int]) -> CPUSet:  # type: ignore[override]
+        return CPUSet(frozenset.__and__(self, frozenset(other)))
+
+    def __sub__(self, other: Iterable[int]) -> CPUSet:  # type: ignore[override]
+        return CPUSet(frozenset.__sub__(self, frozenset(other)))
+
+    def __xor__(self, other: Iterable[int]) -> CPUSet:  # type: ignore[override]
+        return CPUSet(frozenset.__xor__(self, frozenset(other)))
+
+    union = __or__
+    intersection = __and__
+    difference = __sub__
+
+
+_EMPTY = CPUSet()
+
+
+def format_cpulist(ids: Iterable[int]) -> str:
+    """Format ids as a Linux cpulist: sorted, runs of two or more as ``a-b``."""
+    s = sorted(ids)
+    if not s:
+        return ""
+    parts: list[str] = []
+    start = prev = s[0]
+    for x in s[1:]:
+        if x == prev + 1:
+            prev = x
+            continue
+        parts.append(f"{start}-{prev}" if prev > start else str(start))
+        start = prev = x
+    parts.append(f"{start}-{prev}" if prev > start else str(start))
+    return ",".join(parts)

@@ -1,0 +1,146 @@
+"""Pods and containers as the resource managers see them.
+
+Resources use the kubelet's units: CPU in millicores (1 CPU = 1000), memory and hugepages in
+bytes. ``None`` means "not set" (no request / no limit). The runtime glue builds these from
+NRI requests; the conformance tests build them from Kubernetes quantity strings.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+
+class QOSClass(enum.StrEnum):
+    """Kubernetes pod QoS classes (k8s.io/api core/v1 PodQOSClass)."""
+
+    GUARANTEED = "Guaranteed"
+    BURSTABLE = "Burstable"
+    BESTEFFORT = "BestEffort"
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerSpec:
+    """One container's resources.
+
+    ``requests`` / ``limits`` map a resource name (``"cpu"`` in millicores, ``"memory"`` and
+    ``"hugepages-<size>"`` in bytes, anything else as an integer count) to its amount.
+    ``restartable`` marks an init container with ``restartPolicy: Always`` (a sidecar).
+    """
+
+    name: str
+    requests: Mapping[str, int] = field(default_factory=dict)
+    limits: Mapping[str, int] = field(default_factory=dict)
+    restartable: bool = False
+
+    def request(self, resource: str) -> int | None:
+        """The effective request: the request, else the limit (a limit alone implies an
+        equal request, as the API server defaults it)."""
+        v = self.requests.get(resource)
+        return v if v is not None else self.limits.get(resource)
+
+    @property
+    def cpu_request_milli(self) -> int | None:
+        return self.request("cpu")
+
+    def guaranteed_cpus(self) -> int:
+        """Exclusive CPUs this container asks for when its pod is Guaranteed: the CPU request
+        in whole CPUs if it is an integer, else 0 (kubelet policy_static.go,
+        guaranteedCPUs)."""
+        m = self.request("cpu")
+        if m is None or m <= 0 or m % 1000:
+            return 0
+        return m // 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    """A pod: uid, name/namespace, its init and app containers as far as they are known.
+
+    ``qos`` is set when it is known from outside (for example from the kubelet's cgroup
+    parent); otherwise :func:`pod_qos` derives it from the containers.
+    """
+
+    uid: str
+    name: str = ""
+    namespace: str = ""
+    containers: tuple[ContainerSpec, ...] = ()
+    init_containers: tuple[ContainerSpec, ...] = ()
+    qos: QOSClass | None = None
+
+    def container(self, name: str) -> ContainerSpec | None:
+        for c in self.init_containers + self.containers:
+            if c.name == name:
+                return c
+        return None
+
+    def is_init_container(self, name: str) -> bool:
+        return any(c.name == name for c in self.init_containers)
+
+    def qos_class(self) -> QOSClass:
+        return self.qos if self.qos is not None else pod_qos(self)
+
+
+_COMPUTE = ("cpu", "memory")
+
+
+def pod_qos(pod: Pod) -> QOSClass:
+    """The pod's QoS class from its containers' requests and limits.
+
+    Rule (kubelet pkg/apis/core/helper/qos GetPodQOS, Kubernetes docs "Pod Quality of Service
+    Classes"): BestEffort if no container sets a cpu or memory request or limit; Guaranteed if
+    every container (init included) has cpu and memory limits and, where requests are set,
+    they equal the limits; Burstable otherwise. Only cpu and memory count.
+    """
+    any_set = False
+    guaranteed = True
+    for c in pod.init_containers + pod.containers:
+        for r in _COMPUTE:
+            req, lim = c.requests.get(r), c.limits.get(r)
+            if (req is not None and req != 0) or (lim is not None and lim != 0):
+                any_set = True
+            if lim is None or lim == 0:
+                guaranteed = False
+            elif req is not None and req != lim:
+                guaranteed = False
+    if not any_set:
+        return QOSClass.BESTEFFORT
+    return QOSClass.GUARANTEED if guaranteed else QOSClass.BURSTABLE
+
+
+_SUFFIX = {
+    "": 1,
+    "m": Fraction(1, 1000),
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
+_QTY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
+
+
+def parse_quantity(text: str, *, milli: bool = False) -> int:
+    """Parse a Kubernetes quantity (``"2"``, ``"1500m"``, ``"1G"``, ``"128Mi"``).
+
+    Returns the value as an integer, in thousandths when ``milli`` is true (CPU millicores),
+    rounded up as the API server does. Raises ValueError on a malformed quantity.
+    """
+    m = _QTY.match(text.strip())
+    if not m or m.group(2) not in _SUFFIX:
+        raise ValueError(f"invalid quantity {text!r}")
+    value = Fraction(m.group(1)) * _SUFFIX[m.group(2)]
+    if milli:
+        value *= 1000
+    n = value.numerator // value.denominator
+    return n + (1 if n * value.denominator != value.numerator and value > 0 else 0)

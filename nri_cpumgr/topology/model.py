@@ -1,0 +1,183 @@
+"""CPU topology and machine model (kubelet ``cm/cpumanager/topology`` semantics).
+
+The header counts (``num_cpus``, ``num_cores``, ...) are kept apart from the per-CPU table
+because the kubelet derives its ratios from them (``CPUsPerCore = NumCPUs / NumCores``) and
+some of its test fixtures declare counts that differ from the table; we must reproduce the
+kubelet's answers on those too. A topology discovered from sysfs is always consistent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from nri_cpumgr.cpuset import CPUSet
+
+
+@dataclass(frozen=True, slots=True)
+class CPUInfo:
+    """Where one logical CPU sits.
+
+    ``core`` is unique across the machine (sysfs ``core_id`` is only unique within a package,
+    discovery makes it unique); ``uncore`` is the L3 (last-level) cache id; ``die`` the die
+    within the package (0 where sysfs has none).
+    """
+
+    numa: int
+    socket: int
+    core: int
+    uncore: int = 0
+    die: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class NUMANodeInfo:
+    """One NUMA node's memory: ``memory_bytes`` total (bytes), ``hugepages`` maps a page size
+    in bytes to the number of pages, ``distances`` maps node id to the SLIT distance (10 =
+    local)."""
+
+    id: int
+    memory_bytes: int = 0
+    hugepages: Mapping[int, int] = field(default_factory=dict)
+    distances: Mapping[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CPUTopology:
+    """CPU topology: header counts plus the per-CPU table ``details`` (CPU id -> CPUInfo).
+
+    Mirrors the kubelet's ``topology.CPUTopology`` (NumCPUs, NumCores, NumSockets,
+    NumNUMANodes, NumUncoreCache, CPUDetails).
+    """
+
+    num_cpus: int
+    num_cores: int
+    num_sockets: int
+    num_numa_nodes: int
+    num_uncore_caches: int
+    details: Mapping[int, CPUInfo]
+
+    # ---- ratios as the kubelet computes them (integer division, 0 when undefined) ----
+    def cpus_per_core(self) -> int:
+        """Logical CPUs per physical core (SMT threads): NumCPUs / NumCores."""
+        return self.num_cpus // self.num_cores if self.num_cores else 0
+
+    def cpus_per_socket(self) -> int:
+        """NumCPUs / NumSockets (0 when NumSockets is 0)."""
+        return self.num_cpus // self.num_sockets if self.num_sockets else 0
+
+    def cpus_per_uncore(self) -> int:
+        """NumCPUs / NumUncoreCache (0 when NumUncoreCache is 0)."""
+        return self.num_cpus // self.num_uncore_caches if self.num_uncore_caches else 0
+
+    # ---- simple views of the table ----
+    def cpus(self) -> CPUSet:
+        """All CPUs in the table."""
+        return CPUSet(self.details)
+
+    def numa_nodes(self) -> CPUSet:
+        return CPUSet(i.numa for i in self.details.values())
+
+    def sockets(self) -> CPUSet:
+        return CPUSet(i.socket for i in self.details.values())
+
+    def cores(self) -> CPUSet:
+        return CPUSet(i.core for i in self.details.values())
+
+    def uncore_caches(self) -> CPUSet:
+        return CPUSet(i.uncore for i in self.details.values())
+
+    def cpus_in_numa_nodes(self, nodes: Iterable[int]) -> CPUSet:
+        ns = set(nodes)
+        return CPUSet(c for c, i in self.details.items() if i.numa in ns)
+
+    def cpus_in_sockets(self, sockets: Iterable[int]) -> CPUSet:
+        ss = set(sockets)
+        return CPUSet(c for c, i in self.details.items() if i.socket in ss)
+
+    def cpus_in_cores(self, cores: Iterable[int]) -> CPUSet:
+        cs = set(cores)
+        return CPUSet(c for c, i in self.details.items() if i.core in cs)
+
+    def siblings(self, cpu: int) -> CPUSet:
+        """The SMT siblings of ``cpu`` (itself included)."""
+        core = self.details[cpu].core
+        return CPUSet(c for c, i in self.details.items() if i.core == core)
+
+    # ---- conformance corpus format (../shared/conformance/topologies/*.json) ----
+    @classmethod
+    def from_conformance(cls, doc: Mapping[str, Any]) -> CPUTopology:
+        """Build from the corpus format: ``declared`` header counts plus ``cpus`` rows
+        ``{"cpu", "core", "socket", "numa", "uncore"}`` (optional ``"die"``)."""
+        d = doc["declared"]
+        details = {
+            int(r["cpu"]): CPUInfo(
+                numa=int(r["numa"]),
+                socket=int(r["socket"]),
+                core=int(r["core"]),
+                uncore=int(r.get("uncore", 0)),
+                die=int(r.get("die", 0)),
+            )
+            for r in doc["cpus"]
+        }
+        return cls(
+            num_cpus=int(d["NumCPUs"]),
+            num_cores=int(d["NumCores"]),
+            num_sockets=int(d["NumSockets"]),
+            num_numa_nodes=int(d["NumNUMANodes"]),
+            num_uncore_caches=int(d["NumUncoreCache"]),
+            details=details,
+        )
+
+    def to_conformance(self, name: str) -> dict[str, Any]:
+        """The corpus format (what ``nri-cpumgr topology --json`` prints)."""
+        return {
+            "name": name,
+            "declared": {
+                "NumCPUs": self.num_cpus,
+                "NumSockets": self.num_sockets,
+                "NumCores": self.num_cores,
+                "NumNUMANodes": self.num_numa_nodes,
+                "NumUncoreCache": self.num_uncore_caches,
+            },
+            "declared_fields_set": [
+                "NumCPUs",
+                "NumSockets",
+                "NumCores",
+                "NumNUMANodes",
+                "NumUncoreCache",
+            ],
+            "cpus": [
+                {
+                    "cpu": c,
+                    "core": i.core,
+                    "socket": i.socket,
+                    "numa": i.numa,
+                    "uncore": i.uncore,
+                    "die": i.die,
+                }
+                for c, i in sorted(self.details.items())
+            ],
+        }
+
+    @classmethod
+    def from_details(cls, details: Mapping[int, CPUInfo]) -> CPUTopology:
+        """A consistent topology whose header counts are derived from the table."""
+        vals = list(details.values())
+        return cls(
+            num_cpus=len(details),
+            num_cores=len({v.core for v in vals}),
+            num_sockets=len({v.socket for v in vals}),
+            num_numa_nodes=len({v.numa for v in vals}),
+            num_uncore_caches=len({v.uncore for v in vals}),
+            details=dict(details),
+        )
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Everything discovery knows: the CPU topology and each NUMA node's memory/distances."""
+
+    topology: CPUTopology
+    numa_nodes: Mapping[int, NUMANodeInfo] = field(default_factory=dict)
