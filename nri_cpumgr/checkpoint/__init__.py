@@ -1,1 +1,5 @@
-"""checkpoint"""
+"""Crash-safe JSON checkpoints with a checksum (the kubelet's checkpoint idea)."""
+
+from nri_cpumgr.checkpoint.store import Checkpoint, CheckpointError
+
+__all__ = ["Checkpoint", "CheckpointError"]

@@ -1,1 +1,1 @@
-"""runtime"""
+"""Runtime glue: NRI requests in, manager decisions out as NRI adjustments and updates."""

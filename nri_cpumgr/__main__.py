@@ -1,0 +1,3 @@
+from nri_cpumgr.cli import main
+
+raise SystemExit(main())

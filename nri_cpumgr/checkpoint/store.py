@@ -1,0 +1,83 @@
+"""A checkpoint file: one JSON object plus a checksum over its canonical form.
+
+Written as temp file + fsync + rename + fsync of the directory, so a crash leaves either
+the old or the new file, never a torn one. A file whose checksum does not match, that is not
+JSON, or whose ``version`` we do not know is reported as :class:`CheckpointError`; the caller
+then rebuilds its state from the runtime (Synchronize) instead of crash-looping.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+VERSION = 1
+
+
+class CheckpointError(Exception):
+    """The checkpoint exists but cannot be used (unreadable, not JSON, bad checksum,
+    unknown version). The message names the file and the reason."""
+
+
+def _canonical(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def checksum(body: dict[str, Any]) -> str:
+    """sha256 (hex) of the canonical JSON of ``body`` (sorted keys, no blanks)."""
+    return hashlib.sha256(_canonical(body)).hexdigest()
+
+
+class Checkpoint:
+    """One checkpoint file at ``path``."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def load(self) -> dict[str, Any] | None:
+        """The stored body, or ``None`` when no checkpoint exists yet.
+
+        Raises :class:`CheckpointError` when the file exists but is unusable.
+        """
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise CheckpointError(f"checkpoint {self.path}: unreadable: {e.strerror}") from None
+        try:
+            doc = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise CheckpointError(f"checkpoint {self.path}: not JSON: {e}") from None
+        if not isinstance(doc, dict) or "checksum" not in doc or "data" not in doc:
+            raise CheckpointError(f"checkpoint {self.path}: missing data or checksum")
+        if doc.get("version") != VERSION:
+            raise CheckpointError(
+                f"checkpoint {self.path}: unknown version {doc.get('version')!r}"
+            )
+        body = doc["data"]
+        if not isinstance(body, dict) or checksum(body) != doc["checksum"]:
+            raise CheckpointError(f"checkpoint {self.path}: checksum mismatch (corrupt)")
+        return body
+
+    def save(self, body: dict[str, Any]) -> None:
+        """Write ``body`` atomically and durably. Raises OSError on I/O failure."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        doc = {"version": VERSION, "checksum": checksum(body), "data": body}
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        data = json.dumps(doc, sort_keys=True, indent=1).encode()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        dfd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)

@@ -1,0 +1,159 @@
+"""Command line: ``nri-cpumgr run | topology | status``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from nri_cpumgr.config import Config, ConfigError, load_config
+
+log = logging.getLogger("nri_cpumgr")
+
+
+def _setup_logging(config: Config, launched: bool, verbose: bool) -> None:
+    level = logging.DEBUG if verbose else logging.INFO
+    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    log_file = config.logFile
+    if launched and not log_file:
+        # launched by the runtime: stdio is /dev/null
+        log_file = str(Path(config.stateDirectory) / "nri-cpumgr.log")
+    if log_file:
+        Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+        logging.basicConfig(level=level, format=fmt, filename=log_file)
+    else:
+        logging.basicConfig(level=level, format=fmt, stream=sys.stderr)
+
+
+def _discover(sysfs_root: str):
+    from nri_cpumgr.sysfs import discover
+
+    return discover(sysfs_root)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from nri_cpumgr.runtime.plugin import EVENTS, Plugin
+    from nri_cpumgr.transport.stub import Stub
+
+    launched = "NRI_PLUGIN_SOCKET" in os.environ
+    config = load_config(args.config)
+    overrides = {}
+    if args.socket:
+        overrides["socketPath"] = args.socket
+    if args.state_dir:
+        overrides["stateDirectory"] = args.state_dir
+    if overrides:
+        config = config.model_copy(update=overrides)
+    _setup_logging(config, launched, args.verbose)
+    machine = _discover(args.sysfs_root)
+    plugin = Plugin(config, machine)
+
+    if launched:
+        stub = Stub.from_env(plugin, events=EVENTS, logger=logging.getLogger("nri_cpumgr.nri"))
+    else:
+        stub = Stub(
+            plugin,
+            name=config.pluginName,
+            idx=config.pluginIndex,
+            socket_path=config.socketPath,
+            events=EVENTS,
+            logger=logging.getLogger("nri_cpumgr.nri"),
+        )
+    plugin.request_update = stub.request_update
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stub.stop)
+        await stub.run()
+
+    log.info("nri-cpumgr starting: plugin %s-%s, socket %s", config.pluginIndex,
+             config.pluginName, "fd" if launched else config.socketPath)
+    asyncio.run(main())
+    plugin.save()
+    log.info("nri-cpumgr stopped")
+    return 0
+
+
+def cmd_topology(args: argparse.Namespace) -> int:
+    from nri_cpumgr.topology.render import format_table, to_json
+
+    machine = _discover(args.sysfs_root)
+    if args.json:
+        name = args.name or ("host" if args.sysfs_root == "/" else Path(args.sysfs_root).name)
+        print(json.dumps(to_json(machine, name), indent=1))
+    else:
+        print(format_table(machine))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
+    from nri_cpumgr.runtime.plugin import CHECKPOINT_NAME
+
+    config = load_config(args.config)
+    state_dir = Path(args.state_dir or config.stateDirectory)
+    try:
+        body = Checkpoint(state_dir / CHECKPOINT_NAME).load()
+    except CheckpointError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if body is None:
+        print(f"error: no checkpoint in {state_dir}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(body, indent=1))
+        return 0
+    print(f"policy: {body.get('policyName')}   shared pool (default set): "
+          f"{body.get('defaultCpuSet') or '-'}")
+    rows = body.get("containers", [])
+    hdr = ("POD", "CONTAINER", "QOS", "CPUS", "EXCLUSIVE", "STATE")
+    table = [hdr] + [
+        (r["pod"], r["container"], r["qos"], r["cpus"] or "-", "yes" if r["exclusive"] else "no",
+         "stopped" if r.get("stopped") else "live")
+        for r in rows
+    ]
+    widths = [max(len(str(row[i])) for row in table) for i in range(len(hdr))]
+    for row in table:
+        print("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="nri-cpumgr", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    r = sub.add_parser("run", help="run the NRI plugin")
+    r.add_argument("--config", help="YAML config file (KubeletConfiguration-style keys)")
+    r.add_argument("--socket", help="NRI socket to dial (overrides socketPath)")
+    r.add_argument("--state-dir", help="state directory (overrides stateDirectory)")
+    r.add_argument("--sysfs-root", default="/", help="read topology from DIR/sys instead of /sys")
+    r.add_argument("-v", "--verbose", action="store_true")
+    r.set_defaults(func=cmd_run)
+
+    t = sub.add_parser("topology", help="print the machine's CPU/NUMA/cache topology")
+    t.add_argument("--sysfs-root", default="/")
+    t.add_argument("--json", action="store_true", help="conformance-corpus topology JSON")
+    t.add_argument("--name", help="name written in the JSON")
+    t.set_defaults(func=cmd_topology)
+
+    s = sub.add_parser("status", help="show the checkpointed assignments")
+    s.add_argument("--config")
+    s.add_argument("--state-dir")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_status)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as e:
+        print(f"nri-cpumgr: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,154 @@
+"""Configuration model and loading.
+
+Keys follow the kubelet's KubeletConfiguration where the kubelet has one
+(``cpuManagerPolicy``, ``cpuManagerPolicyOptions``, ``reservedSystemCPUs``, ``kubeReserved``,
+``systemReserved``, ``featureGates``, ``topologyManagerPolicy``, ...); the plugin's own keys
+(``pluginName``, ``pluginIndex``, ``socketPath``, ``stateDirectory``, ...) sit beside them.
+Unknown keys are errors (a typo must not silently fall back to a default).
+
+Example::
+
+    cpuManagerPolicy: static
+    reservedSystemCPUs: "0"
+    cpuManagerPolicyOptions:
+      full-pcpus-only: "true"
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from nri_cpumgr.cpuset import CPUSet, CPUSetError
+from nri_cpumgr.podmodel import parse_quantity
+
+
+class ConfigError(ValueError):
+    """Invalid configuration. ``str()`` is one line naming the offending key."""
+
+
+class Config(BaseModel):
+    """The whole plugin configuration (all keys optional)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    # --- the plugin's own keys ---
+    pluginName: str = Field("cpumgr", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    pluginIndex: str = Field("90", pattern=r"^[0-9]{2}$")
+    socketPath: str = "/var/run/nri/nri.sock"
+    stateDirectory: str = "/var/lib/nri-cpumgr"
+    logFile: str | None = None
+    # --- CPU manager (KubeletConfiguration) ---
+    cpuManagerPolicy: Literal["none", "static"] = "none"
+    cpuManagerPolicyOptions: dict[str, str] = Field(default_factory=dict)
+    reservedSystemCPUs: str = ""
+    kubeReserved: dict[str, str] = Field(default_factory=dict)
+    systemReserved: dict[str, str] = Field(default_factory=dict)
+    featureGates: dict[str, bool] = Field(default_factory=dict)
+    # --- Topology / Memory manager (KubeletConfiguration) ---
+    topologyManagerPolicy: Literal["none", "best-effort", "restricted", "single-numa-node"] = (
+        "none"
+    )
+    topologyManagerScope: Literal["container", "pod"] = "container"
+    topologyManagerPolicyOptions: dict[str, str] = Field(default_factory=dict)
+    memoryManagerPolicy: Literal["None", "Static"] = "None"
+    reservedMemory: list[dict[str, Any]] = Field(default_factory=list)
+
+    @field_validator("reservedSystemCPUs")
+    @classmethod
+    def _cpulist(cls, v: str) -> str:
+        try:
+            CPUSet.parse(v)
+        except CPUSetError as e:
+            raise ValueError(str(e)) from None
+        return v
+
+    @field_validator("cpuManagerPolicyOptions", "topologyManagerPolicyOptions", mode="before")
+    @classmethod
+    def _option_values(cls, v: Any) -> Any:
+        # YAML turns `full-pcpus-only: true` into a bool; the kubelet takes strings.
+        if isinstance(v, dict):
+            return {k: (str(x).lower() if isinstance(x, bool) else str(x)) for k, x in v.items()}
+        return v
+
+    @field_validator("kubeReserved", "systemReserved", mode="before")
+    @classmethod
+    def _quantities(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            out = {}
+            for k, x in v.items():
+                s = str(x)
+                try:
+                    parse_quantity(s, milli=True)
+                except ValueError:
+                    raise ValueError(f"{k}: invalid quantity {s!r}") from None
+                out[k] = s
+            return out
+        return v
+
+    # --- derived values ---
+    def reserved_cpus(self) -> CPUSet:
+        """The explicit ``reservedSystemCPUs`` list (empty when not given)."""
+        return CPUSet.parse(self.reservedSystemCPUs)
+
+    def reserved_cpu_count(self) -> int:
+        """Number of reserved CPUs: the size of ``reservedSystemCPUs`` when given, else
+        ceil(kubeReserved.cpu + systemReserved.cpu) as the kubelet computes it (kubelet
+        cm/container_manager_linux.go: numReservedCPUs from the node's reserved CPU
+        quantity, rounded up)."""
+        explicit = self.reserved_cpus()
+        if explicit:
+            return len(explicit)
+        milli = sum(
+            parse_quantity(r["cpu"], milli=True)
+            for r in (self.kubeReserved, self.systemReserved)
+            if "cpu" in r
+        )
+        return math.ceil(milli / 1000)
+
+    def state_path(self, name: str) -> Path:
+        return Path(self.stateDirectory) / name
+
+
+def _one_line(err: ValidationError) -> str:
+    parts = []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        parts.append(f"{key}: {msg}")
+    return "invalid config: " + "; ".join(parts)
+
+
+def parse_config(text: str, source: str = "<config>") -> Config:
+    """Parse YAML text into a :class:`Config`. Raises :class:`ConfigError` (one line, naming
+    the key) for YAML errors, unknown keys and invalid values."""
+    try:
+        doc = yaml.safe_load(text) if text.strip() else {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"invalid config {source}: not YAML: {str(e).splitlines()[0]}") from None
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise ConfigError(f"invalid config {source}: expected a mapping of keys")
+    try:
+        return Config.model_validate(doc)
+    except ValidationError as e:
+        raise ConfigError(_one_line(e) + f" ({source})") from None
+
+
+def load_config(path: str | Path | None) -> Config:
+    """Load the config file (``None``: all defaults). Raises :class:`ConfigError`."""
+    if path is None:
+        return Config()
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read config {p}: {e.strerror}") from None
+    return parse_config(text, str(p))

@@ -1,0 +1,221 @@
+"""From NRI requests to the pod model.
+
+What NRI tells us (see ../shared/docs/nri-protocol.md and nri-examples/):
+
+* the QoS class, through the cgroup parent the kubelet chose: cgroupfs ``/kubepods/pod<uid>``
+  (Guaranteed), ``/kubepods/burstable/pod<uid>``, ``/kubepods/besteffort/pod<uid>``; systemd
+  ``kubepods-pod<uid>.slice``, ``kubepods-burstable-pod<uid>.slice``,
+  ``kubepods-besteffort-pod<uid>.slice`` (kubelet cm/qos_container_manager_linux.go);
+* the container's resources as the kubelet computed them (kubelet cm/helpers_linux.go):
+  ``cpu.shares = request_millicores * 1024 / 1000`` (minimum 2), ``cpu.quota = limit_millicores *
+  period / 1000`` (absent or <= 0: no limit), ``memory.limit`` in bytes, hugepage limits. The
+  memory *request* is not passed; for a Guaranteed pod it equals the limit.
+
+The resources also give a QoS cross-check when the cgroup parent is not the kubelet's (a
+container started by other means): see :func:`qos_from_resources`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from nri_cpumgr.podmodel.model import ContainerSpec, QOSClass
+
+LABEL_POD_UID = "io.kubernetes.pod.uid"
+LABEL_CONTAINER_NAME = "io.kubernetes.container.name"
+ANNOTATION_RESTART_COUNT = "io.kubernetes.container.restartCount"
+
+MIN_SHARES = 2
+SHARES_PER_CPU = 1024
+
+_CGROUPFS = re.compile(r"(?:^|/)kubepods(?:/(burstable|besteffort))?/pod[0-9a-fA-F_-]+/?$")
+_SYSTEMD = re.compile(r"kubepods(?:-(burstable|besteffort))?-pod[0-9a-fA-F_]+\.slice/?$")
+
+
+def qos_from_cgroup_parent(parent: str) -> QOSClass | None:
+    """QoS class encoded in the kubelet's pod cgroup parent, or ``None`` when ``parent`` is not
+    a kubelet pod cgroup (cgroupfs or systemd driver)."""
+    m = _CGROUPFS.search(parent) or _SYSTEMD.search(parent)
+    if not m:
+        return None
+    return {None: QOSClass.GUARANTEED, "burstable": QOSClass.BURSTABLE}.get(
+        m.group(1), QOSClass.BESTEFFORT
+    )
+
+
+_PAGE = re.compile(r"^([0-9]+)([KMGT]?)B?$", re.IGNORECASE)
+_BIN = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+_RESOURCE_SUFFIX = {2**10: "Ki", 2**20: "Mi", 2**30: "Gi", 2**40: "Ti"}
+
+
+def hugepage_resource(page_size: str) -> str | None:
+    """Kubernetes resource name for a runtime hugepage size (``"2MB"`` -> ``"hugepages-2Mi"``;
+    the runtime writes binary units with a decimal-looking suffix, as runc does)."""
+    m = _PAGE.match(page_size.strip())
+    if not m:
+        return None
+    size = int(m.group(1)) * _BIN[m.group(2).upper()]
+    for unit in (2**40, 2**30, 2**20, 2**10):
+        if size % unit == 0:
+            return f"hugepages-{size // unit}{_RESOURCE_SUFFIX[unit]}"
+    return f"hugepages-{size}"
+
+
+def _opt(msg: Any, field: str) -> int | None:
+    """Value of an NRI Optional* wrapper field, or None when unset."""
+    if msg is None or not msg.HasField(field):
+        return None
+    return int(getattr(msg, field).value)
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """The kubelet's view of a container's resources, recovered from NRI ``LinuxResources``.
+
+    ``cpu_request_milli``: from ``cpu.shares`` (None for the minimum 2 shares, i.e. no
+    request); ``cpu_limit_milli``: from quota/period (None without a quota);
+    ``memory_limit``: bytes (None when unset); ``hugepages``: resource name -> bytes.
+    ``shares`` is kept to tell whether the request is a whole number of CPUs.
+    """
+
+    shares: int | None
+    cpu_request_milli: int | None
+    cpu_limit_milli: int | None
+    memory_limit: int | None
+    hugepages: dict[str, int]
+
+    @property
+    def integer_cpus(self) -> int:
+        """Whole CPUs requested (0 when the request is not an integer number of CPUs)."""
+        if self.shares is None or self.shares < SHARES_PER_CPU or self.shares % SHARES_PER_CPU:
+            return 0
+        return self.shares // SHARES_PER_CPU
+
+
+def resources_from_nri(res: Any) -> Resources:
+    """Decode an NRI ``LinuxResources`` message (or None)."""
+    shares = quota = period = mem = None
+    huge: dict[str, int] = {}
+    if res is not None:
+        if res.HasField("cpu"):
+            shares = _opt(res.cpu, "shares")
+            quota = _opt(res.cpu, "quota")
+            period = _opt(res.cpu, "period")
+        if res.HasField("memory"):
+            mem = _opt(res.memory, "limit")
+        for h in res.hugepage_limits:
+            name = hugepage_resource(h.page_size)
+            if name and h.limit:
+                huge[name] = int(h.limit)
+    req = None
+    if shares is not None and shares > MIN_SHARES:
+        # inverse of shares = milli * 1024 // 1000, rounded up to the smallest such milli
+        req = -(-shares * 1000 // SHARES_PER_CPU)
+    lim = None
+    if quota is not None and quota > 0:
+        lim = quota * 1000 // (period or 100000)
+    return Resources(
+        shares=shares,
+        cpu_request_milli=req,
+        cpu_limit_milli=lim,
+        memory_limit=mem if mem and mem > 0 else None,
+        hugepages=huge,
+    )
+
+
+def qos_from_resources(r: Resources) -> QOSClass:
+    """QoS cross-check from one container's resources (the pod may still differ: QoS is a pod
+    property). Guaranteed: cpu limit == request and a memory limit; BestEffort: nothing set."""
+    if r.cpu_request_milli is None and r.cpu_limit_milli is None and r.memory_limit is None:
+        return QOSClass.BESTEFFORT
+    if (
+        r.cpu_limit_milli is not None
+        and r.memory_limit is not None
+        and (r.cpu_request_milli is None or abs(r.cpu_request_milli - r.cpu_limit_milli) <= 1)
+    ):
+        return QOSClass.GUARANTEED
+    return QOSClass.BURSTABLE
+
+
+def container_spec(name: str, r: Resources) -> ContainerSpec:
+    """A :class:`ContainerSpec` for the managers. CPU request: exact whole CPUs when the
+    shares say so, else the recovered millicores. Memory: NRI passes only the limit, which is
+    also the request of a Guaranteed container."""
+    requests: dict[str, int] = {}
+    limits: dict[str, int] = {}
+    if r.integer_cpus:
+        requests["cpu"] = r.integer_cpus * 1000
+    elif r.cpu_request_milli is not None:
+        requests["cpu"] = r.cpu_request_milli
+    if r.cpu_limit_milli is not None:
+        limits["cpu"] = r.cpu_limit_milli
+    if r.memory_limit is not None:
+        limits["memory"] = r.memory_limit
+    for k, v in r.hugepages.items():
+        limits[k] = v
+    return ContainerSpec(name=name, requests=requests, limits=limits)
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerInfo:
+    """What the plugin keeps of one container (copied out of the request: no references into
+    protobuf messages, so a large request is freed as soon as it is handled)."""
+
+    id: str
+    pod_id: str
+    pod_uid: str
+    pod_name: str
+    namespace: str
+    name: str
+    restart_count: int
+    qos: QOSClass
+    qos_source: str  # "cgroup-parent" or "resources"
+    resources: Resources
+    cpus: str  # the cpuset the runtime reports now ("" when unset)
+    devices: tuple[tuple[str, int, int], ...]  # (type "c"/"b", major, minor)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.pod_uid, self.name)
+
+    def spec(self) -> ContainerSpec:
+        return container_spec(self.name, self.resources)
+
+
+def container_info(pod: Any, ctr: Any) -> ContainerInfo:
+    """Build a :class:`ContainerInfo` from NRI ``PodSandbox`` and ``Container`` messages."""
+    uid = pod.uid or pod.labels.get(LABEL_POD_UID, "") or pod.id
+    name = ctr.labels.get(LABEL_CONTAINER_NAME, "") or ctr.name
+    try:
+        restarts = int(ctr.annotations.get(ANNOTATION_RESTART_COUNT, "0"))
+    except ValueError:
+        restarts = 0
+    lres = ctr.linux.resources if ctr.HasField("linux") and ctr.linux.HasField("resources") else None
+    r = resources_from_nri(lres)
+    parent = pod.linux.cgroup_parent if pod.HasField("linux") else ""
+    qos = qos_from_cgroup_parent(parent)
+    source = "cgroup-parent"
+    if qos is None:
+        qos, source = qos_from_resources(r), "resources"
+    cpus = lres.cpu.cpus if lres is not None and lres.HasField("cpu") else ""
+    devices = (
+        tuple((d.type, int(d.major), int(d.minor)) for d in ctr.linux.devices)
+        if ctr.HasField("linux")
+        else ()
+    )
+    return ContainerInfo(
+        id=ctr.id,
+        pod_id=pod.id,
+        pod_uid=uid,
+        pod_name=pod.name,
+        namespace=pod.namespace,
+        name=name,
+        restart_count=restarts,
+        qos=qos,
+        qos_source=source,
+        resources=r,
+        cpus=cpus,
+        devices=devices,
+    )

@@ -1,0 +1,257 @@
+"""The NRI plugin's request handlers (the glue between transport and managers).
+
+Each handler copies what it needs out of the request (:func:`container_info`), asks the
+:class:`~nri_cpumgr.cm.container_manager.ContainerManager` for a decision, turns it into NRI
+messages, logs one line, and schedules a checkpoint write for after the reply (the runtime's
+Synchronize is the truth after a crash, so the write is off the critical path).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from nri_cpumgr.api import nri_pb2
+from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
+from nri_cpumgr.cm.container_manager import AdmissionError, ContainerManager, Decision
+from nri_cpumgr.cm.cpumanager import CPUManagerState, NonePolicy, StaticPolicy
+from nri_cpumgr.config import Config, ConfigError
+from nri_cpumgr.cpuset import CPUSet
+from nri_cpumgr.podmodel.nri import container_info
+from nri_cpumgr.topology import Machine
+
+log = logging.getLogger("nri_cpumgr.plugin")
+
+CHECKPOINT_NAME = "cpu_manager_state"
+
+# Events we subscribe to (bit 1 << (event - 1)); no POST_* events: each adds a round trip to
+# every CRI call.
+EVENTS = (
+    (1 << (nri_pb2.STOP_POD_SANDBOX - 1))
+    | (1 << (nri_pb2.REMOVE_POD_SANDBOX - 1))
+    | (1 << (nri_pb2.CREATE_CONTAINER - 1))
+    | (1 << (nri_pb2.UPDATE_CONTAINER - 1))
+    | (1 << (nri_pb2.STOP_CONTAINER - 1))
+    | (1 << (nri_pb2.REMOVE_CONTAINER - 1))
+)
+
+_LIVE_STATES = (
+    nri_pb2.CONTAINER_CREATED,
+    nri_pb2.CONTAINER_RUNNING,
+    nri_pb2.CONTAINER_PAUSED,
+    nri_pb2.CONTAINER_UNKNOWN,
+)
+
+
+class PluginRefusal(Exception):
+    """Raised from a handler to refuse a request; the text reaches the kubelet."""
+
+
+def build_policy(config: Config, machine: Machine) -> StaticPolicy | NonePolicy:
+    """The CPU policy the config names. Raises :class:`ConfigError` (one line) when the
+    static policy cannot be built (no reservation, bad option, reserved list vs count...)."""
+    if config.cpuManagerPolicy == "none":
+        return NonePolicy()
+    reserved = config.reserved_cpus()
+    count = config.reserved_cpu_count()
+    try:
+        return StaticPolicy(
+            machine.topology,
+            count,
+            reserved if reserved else None,
+            config.cpuManagerPolicyOptions,
+            topology_manager_policy=config.topologyManagerPolicy,
+            feature_gates=dict(config.featureGates),
+        )
+    except Exception as e:
+        raise ConfigError(f"invalid config: cpuManagerPolicy static: {e}") from None
+
+
+def restore_state(
+    policy: StaticPolicy | NonePolicy, body: dict[str, Any] | None
+) -> CPUManagerState:
+    """CPU manager state from a checkpoint body (``None``: fresh), validated by the policy."""
+    state = CPUManagerState(assignments={}, default_set=CPUSet())
+    name = "static" if isinstance(policy, StaticPolicy) else "none"
+    if body and body.get("policyName") == name:
+        state.default_set = CPUSet.parse(body.get("defaultCpuSet", ""))
+        state.assignments = {
+            uid: {name: CPUSet.parse(c) for name, c in conts.items()}
+            for uid, conts in body.get("entries", {}).items()
+        }
+    elif body:
+        log.warning("checkpoint was written by policy %r: starting fresh", body.get("policyName"))
+    try:
+        policy.start(state)
+    except Exception as e:
+        log.warning("checkpoint state rejected by the policy (%s): rebuilding from the runtime", e)
+        state = CPUManagerState(assignments={}, default_set=CPUSet())
+        policy.start(state)
+    return state
+
+
+class Plugin:
+    """NRI handlers for the resource managers (see nri_cpumgr.transport.stub.Handlers)."""
+
+    def __init__(self, config: Config, machine: Machine) -> None:
+        self.config = config
+        self.machine = machine
+        self.policy = build_policy(config, machine)
+        self.checkpoint = Checkpoint(config.state_path(CHECKPOINT_NAME))
+        try:
+            body = self.checkpoint.load()
+        except CheckpointError as e:
+            log.error("%s; rebuilding the state from the runtime's Synchronize", e)
+            body = None
+        self.manager = ContainerManager(self.policy, restore_state(self.policy, body))
+        self.request_update: Callable[[list[nri_pb2.ContainerUpdate]], None] | None = None
+        self._save_scheduled = False
+        self.synchronized = False
+        self.save()
+        log.info(
+            "policy=%s reserved=%s shared-pool=%s cpus=%s",
+            self.config.cpuManagerPolicy,
+            getattr(self.policy, "reserved_cpus", ""),
+            self.manager.shared_pool(),
+            machine.topology.cpus(),
+        )
+
+    # ------------------------------------------------------------------ persistence
+    def save(self) -> None:
+        try:
+            self.checkpoint.save(self.manager.checkpoint())
+        except OSError as e:
+            log.error("cannot write checkpoint %s: %s", self.checkpoint.path, e)
+
+    def _changed(self) -> None:
+        """Persist after the reply has gone out (or now, without an event loop)."""
+        if self._save_scheduled:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.save()
+            return
+        self._save_scheduled = True
+
+        def run() -> None:
+            self._save_scheduled = False
+            self.save()
+
+        loop.call_soon(run)
+
+    # ------------------------------------------------------------------ NRI handlers
+    def configure(self, req: nri_pb2.ConfigureRequest) -> None:
+        extra = ""
+        if req.request_timeout:
+            extra = f" registration-timeout={req.registration_timeout}ms " \
+                    f"request-timeout={req.request_timeout}ms"
+        log.info("configure runtime=%s %s%s", req.runtime_name, req.runtime_version, extra)
+
+    def synchronize(
+        self, pods: Sequence[nri_pb2.PodSandbox], containers: Sequence[nri_pb2.Container]
+    ) -> list[nri_pb2.ContainerUpdate]:
+        t0 = time.perf_counter()
+        by_id = {p.id: p for p in pods}
+        infos = [
+            container_info(by_id[c.pod_sandbox_id], c)
+            for c in containers
+            if c.pod_sandbox_id in by_id and c.state in _LIVE_STATES
+        ]
+        updates = self.manager.synchronize(infos)
+        self.synchronized = True
+        self._changed()
+        log.info(
+            "synchronize pods=%d containers=%d updates=%d shared-pool=%s exclusive=%s (%.2f ms)",
+            len(pods), len(infos), len(updates), self.manager.shared_pool(),
+            self.manager.exclusive_cpus(), (time.perf_counter() - t0) * 1e3,
+        )
+        return [_update(cid, cpus, self.manager) for cid, cpus in updates.items()]
+
+    def create_container(
+        self, req: nri_pb2.CreateContainerRequest
+    ) -> nri_pb2.CreateContainerResponse:
+        info = container_info(req.pod, req.container)
+        try:
+            d = self.manager.admit(info)
+        except AdmissionError as e:
+            log.warning(
+                "create pod=%s/%s container=%s qos=%s refused: %s",
+                info.namespace, info.pod_name, info.name, info.qos, e,
+            )
+            raise PluginRefusal(str(e)) from None
+        resp = nri_pb2.CreateContainerResponse()
+        if d.cpus is not None:
+            cpu = resp.adjust.linux.resources.cpu
+            cpu.cpus = str(d.cpus)
+            if d.exclusive:
+                cpu.quota.value = -1  # exclusive CPUs: no CFS quota (kubelet >= 1.32)
+        for cid, cpus in d.updates.items():
+            resp.update.append(_update(cid, cpus, self.manager))
+        self._log_decision("create", info, d)
+        self._changed()
+        return resp
+
+    def update_container(
+        self, req: nri_pb2.UpdateContainerRequest
+    ) -> nri_pb2.UpdateContainerResponse:
+        resp = nri_pb2.UpdateContainerResponse()
+        d = self.manager.update(req.container.id)
+        if d is not None and d.cpus is not None:
+            resp.update.append(_update(d.container_id, d.cpus, self.manager))
+        return resp
+
+    def stop_container(self, req: nri_pb2.StopContainerRequest) -> nri_pb2.StopContainerResponse:
+        resp = nri_pb2.StopContainerResponse()
+        for cid, cpus in self.manager.stop(req.container.id).items():
+            resp.update.append(_update(cid, cpus, self.manager))
+        return resp
+
+    def state_change(self, req: nri_pb2.StateChangeEvent) -> None:
+        if req.event == nri_pb2.REMOVE_CONTAINER:
+            updates = self.manager.remove(req.container.id)
+            what = f"remove container={req.container.name}"
+        elif req.event in (nri_pb2.STOP_POD_SANDBOX, nri_pb2.REMOVE_POD_SANDBOX):
+            updates = self.manager.remove_pod(req.pod.uid)
+            what = f"{nri_pb2.Event.Name(req.event).lower()} pod={req.pod.namespace}/{req.pod.name}"
+        else:
+            return
+        if updates or what.startswith("remove container"):
+            self._changed()
+        if updates:
+            log.info(
+                "%s released: shared-pool=%s updating %d shared containers",
+                what, self.manager.shared_pool(), len(updates),
+            )
+            if self.request_update is not None:
+                self.request_update([_update(c, s, self.manager) for c, s in updates.items()])
+
+    def disconnected(self) -> None:
+        self.synchronized = False
+        log.warning("disconnected from the runtime; state will be rebuilt on reconnect")
+        self.save()
+
+    # ------------------------------------------------------------------ logging
+    def _log_decision(self, what: str, info: Any, d: Decision) -> None:
+        if not log.isEnabledFor(logging.INFO):
+            return
+        pool = self.manager.shared_pool()
+        log.info(
+            "%s pod=%s/%s container=%s qos=%s cpus=%s exclusive=%s shared-pool=%s (%d cpus) "
+            "updates=%d",
+            what, info.namespace, info.pod_name, info.name, info.qos,
+            d.cpus if d.cpus is not None else "-", str(d.exclusive).lower(), pool, len(pool),
+            len(d.updates),
+        )
+
+
+def _update(cid: str, cpus: CPUSet, manager: ContainerManager) -> nri_pb2.ContainerUpdate:
+    u = nri_pb2.ContainerUpdate(container_id=cid, ignore_failure=True)
+    u.linux.resources.cpu.cpus = str(cpus)
+    t = manager.containers.get(cid)
+    if t is not None and t.exclusive:
+        u.linux.resources.cpu.quota.value = -1
+    return u

@@ -1,0 +1,38 @@
+import json
+
+import pytest
+
+from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
+
+
+def test_roundtrip_and_atomic_write(tmp_path):
+    cp = Checkpoint(tmp_path / "sub" / "state")
+    assert cp.load() is None
+    body = {"policyName": "static", "defaultCpuSet": "0,2-3", "entries": {"u": {"c": "1"}}}
+    cp.save(body)
+    assert cp.load() == body
+    assert not list((tmp_path / "sub").glob(".*tmp"))
+    body2 = dict(body, defaultCpuSet="0")
+    cp.save(body2)
+    assert cp.load() == body2
+
+
+@pytest.mark.parametrize(
+    "mutate, reason",
+    [
+        (lambda raw: raw[: len(raw) // 2], "not JSON"),
+        (lambda raw: raw.replace(b'"0,2-3"', b'"0-3"'), "checksum mismatch"),
+        (lambda raw: raw.replace(b'"version": 1', b'"version": 9'), "unknown version"),
+        (lambda raw: b"[]", "missing data"),
+        (lambda raw: b"\xff\xfe", "not JSON"),
+    ],
+)
+def test_corrupt_checkpoint_is_a_clear_error(tmp_path, mutate, reason):
+    cp = Checkpoint(tmp_path / "state")
+    cp.save({"defaultCpuSet": "0,2-3"})
+    raw = cp.path.read_bytes()
+    assert json.loads(raw)["version"] == 1
+    cp.path.write_bytes(mutate(raw))
+    with pytest.raises(CheckpointError, match=reason) as ei:
+        cp.load()
+    assert str(cp.path) in str(ei.value)

@@ -1,0 +1,56 @@
+import pytest
+
+from nri_cpumgr.config import ConfigError, load_config, parse_config
+from nri_cpumgr.cpuset import CPUSet
+
+
+def test_defaults_follow_the_kubelet():
+    c = parse_config("")
+    assert c.cpuManagerPolicy == "none"
+    assert c.topologyManagerPolicy == "none"
+    assert c.memoryManagerPolicy == "None"
+    assert c.socketPath == "/var/run/nri/nri.sock"
+    assert c.pluginIndex == "90"
+
+
+def test_static_with_reserved_list():
+    c = parse_config('cpuManagerPolicy: static\nreservedSystemCPUs: "0,4-5"\n')
+    assert c.reserved_cpus() == CPUSet({0, 4, 5})
+    assert c.reserved_cpu_count() == 3
+
+
+def test_reserved_count_from_kube_and_system_reserved_rounds_up():
+    c = parse_config("kubeReserved: {cpu: 500m}\nsystemReserved: {cpu: 600m}\n")
+    assert c.reserved_cpus() == CPUSet()
+    assert c.reserved_cpu_count() == 2
+
+
+def test_yaml_bool_option_values_become_kubelet_strings():
+    c = parse_config("cpuManagerPolicyOptions: {full-pcpus-only: true}\n")
+    assert c.cpuManagerPolicyOptions == {"full-pcpus-only": "true"}
+
+
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ("cpuManagerPolicy: statik", "cpuManagerPolicy"),
+        ("cpuManagerPolcy: static", "cpuManagerPolcy: unknown key"),
+        ("reservedSystemCPUs: 3-1", "reservedSystemCPUs"),
+        ("pluginIndex: '7'", "pluginIndex"),
+        ("kubeReserved: {cpu: lots}", "kubeReserved"),
+        ("topologyManagerPolicy: strict", "topologyManagerPolicy"),
+        ("- a\n- b", "mapping"),
+        ("a: [", "not YAML"),
+    ],
+)
+def test_bad_config_is_one_line_naming_the_key(text, key):
+    with pytest.raises(ConfigError) as ei:
+        parse_config(text)
+    msg = str(ei.value)
+    assert key in msg
+    assert "\n" not in msg
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_config(tmp_path / "nope.yaml")

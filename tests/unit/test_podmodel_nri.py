@@ -1,0 +1,134 @@
+"""The pod model built from decoded real NRI requests (../shared/docs/nri-examples)."""
+
+import json
+from pathlib import Path
+
+import pytest
+from google.protobuf import json_format
+
+from nri_cpumgr.api import nri_pb2
+from nri_cpumgr.podmodel import ContainerSpec, Pod, QOSClass, pod_qos
+from nri_cpumgr.podmodel.nri import (
+    container_info,
+    hugepage_resource,
+    qos_from_cgroup_parent,
+    resources_from_nri,
+)
+
+EXAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "docs" / "nri-examples"
+
+
+def _example(name: str) -> dict:
+    path = EXAMPLES / name
+    assert path.is_file(), f"missing {path}"
+    return json.loads(path.read_text())["req"]
+
+
+def test_create_container_request_from_real_containerd():
+    req = json_format.ParseDict(
+        _example("CreateContainer-request.json"), nri_pb2.CreateContainerRequest(),
+        ignore_unknown_fields=True,
+    )
+    info = container_info(req.pod, req.container)
+    assert info.pod_uid == "0b4a6c1e-1111-2222-3333-444455556666"
+    assert info.name == "app"
+    assert info.qos is QOSClass.GUARANTEED
+    assert info.qos_source == "cgroup-parent"
+    assert info.resources.cpu_request_milli == 2000
+    assert info.resources.cpu_limit_milli == 2000
+    assert info.resources.memory_limit == 209715200
+    assert info.resources.integer_cpus == 2
+    assert info.spec().guaranteed_cpus() == 2
+    assert info.restart_count == 0
+
+
+def test_synchronize_request_containers():
+    req = json_format.ParseDict(
+        _example("Synchronize-after-containerd-restart.json"), nri_pb2.SynchronizeRequest(),
+        ignore_unknown_fields=True,
+    )
+    pods = {p.id: p for p in req.pods}
+    infos = [container_info(pods[c.pod_sandbox_id], c) for c in req.containers]
+    assert [(i.name, i.qos, i.resources.integer_cpus) for i in infos] == [
+        ("app", QOSClass.GUARANTEED, 2)
+    ]
+    assert req.containers[0].state == nri_pb2.CONTAINER_RUNNING
+
+
+@pytest.mark.parametrize(
+    "parent, qos",
+    [
+        ("/kubepods/pod0b4a6c1e-1111", QOSClass.GUARANTEED),
+        ("/kubepods/burstable/pod0b4a6c1e-1111", QOSClass.BURSTABLE),
+        ("/kubepods/besteffort/pod0b4a6c1e-1111", QOSClass.BESTEFFORT),
+        ("kubepods-pod0b4a6c1e_1111.slice", QOSClass.GUARANTEED),
+        ("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podab_12.slice",
+         QOSClass.BURSTABLE),
+        ("kubepods-besteffort-podab_12.slice", QOSClass.BESTEFFORT),
+        ("/system.slice/foo", None),
+        ("", None),
+    ],
+)
+def test_qos_from_cgroup_parent(parent, qos):
+    assert qos_from_cgroup_parent(parent) is qos
+
+
+def _res(shares=None, quota=None, period=None, mem=None):
+    r = nri_pb2.LinuxResources()
+    if shares is not None:
+        r.cpu.shares.value = shares
+    if quota is not None:
+        r.cpu.quota.value = quota
+        r.cpu.period.value = period or 100000
+    if mem is not None:
+        r.memory.limit.value = mem
+    return r
+
+
+@pytest.mark.parametrize(
+    "kw, req_m, lim_m, integer",
+    [
+        (dict(shares=2), None, None, 0),  # BestEffort
+        (dict(shares=1024, quota=100000, mem=1 << 20), 1000, 1000, 1),
+        (dict(shares=1536, quota=150000, mem=1 << 20), 1500, 1500, 0),  # fractional
+        (dict(shares=512), 500, None, 0),  # burstable 1/2
+        (dict(shares=102), 100, None, 0),  # 100m -> 102 shares -> 100m back
+        (dict(shares=2048, quota=400000, period=200000), 2000, 2000, 2),
+    ],
+)
+def test_kubelet_resource_arithmetic_is_inverted(kw, req_m, lim_m, integer):
+    r = resources_from_nri(_res(**kw))
+    assert (r.cpu_request_milli, r.cpu_limit_milli, r.integer_cpus) == (req_m, lim_m, integer)
+
+
+def test_hugepage_names():
+    assert hugepage_resource("2MB") == "hugepages-2Mi"
+    assert hugepage_resource("1GB") == "hugepages-1Gi"
+    assert hugepage_resource("64KB") == "hugepages-64Ki"
+    assert hugepage_resource("junk") is None
+
+
+def _c(req: dict, lim: dict) -> ContainerSpec:
+    return ContainerSpec("c", requests=req, limits=lim)
+
+
+@pytest.mark.parametrize(
+    "containers, qos",
+    [
+        ([_c({}, {})], QOSClass.BESTEFFORT),
+        ([_c({}, {"memory": 200 << 20})], QOSClass.BURSTABLE),  # memory only
+        ([_c({"cpu": 500}, {"cpu": 1000})], QOSClass.BURSTABLE),
+        ([_c({"cpu": 1000, "memory": 1}, {"cpu": 1000, "memory": 1})], QOSClass.GUARANTEED),
+        ([_c({"cpu": 1500, "memory": 1}, {"cpu": 1500, "memory": 1})], QOSClass.GUARANTEED),
+        ([_c({}, {"cpu": 1000, "memory": 1})], QOSClass.GUARANTEED),  # limits only
+        ([_c({}, {"cpu": 1000, "memory": 1}), _c({}, {})], QOSClass.BURSTABLE),
+    ],
+)
+def test_pod_qos_docs_examples(containers, qos):
+    assert pod_qos(Pod("u", containers=tuple(containers))) is qos
+
+
+def test_guaranteed_cpus_integer_only():
+    assert _c({"cpu": 2000}, {}).guaranteed_cpus() == 2
+    assert _c({"cpu": 1500}, {}).guaranteed_cpus() == 0
+    assert _c({}, {"cpu": 1000}).guaranteed_cpus() == 1
