@@ -192,7 +192,8 @@ def container_info(pod: Any, ctr: Any) -> ContainerInfo:
         restarts = int(ctr.annotations.get(ANNOTATION_RESTART_COUNT, "0"))
     except ValueError:
         restarts = 0
-    lres = ctr.linux.resources if ctr.HasField("linux") and ctr.linux.HasField("resources") else None
+    has_res = ctr.HasField("linux") and ctr.linux.HasField("resources")
+    lres = ctr.linux.resources if has_res else None
     r = resources_from_nri(lres)
     parent = pod.linux.cgroup_parent if pod.HasField("linux") else ""
     qos = qos_from_cgroup_parent(parent)
