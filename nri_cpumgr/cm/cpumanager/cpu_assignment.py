@@ -1,0 +1,617 @@
+"""Topology-aware CPU take strategies (kubelet pkg/kubelet/cm/cpumanager/cpu_assignment.go).
+
+Pure functions: ``(topology, available CPUs, count, options) -> CPUSet`` or a typed error
+(:class:`NotEnoughCPUsError`, :class:`AllocationFailedError`). They reproduce the kubelet's
+decisions, including its use of the *declared* header counts (``CPUsPerCore = NumCPUs /
+NumCores``, ``CPUsPerSocket = NumCPUs / NumSockets``, ``CPUsPerUncore = NumCPUs /
+NumUncoreCache``) and of the per-CPU table as given (core ids are used as keys exactly as
+the table spells them).
+
+Strategies:
+
+* :func:`take_packed` (kubelet takeByTopologyNUMAPacked): whole NUMA nodes / sockets (the
+  higher level of the memory hierarchy first: NUMA nodes first when ``NumSockets >=
+  NumNUMANodes``, sockets first otherwise), then optionally uncore (L3) caches
+  (``prefer-align-cpus-by-uncorecache``), then whole cores (skipped by the *spread* sorting
+  strategy of ``distribute-cpus-across-cores``), then single CPUs. At each level candidates are
+  ordered by how few free CPUs they have (fullest first), then by id.
+* :func:`take_distributed` (kubelet takeByTopologyNUMADistributed): spread the request evenly,
+  in groups of ``cpu_group_size`` CPUs, over the smallest set of NUMA nodes that can hold it,
+  choosing the combination that leaves the free CPUs best balanced (lowest standard deviation);
+  falls back to the packed take.
+* :func:`take_by_topology`: what the static policy calls, choosing the strategy from the
+  :class:`StaticPolicyOptions`.
+
+Speed: every topology gets a cached index of per-core / per-socket / per-NUMA / per-L3 CPU sets
+as integer bitmasks (bit *i* = CPU *i*), so each step is a few popcounts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import weakref
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from nri_cpumgr.cm.cpumanager.errors import AllocationFailedError, NotEnoughCPUsError
+from nri_cpumgr.cm.cpumanager.policy_options import StaticPolicyOptions
+from nri_cpumgr.cpuset import CPUSet
+from nri_cpumgr.topology import CPUTopology
+
+__all__ = [
+    "TopologyIndex",
+    "cpus_to_mask",
+    "mask_to_cpus",
+    "take_by_topology",
+    "take_distributed",
+    "take_packed",
+    "topology_index",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# bitmask helpers
+# --------------------------------------------------------------------------------------------
+
+
+def cpus_to_mask(cpus: Iterable[int]) -> int:
+    """The bitmask of a set of CPU ids (bit *i* set = CPU *i*)."""
+    m = 0
+    for c in cpus:
+        m |= 1 << c
+    return m
+
+
+def mask_to_list(mask: int) -> list[int]:
+    """The CPU ids of a bitmask, ascending."""
+    out: list[int] = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return out
+
+
+def mask_to_cpus(mask: int) -> CPUSet:
+    """The :class:`CPUSet` of a bitmask."""
+    return CPUSet(mask_to_list(mask))
+
+
+# --------------------------------------------------------------------------------------------
+# per-topology index
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyIndex:
+    """Precomputed bitmasks of one :class:`CPUTopology` (built once, cached per topology).
+
+    ``*_mask`` map an id to the mask of its CPUs in the table; ``*_size`` to their count.
+    ``socket_cores`` / ``numa_cores`` / ``uncore_cores`` list ``(core id, mask of that core's
+    CPUs inside the group)`` by ascending core id; ``numa_sockets`` / ``socket_numas`` /
+    ``numa_uncores`` list ``(id, mask of the intersection)``.
+    """
+
+    all_mask: int
+    num_cpus_table: int
+    cpus_per_core: int
+    cpus_per_socket: int
+    cpus_per_uncore: int
+    numa_first: bool
+    cores: tuple[int, ...]
+    sockets: tuple[int, ...]
+    numas: tuple[int, ...]
+    uncores: tuple[int, ...]
+    core_mask: dict[int, int]
+    socket_mask: dict[int, int]
+    numa_mask: dict[int, int]
+    uncore_mask: dict[int, int]
+    numa_size: dict[int, int]
+    uncore_size: dict[int, int]
+    socket_cores: dict[int, tuple[tuple[int, int], ...]]
+    numa_cores: dict[int, tuple[tuple[int, int], ...]]
+    uncore_cores: dict[int, tuple[tuple[int, int], ...]]
+    numa_sockets: dict[int, tuple[tuple[int, int], ...]]
+    socket_numas: dict[int, tuple[tuple[int, int], ...]]
+    numa_uncores: dict[int, tuple[tuple[int, int], ...]]
+    numa_socket_ids: dict[int, frozenset[int]]
+
+    @classmethod
+    def build(cls, topo: CPUTopology) -> TopologyIndex:
+        core_mask: dict[int, int] = {}
+        socket_mask: dict[int, int] = {}
+        numa_mask: dict[int, int] = {}
+        uncore_mask: dict[int, int] = {}
+        for cpu, info in topo.details.items():
+            bit = 1 << cpu
+            core_mask[info.core] = core_mask.get(info.core, 0) | bit
+            socket_mask[info.socket] = socket_mask.get(info.socket, 0) | bit
+            numa_mask[info.numa] = numa_mask.get(info.numa, 0) | bit
+            uncore_mask[info.uncore] = uncore_mask.get(info.uncore, 0) | bit
+
+        def pairs(outer: dict[int, int], inner: dict[int, int]) -> dict[int, tuple]:
+            res: dict[int, tuple] = {}
+            for o, om in outer.items():
+                res[o] = tuple((i, om & im) for i, im in sorted(inner.items()) if om & im)
+            return res
+
+        all_mask = 0
+        for m in core_mask.values():
+            all_mask |= m
+        numa_sockets = pairs(numa_mask, socket_mask)
+        return cls(
+            all_mask=all_mask,
+            num_cpus_table=len(topo.details),
+            cpus_per_core=topo.cpus_per_core(),
+            cpus_per_socket=topo.cpus_per_socket(),
+            cpus_per_uncore=topo.cpus_per_uncore(),
+            numa_first=topo.num_sockets >= topo.num_numa_nodes,
+            cores=tuple(sorted(core_mask)),
+            sockets=tuple(sorted(socket_mask)),
+            numas=tuple(sorted(numa_mask)),
+            uncores=tuple(sorted(uncore_mask)),
+            core_mask=core_mask,
+            socket_mask=socket_mask,
+            numa_mask=numa_mask,
+            uncore_mask=uncore_mask,
+            numa_size={k: v.bit_count() for k, v in numa_mask.items()},
+            uncore_size={k: v.bit_count() for k, v in uncore_mask.items()},
+            socket_cores=pairs(socket_mask, core_mask),
+            numa_cores=pairs(numa_mask, core_mask),
+            uncore_cores=pairs(uncore_mask, core_mask),
+            numa_sockets=numa_sockets,
+            socket_numas=pairs(socket_mask, numa_mask),
+            numa_uncores=pairs(numa_mask, uncore_mask),
+            numa_socket_ids={n: frozenset(s for s, _ in v) for n, v in numa_sockets.items()},
+        )
+
+
+_INDEX_CACHE: dict[int, TopologyIndex] = {}
+
+
+def topology_index(topo: CPUTopology) -> TopologyIndex:
+    """The cached :class:`TopologyIndex` of ``topo`` (dropped when the topology is freed)."""
+    key = id(topo)
+    idx = _INDEX_CACHE.get(key)
+    if idx is None:
+        idx = TopologyIndex.build(topo)
+        _INDEX_CACHE[key] = idx
+        weakref.finalize(topo, _INDEX_CACHE.pop, key, None)
+    return idx
+
+
+# --------------------------------------------------------------------------------------------
+# the accumulator (kubelet cpuAccumulator)
+# --------------------------------------------------------------------------------------------
+
+
+class _Accumulator:
+    """Free CPUs (``avail``), CPUs taken so far (``result``), CPUs still needed."""
+
+    __slots__ = ("idx", "avail", "result", "needed", "spread")
+
+    def __init__(self, idx: TopologyIndex, avail: int, needed: int, spread: bool) -> None:
+        self.idx = idx
+        self.avail = avail & idx.all_mask
+        self.result = 0
+        self.needed = needed
+        self.spread = spread
+
+    # ---- bookkeeping ----
+    def take(self, mask: int) -> None:
+        self.result |= mask
+        self.avail &= ~self.result
+        self.needed -= mask.bit_count()
+
+    def satisfied(self) -> bool:
+        return self.needed < 1
+
+    def failed(self) -> bool:
+        return self.needed > self.avail.bit_count()
+
+    def free(self, mask: int) -> int:
+        return (self.avail & mask).bit_count()
+
+    # ---- orderings: fewest free CPUs first, then lowest id ----
+    def _sorted(self, ids: Iterable[int], masks: dict[int, int]) -> list[int]:
+        avail = self.avail
+        return sorted(ids, key=lambda i: ((avail & masks[i]).bit_count(), i))
+
+    def _present(self, group: Sequence[tuple[int, int]]) -> list[int]:
+        avail = self.avail
+        return [i for i, m in group if avail & m]
+
+    def sort_numas(self) -> list[int]:
+        idx = self.idx
+        if idx.numa_first:
+            present = [n for n in idx.numas if self.avail & idx.numa_mask[n]]
+            return self._sorted(present, idx.numa_mask)
+        out: list[int] = []
+        for s in self.sort_sockets():
+            out.extend(self._sorted(self._present(idx.socket_numas[s]), idx.numa_mask))
+        return out
+
+    def sort_sockets(self) -> list[int]:
+        idx = self.idx
+        if not idx.numa_first:
+            present = [s for s in idx.sockets if self.avail & idx.socket_mask[s]]
+            return self._sorted(present, idx.socket_mask)
+        out: list[int] = []
+        for n in self.sort_numas():
+            out.extend(self._sorted(self._present(idx.numa_sockets[n]), idx.socket_mask))
+        return out
+
+    def sort_cores(self) -> list[int]:
+        idx = self.idx
+        out: list[int] = []
+        if idx.numa_first:
+            for s in self.sort_sockets():
+                out.extend(self._sorted(self._present(idx.socket_cores[s]), idx.core_mask))
+        else:
+            for n in self.sort_numas():
+                out.extend(self._sorted(self._present(idx.numa_cores[n]), idx.core_mask))
+        return out
+
+    def sort_uncores(self) -> list[int]:
+        idx = self.idx
+        out: list[int] = []
+        for n in self.sort_numas():
+            out.extend(self._sorted(self._present(idx.numa_uncores[n]), idx.uncore_mask))
+        return out
+
+    def sorted_cpus_packed(self) -> list[int]:
+        out: list[int] = []
+        core_mask = self.idx.core_mask
+        for c in self.sort_cores():
+            out.extend(mask_to_list(self.avail & core_mask[c]))
+        return out
+
+    def sorted_cpus_spread(self) -> list[int]:
+        out: list[int] = []
+        socket_mask = self.idx.socket_mask
+        for s in self.sort_sockets():
+            out.extend(mask_to_list(self.avail & socket_mask[s]))
+        return out
+
+    # ---- whole-group takes ----
+    def _take_full(self, ids: list[int], masks: dict[int, int]) -> None:
+        for i in ids:
+            m = masks[i]
+            if self.needed >= m.bit_count():
+                self.take(m)
+
+    def take_full_numas(self) -> None:
+        idx = self.idx
+        free = [n for n in self.sort_numas() if self.free(idx.numa_mask[n]) == idx.numa_size[n]]
+        self._take_full(free, idx.numa_mask)
+
+    def take_full_sockets(self) -> None:
+        idx = self.idx
+        free = [
+            s for s in self.sort_sockets() if self.free(idx.socket_mask[s]) == idx.cpus_per_socket
+        ]
+        self._take_full(free, idx.socket_mask)
+
+    def take_full_cores(self) -> None:
+        idx = self.idx
+        free = [c for c in self.sort_cores() if self.free(idx.core_mask[c]) == idx.cpus_per_core]
+        self._take_full(free, idx.core_mask)
+
+    def take_full_uncores(self) -> None:
+        idx = self.idx
+        free = [
+            u for u in self.sort_uncores() if self.free(idx.uncore_mask[u]) == idx.uncore_size[u]
+        ]
+        self._take_full(free, idx.uncore_mask)
+
+    def take_partial_uncore(self, uncore: int) -> None:
+        """Take the lowest-numbered cores of one L3 cache if they hold exactly the CPUs still
+        needed (odd requests on SMT machines leave the last thread of the last core)."""
+        idx = self.idx
+        per_core = idx.cpus_per_core or 1
+        cores_needed = (self.needed + per_core - 1) // per_core
+        cores = self._present(idx.uncore_cores[uncore])
+        if len(cores) < cores_needed:
+            return
+        m = 0
+        for c in cores[:cores_needed]:
+            m |= idx.core_mask[c]
+        m &= self.avail
+        if self.needed % 2 and idx.cpus_per_core > 1:
+            cpus = mask_to_list(m)
+            if len(cpus) > self.needed:
+                m ^= 1 << cpus[-1]
+        if m.bit_count() == self.needed:
+            self.take(m)
+
+    def take_uncore_caches(self) -> None:
+        per_uncore = self.idx.cpus_per_uncore
+        for u in self.sort_uncores():
+            if self.needed >= per_uncore:
+                self.take_full_uncores()
+            if self.satisfied():
+                return
+            self.take_partial_uncore(u)
+            if self.satisfied():
+                return
+
+    def take_remaining_cpus(self) -> None:
+        order = self.sorted_cpus_spread() if self.spread else self.sorted_cpus_packed()
+        for cpu in order:
+            self.take(1 << cpu)
+            if self.satisfied():
+                return
+
+
+# --------------------------------------------------------------------------------------------
+# strategies
+# --------------------------------------------------------------------------------------------
+
+
+def _packed(
+    idx: TopologyIndex,
+    avail: int,
+    count: int,
+    available_size: int,
+    spread: bool,
+    prefer_uncore: bool,
+) -> int:
+    acc = _Accumulator(idx, avail, count, spread)
+    if acc.satisfied():
+        return acc.result
+    if acc.failed():
+        raise NotEnoughCPUsError(count, available_size)
+    if idx.numa_first:
+        acc.take_full_numas()
+        if acc.satisfied():
+            return acc.result
+        acc.take_full_sockets()
+    else:
+        acc.take_full_sockets()
+        if acc.satisfied():
+            return acc.result
+        acc.take_full_numas()
+    if acc.satisfied():
+        return acc.result
+    if prefer_uncore:
+        acc.take_uncore_caches()
+        if acc.satisfied():
+            return acc.result
+    if not spread:
+        acc.take_full_cores()
+        if acc.satisfied():
+            return acc.result
+    acc.take_remaining_cpus()
+    if acc.satisfied():
+        return acc.result
+    raise AllocationFailedError("failed to allocate cpus")
+
+
+def take_packed(
+    topo: CPUTopology,
+    available: Iterable[int],
+    count: int,
+    *,
+    spread: bool = False,
+    prefer_align_by_uncorecache: bool = False,
+) -> CPUSet:
+    """Take ``count`` CPUs from ``available`` packing them onto as few NUMA nodes, sockets,
+    L3 caches and cores as possible (kubelet cpu_assignment.go, takeByTopologyNUMAPacked).
+
+    ``spread`` selects the kubelet's *spread* CPU sorting strategy
+    (distribute-cpus-across-cores: no whole-core step, single CPUs taken socket by socket in id
+    order); ``prefer_align_by_uncorecache`` adds the uncore-cache step
+    (prefer-align-cpus-by-uncorecache). CPUs of ``available`` absent from the topology are
+    ignored. Returns the CPUs taken (empty for ``count <= 0``). Raises
+    :class:`NotEnoughCPUsError` when ``count`` exceeds the usable CPUs,
+    :class:`AllocationFailedError` if the walk cannot complete.
+    """
+    avail = available if isinstance(available, CPUSet) else CPUSet(available)
+    idx = topology_index(topo)
+    mask = _packed(idx, cpus_to_mask(avail), count, len(avail), spread, prefer_align_by_uncorecache)
+    return mask_to_cpus(mask)
+
+
+def _round3(x: float) -> float:
+    """Go ``math.Round(x*1000)/1000`` (half away from zero) for x >= 0."""
+    return math.floor(x * 1000 + 0.5) / 1000
+
+
+def _stddev(values: list[int]) -> float:
+    """Population standard deviation with the kubelet's rounding (mean and result to 3
+    decimals)."""
+    mean = _round3(sum(float(v) for v in values) / len(values))
+    var = sum((v - mean) * (v - mean) for v in values)
+    return _round3(math.sqrt(var / len(values)))
+
+
+def _distributed(
+    idx: TopologyIndex,
+    avail: int,
+    count: int,
+    available_size: int,
+    group: int,
+    spread: bool,
+    align_by_socket: bool,
+) -> int:
+    if group <= 0:
+        group = 1
+    if count % group != 0:
+        return _packed(idx, avail, count, available_size, spread, False)
+    acc = _Accumulator(idx, avail, count, spread)
+    if acc.satisfied():
+        return acc.result
+    if acc.failed():
+        raise NotEnoughCPUsError(count, available_size)
+
+    numa_mask = idx.numa_mask
+    numas = acc.sort_numas()
+    free_in = {n: acc.free(numa_mask[n]) for n in numas}
+
+    # how many NUMA nodes could be needed (kubelet rangeNUMANodesNeededToSatisfy)
+    num_groups = (idx.num_cpus_table - 1) // group + 1
+    groups_per_numa = (num_groups - 1) // len(idx.numas) + 1
+    groups_needed = (count - 1) // group + 1
+    min_numas = (groups_needed - 1) // groups_per_numa + 1
+    max_numas = min(groups_needed, len(numas))
+
+    def same_socket(combo: Sequence[int]) -> bool:
+        sockets: set[int] = set()
+        for n in combo:
+            sockets |= idx.numa_socket_ids[n]
+        return len(sockets) == 1
+
+    for k in range(min_numas, max_numas + 1):
+        best_balance = math.inf
+        best_remainder: tuple[int, ...] | None = None
+        best_combo: tuple[int, ...] | None = None
+        best_in_one_socket = False
+        for combo in itertools.combinations(numas, k):
+            if best_balance == 0 and (not align_by_socket or best_in_one_socket):
+                break
+            if sum(free_in[n] for n in combo) < count:
+                continue
+            if sum(free_in[n] // group for n in combo) * group < count:
+                continue
+            distribution = count // len(combo) // group * group
+            if align_by_socket:
+                for n in combo:
+                    distribution = min(distribution, free_in[n] // group * group)
+            if any(free_in[n] < distribution for n in combo):
+                continue
+            after = dict(free_in)
+            for n in combo:
+                after[n] -= distribution
+            remainder = count - distribution * len(combo)
+            remainder_combo = [n for n in combo if after[n] >= group]
+            best_local = math.inf
+            best_local_remainder: tuple[int, ...] | None = None
+            if remainder == 0:
+                best_local = _stddev(list(after.values()))
+            r = len(remainder_combo)
+            while remainder > 0 and r >= 1:
+                for subset in itertools.combinations(remainder_combo, r):
+                    if sum(after[n] // group for n in subset) * group < remainder:
+                        continue
+                    trial = dict(after)
+                    left = remainder
+                    while left > 0:
+                        for n in subset:
+                            if left == 0:
+                                break
+                            if trial[n] < group:
+                                continue
+                            trial[n] -= group
+                            left -= group
+                    balance = _stddev(list(trial.values()))
+                    if balance < best_local:
+                        best_local = balance
+                        best_local_remainder = subset
+                r -= 1
+            in_one_socket = same_socket(combo) if align_by_socket else False
+            better = best_local < best_balance
+            if align_by_socket and in_one_socket != best_in_one_socket:
+                better = in_one_socket
+            if better:
+                best_balance = best_local
+                best_remainder = best_local_remainder
+                best_combo = combo
+                if align_by_socket:
+                    best_in_one_socket = in_one_socket
+        if best_combo is None:
+            continue
+
+        distribution = count // len(best_combo) // group * group
+        for n in best_combo:
+            distribution = min(distribution, acc.free(numa_mask[n]) // group * group)
+        for n in best_combo:
+            node_avail = acc.avail & numa_mask[n]
+            try:
+                got = _packed(idx, node_avail, distribution, node_avail.bit_count(), spread, False)
+            except (NotEnoughCPUsError, AllocationFailedError):
+                got = 0
+            acc.take(got)
+        remainder = count - distribution * len(best_combo)
+        while remainder > 0:
+            progressed = False
+            for n in best_remainder or ():
+                if remainder == 0:
+                    break
+                node_avail = acc.avail & numa_mask[n]
+                if node_avail.bit_count() < group:
+                    continue
+                try:
+                    got = _packed(idx, node_avail, group, node_avail.bit_count(), spread, False)
+                except (NotEnoughCPUsError, AllocationFailedError):
+                    got = 0
+                acc.take(got)
+                remainder -= group
+                progressed = True
+            if not progressed:
+                break
+        if acc.needed > 0:
+            raise AllocationFailedError(
+                f"accounting error, not enough CPUs allocated, remaining: {acc.needed}"
+            )
+        if acc.needed < 0:
+            raise AllocationFailedError(
+                f"accounting error, too many CPUs allocated, remaining: {acc.needed}"
+            )
+        return acc.result
+
+    return _packed(idx, avail, count, available_size, spread, False)
+
+
+def take_distributed(
+    topo: CPUTopology,
+    available: Iterable[int],
+    count: int,
+    cpu_group_size: int = 1,
+    *,
+    spread: bool = False,
+    align_by_socket: bool = False,
+) -> CPUSet:
+    """Take ``count`` CPUs spread evenly over NUMA nodes in groups of ``cpu_group_size`` CPUs
+    (kubelet cpu_assignment.go, takeByTopologyNUMADistributed; distribute-cpus-across-numa,
+    with ``cpu_group_size`` = CPUs per core under full-pcpus-only).
+
+    Tries 1, 2, ... NUMA nodes (starting at the minimum that can hold the request) and picks
+    the combination whose leftover free CPUs have the lowest standard deviation; with
+    ``align_by_socket`` a combination inside one socket wins over a cross-socket one. Each node
+    share is taken with the packed strategy. When ``count`` is not a multiple of
+    ``cpu_group_size`` or no combination works, falls back to :func:`take_packed`. Raises
+    :class:`NotEnoughCPUsError` / :class:`AllocationFailedError`.
+    """
+    avail = available if isinstance(available, CPUSet) else CPUSet(available)
+    idx = topology_index(topo)
+    mask = _distributed(
+        idx, cpus_to_mask(avail), count, len(avail), cpu_group_size, spread, align_by_socket
+    )
+    return mask_to_cpus(mask)
+
+
+def take_by_topology(
+    topo: CPUTopology,
+    available: Iterable[int],
+    count: int,
+    options: StaticPolicyOptions | None = None,
+) -> CPUSet:
+    """The static policy's take (kubelet policy_static.go, takeByTopology): distributed over
+    NUMA nodes under distribute-cpus-across-numa (groups of CPUs-per-core under
+    full-pcpus-only), packed otherwise; spread sorting under distribute-cpus-across-cores;
+    uncore alignment under prefer-align-cpus-by-uncorecache (packed only)."""
+    opts = options or StaticPolicyOptions()
+    spread = opts.distribute_cpus_across_cores
+    if opts.distribute_cpus_across_numa:
+        group = topo.cpus_per_core() if opts.full_pcpus_only else 1
+        return take_distributed(
+            topo, available, count, group, spread=spread, align_by_socket=opts.align_by_socket
+        )
+    return take_packed(
+        topo,
+        available,
+        count,
+        spread=spread,
+        prefer_align_by_uncorecache=opts.prefer_align_by_uncorecache,
+    )

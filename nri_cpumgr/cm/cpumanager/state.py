@@ -1,0 +1,84 @@
+"""The CPU manager state: exclusive assignments and the shared (default) CPU set.
+
+Mirrors the kubelet's cpumanager ``state.State`` (in-memory ``stateMemory``): ``assignments``
+maps pod uid -> container name -> the container's exclusive CPUs, ``default_set`` is the shared
+pool. :meth:`CPUManagerState.to_dict` uses the kubelet checkpoint's key names
+(``defaultCpuSet``, ``entries``) with cpulist strings, so it is plain JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from nri_cpumgr.cpuset import CPUSet
+
+
+@dataclass
+class CPUManagerState:
+    """Mutable CPU manager state (pure data; persistence is someone else's job)."""
+
+    assignments: dict[str, dict[str, CPUSet]] = field(default_factory=dict)
+    default_set: CPUSet = field(default_factory=CPUSet)
+
+    def get_cpuset(self, pod_uid: str, container_name: str) -> CPUSet | None:
+        """The container's exclusive CPUs, or None when it has none."""
+        return self.assignments.get(pod_uid, {}).get(container_name)
+
+    def get_cpuset_or_default(self, pod_uid: str, container_name: str) -> CPUSet:
+        """The container's exclusive CPUs, else the shared pool."""
+        cpus = self.get_cpuset(pod_uid, container_name)
+        return cpus if cpus is not None else self.default_set
+
+    def set_cpuset(self, pod_uid: str, container_name: str, cpus: CPUSet) -> None:
+        self.assignments.setdefault(pod_uid, {})[container_name] = CPUSet(cpus)
+
+    def delete(self, pod_uid: str, container_name: str) -> None:
+        """Forget one container's assignment (and the pod entry once it is empty)."""
+        pod = self.assignments.get(pod_uid)
+        if pod is None:
+            return
+        pod.pop(container_name, None)
+        if not pod:
+            del self.assignments[pod_uid]
+
+    def assigned_cpus(self) -> CPUSet:
+        """Union of all exclusive assignments."""
+        out: set[int] = set()
+        for containers in self.assignments.values():
+            for cpus in containers.values():
+                out |= cpus
+        return CPUSet(out)
+
+    def copy(self) -> CPUManagerState:
+        return CPUManagerState(
+            assignments={p: dict(cs) for p, cs in self.assignments.items()},
+            default_set=self.default_set,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"defaultCpuSet": "0-3", "entries": {pod uid: {container: "4-5"}}}``."""
+        return {
+            "defaultCpuSet": str(self.default_set),
+            "entries": {
+                pod: {name: str(cpus) for name, cpus in sorted(containers.items())}
+                for pod, containers in sorted(self.assignments.items())
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> CPUManagerState:
+        """Inverse of :meth:`to_dict` (also accepts ``default_set`` / ``assignments`` keys).
+
+        Raises ``CPUSetError`` (a ValueError) on a malformed cpulist.
+        """
+        default = doc.get("defaultCpuSet", doc.get("default_set", ""))
+        entries = doc.get("entries", doc.get("assignments", {})) or {}
+        return cls(
+            assignments={
+                str(pod): {str(name): CPUSet.parse(str(cpus)) for name, cpus in cs.items()}
+                for pod, cs in entries.items()
+            },
+            default_set=CPUSet.parse(str(default or "")),
+        )

@@ -1,0 +1,229 @@
+"""Property tests of the CPU take strategies (nri_cpumgr.cm.cpumanager.cpu_assignment)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nri_cpumgr.cm.cpumanager import (
+    CPUManagerState,
+    InvalidPolicyOptionError,
+    NotEnoughCPUsError,
+    PolicyConfigError,
+    StaticPolicy,
+    take_distributed,
+    take_packed,
+)
+from nri_cpumgr.cm.cpumanager.cpu_assignment import cpus_to_mask, mask_to_cpus, topology_index
+from nri_cpumgr.cpuset import CPUSet
+from nri_cpumgr.podmodel import ContainerSpec, Pod
+from nri_cpumgr.topology import CPUInfo, CPUTopology
+
+
+def make_topology(
+    sockets: int, numa_per_socket: int, l3_per_numa: int, cores_per_l3: int, threads: int
+) -> CPUTopology:
+    """A consistent machine numbered like Linux: CPU c + t*cores is thread t of core c."""
+    cores = sockets * numa_per_socket * l3_per_numa * cores_per_l3
+    details: dict[int, CPUInfo] = {}
+    for core in range(cores):
+        l3 = core // cores_per_l3
+        numa = l3 // l3_per_numa
+        socket = numa // numa_per_socket
+        for t in range(threads):
+            details[core + t * cores] = CPUInfo(numa=numa, socket=socket, core=core, uncore=l3)
+    return CPUTopology.from_details(details)
+
+
+topologies = st.builds(
+    make_topology,
+    sockets=st.integers(1, 3),
+    numa_per_socket=st.integers(1, 2),
+    l3_per_numa=st.integers(1, 2),
+    cores_per_l3=st.integers(1, 4),
+    threads=st.sampled_from([1, 2, 4]),
+)
+
+
+@st.composite
+def topology_and_pool(draw: st.DrawFn) -> tuple[CPUTopology, CPUSet]:
+    topo = draw(topologies)
+    cpus = sorted(topo.details)
+    keep = draw(st.lists(st.booleans(), min_size=len(cpus), max_size=len(cpus)))
+    return topo, CPUSet(c for c, k in zip(cpus, keep, strict=True) if k)
+
+
+take_options = st.fixed_dictionaries(
+    {"spread": st.booleans(), "prefer_align_by_uncorecache": st.booleans()}
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(topology_and_pool(), st.integers(0, 80), take_options)
+def test_packed_take_returns_exactly_count_from_available(
+    tp: tuple[CPUTopology, CPUSet], count: int, opts: dict[str, bool]
+) -> None:
+    topo, pool = tp
+    if count > len(pool):
+        with pytest.raises(NotEnoughCPUsError) as exc:
+            take_packed(topo, pool, count, **opts)
+        assert (exc.value.requested, exc.value.available) == (count, len(pool))
+        return
+    got = take_packed(topo, pool, count, **opts)
+    assert got <= pool
+    assert len(got) == count
+    assert take_packed(topo, pool, count, **opts) == got  # deterministic
+
+
+@settings(max_examples=300, deadline=None)
+@given(topology_and_pool(), st.integers(0, 80), st.sampled_from([1, 2, 4]), st.booleans())
+def test_distributed_take_returns_exactly_count_from_available(
+    tp: tuple[CPUTopology, CPUSet], count: int, group: int, align_by_socket: bool
+) -> None:
+    topo, pool = tp
+    if count > len(pool):
+        with pytest.raises(NotEnoughCPUsError):
+            take_distributed(topo, pool, count, group, align_by_socket=align_by_socket)
+        return
+    got = take_distributed(topo, pool, count, group, align_by_socket=align_by_socket)
+    assert got <= pool
+    assert len(got) == count
+
+
+@settings(max_examples=200, deadline=None)
+@given(topologies, st.data())
+def test_packed_take_of_a_numa_node_count_returns_one_free_node(
+    topo: CPUTopology, data: st.DataObject
+) -> None:
+    nodes = sorted(topo.numa_nodes())
+    target = data.draw(st.sampled_from(nodes))
+    node_cpus = topo.cpus_in_numa_nodes([target])
+    # the other nodes lose at least one CPU each, so the target is the only whole free node
+    pool = set(node_cpus)
+    for n in nodes:
+        if n == target:
+            continue
+        others = sorted(topo.cpus_in_numa_nodes([n]))
+        drop = data.draw(st.sampled_from(others))
+        pool |= set(others) - {drop}
+    got = take_packed(topo, CPUSet(pool), len(node_cpus))
+    assert got == node_cpus
+
+
+@settings(max_examples=200, deadline=None)
+@given(topologies, st.data())
+def test_packed_take_on_whole_cores_gives_whole_cores(
+    topo: CPUTopology, data: st.DataObject
+) -> None:
+    per_core = topo.cpus_per_core()
+    cores = sorted(topo.cores())
+    free_cores = data.draw(st.lists(st.sampled_from(cores), unique=True, min_size=1))
+    pool = topo.cpus_in_cores(free_cores)
+    n_cores = data.draw(st.integers(1, len(free_cores)))
+    got = take_packed(topo, pool, n_cores * per_core)
+    assert len(got) == n_cores * per_core
+    for cpu in got:
+        assert topo.siblings(cpu) <= got
+
+
+@settings(max_examples=100, deadline=None)
+@given(topology_and_pool())
+def test_mask_roundtrip_and_index(tp: tuple[CPUTopology, CPUSet]) -> None:
+    topo, pool = tp
+    assert mask_to_cpus(cpus_to_mask(pool)) == pool
+    idx = topology_index(topo)
+    assert idx is topology_index(topo)  # cached
+    assert mask_to_cpus(idx.all_mask) == topo.cpus()
+    for n in topo.numa_nodes():
+        assert mask_to_cpus(idx.numa_mask[n]) == topo.cpus_in_numa_nodes([n])
+
+
+def _gu_pod(uid: str, cpus: int) -> Pod:
+    res = {"cpu": cpus * 1000, "memory": 1 << 30}
+    return Pod(uid=uid, containers=(ContainerSpec("c", requests=res, limits=res),))
+
+
+@settings(max_examples=100, deadline=None)
+@given(topologies, st.lists(st.integers(1, 6), min_size=1, max_size=12), st.integers(1, 2))
+def test_static_policy_allocations_never_overlap_and_release_restores_pool(
+    topo: CPUTopology, requests: list[int], reserved: int
+) -> None:
+    if reserved >= len(topo.details):
+        return
+    policy = StaticPolicy(topo, reserved)
+    state = CPUManagerState()
+    policy.start(state)
+    initial = state.default_set
+    given_out: list[tuple[str, CPUSet]] = []
+    for i, n in enumerate(requests):
+        try:
+            cpus = policy.allocate(state, _gu_pod(f"pod{i}", n), "c")
+        except NotEnoughCPUsError:
+            continue
+        assert cpus is not None and len(cpus) == n
+        assert not (cpus & policy.reserved_cpus)
+        for _, other in given_out:
+            assert not (cpus & other)
+        assert not (cpus & state.default_set)
+        given_out.append((f"pod{i}", cpus))
+    for uid, _ in given_out:
+        policy.remove_container(state, uid, "c")
+    assert state.default_set == initial
+    assert state.assignments == {}
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.dictionaries(
+        st.text("abcdef0123456789-", min_size=1, max_size=8),
+        st.dictionaries(
+            st.text("abcxyz", min_size=1, max_size=5),
+            st.frozensets(st.integers(0, 300), min_size=1),
+            min_size=1,
+        ),
+    ),
+    st.frozensets(st.integers(0, 300)),
+)
+def test_state_dict_roundtrip(
+    assignments: dict[str, dict[str, frozenset[int]]], default: frozenset[int]
+) -> None:
+    state = CPUManagerState(
+        assignments={p: {c: CPUSet(v) for c, v in cs.items()} for p, cs in assignments.items()},
+        default_set=CPUSet(default),
+    )
+    doc = state.to_dict()
+    assert set(doc) == {"defaultCpuSet", "entries"}
+    back = CPUManagerState.from_dict(doc)
+    assert back == state
+
+
+def test_policy_config_errors() -> None:
+    topo = make_topology(1, 1, 1, 4, 2)  # 8 CPUs
+    with pytest.raises(PolicyConfigError, match="greater than zero"):
+        StaticPolicy(topo, 0)
+    with pytest.raises(PolicyConfigError, match="size of 0-1 did not equal 1"):
+        StaticPolicy(topo, 1, CPUSet.parse("0-1"))
+    with pytest.raises(PolicyConfigError, match="did not equal 9"):
+        StaticPolicy(topo, 9)
+    with pytest.raises(PolicyConfigError, match="not in the topology"):
+        StaticPolicy(topo, 1, CPUSet.parse("42"))
+    with pytest.raises(InvalidPolicyOptionError) as exc:
+        StaticPolicy(topo, 1, options={"distribute-cpus-across-cores": "true"})
+    assert exc.value.option == "distribute-cpus-across-cores"
+    assert "Alpha-level" in str(exc.value)
+    # reserved CPUs: lowest physical core first (CPU 0 and its sibling 4)
+    assert StaticPolicy(topo, 2).reserved_cpus == CPUSet.parse("0,4")
+
+
+def test_strict_reservation_keeps_reserved_out_of_shared_pool() -> None:
+    topo = make_topology(1, 1, 1, 4, 2)
+    policy = StaticPolicy(topo, 2, options={"strict-cpu-reservation": "true"})
+    state = CPUManagerState()
+    policy.start(state)
+    assert policy.shared_pool(state) == CPUSet.parse("1-3,5-7")
+    loose = StaticPolicy(topo, 2)
+    state2 = CPUManagerState()
+    loose.start(state2)
+    assert loose.shared_pool(state2) == topo.cpus()
+    assert loose.available_cpus(state2) == CPUSet.parse("1-3,5-7")
