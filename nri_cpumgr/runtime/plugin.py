@@ -54,7 +54,7 @@ def build_policy(config: Config, machine: Machine) -> StaticPolicy | NonePolicy:
     """The CPU policy the config names. Raises :class:`ConfigError` (one line) when the
     static policy cannot be built (no reservation, bad option, reserved list vs count...)."""
     if config.cpuManagerPolicy == "none":
-        return NonePolicy()
+        return NonePolicy(machine.topology)
     reserved = config.reserved_cpus()
     count = config.reserved_cpu_count()
     try:

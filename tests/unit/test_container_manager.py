@@ -1,0 +1,129 @@
+"""The container manager's life cycle on a 2-CPU machine (this host's shape) and the
+2-socket conformance topology."""
+
+import pytest
+
+from nri_cpumgr.cm.container_manager import AdmissionError, ContainerManager
+from nri_cpumgr.cm.cpumanager import CPUManagerState, NonePolicy, StaticPolicy
+from nri_cpumgr.cpuset import CPUSet
+from nri_cpumgr.podmodel import QOSClass
+from nri_cpumgr.podmodel.nri import ContainerInfo, Resources
+from nri_cpumgr.topology import CPUInfo, CPUTopology
+from tests.conformance_data import topology
+
+TWO_CPUS = CPUTopology.from_details({0: CPUInfo(0, 0, 0), 1: CPUInfo(0, 0, 1)})
+
+
+def info(cid, pod, name="c", qos=QOSClass.BESTEFFORT, cpus_m=None, limit_m=None, current=""):
+    shares = None if cpus_m is None else cpus_m * 1024 // 1000
+    return ContainerInfo(
+        id=cid, pod_id="sb-" + pod, pod_uid=pod, pod_name=pod, namespace="ns", name=name,
+        restart_count=0, qos=qos, qos_source="cgroup-parent",
+        resources=Resources(shares, cpus_m, limit_m, 1 << 20 if limit_m else None, {}),
+        cpus=current, devices=(),
+    )
+
+
+def guaranteed(cid, pod, n, name="c", current=""):
+    return info(cid, pod, name, QOSClass.GUARANTEED, n * 1000, n * 1000, current)
+
+
+def manager(topo=TWO_CPUS, reserved="0", **opts):
+    policy = StaticPolicy(topo, len(CPUSet.parse(reserved)), CPUSet.parse(reserved), opts)
+    state = CPUManagerState()
+    policy.start(state)
+    return ContainerManager(policy, state)
+
+
+def test_docs_scenario_on_two_cpus():
+    m = manager()
+    be = m.admit(info("be", "p-be"))
+    assert (be.cpus, be.exclusive) == (CPUSet({0, 1}), False)
+    bu = m.admit(info("bu", "p-bu", qos=QOSClass.BURSTABLE, cpus_m=500))
+    assert bu.cpus == CPUSet({0, 1}) and not bu.updates
+    frac = m.admit(info("g15", "p-g15", qos=QOSClass.GUARANTEED, cpus_m=1500, limit_m=1500))
+    assert (frac.cpus, frac.exclusive) == (CPUSet({0, 1}), False)
+    g1 = m.admit(guaranteed("g1", "p-g1", 1))
+    assert (g1.cpus, g1.exclusive) == (CPUSet({1}), True)
+    # every shared container moves to the shrunken pool, in the same reply
+    assert g1.updates == {"be": CPUSet({0}), "bu": CPUSet({0}), "g15": CPUSet({0})}
+    with pytest.raises(AdmissionError, match=r"requested=1, available=0"):
+        m.admit(guaranteed("g2", "p-g2", 1))
+    # a refused container leaves nothing behind
+    assert m.remove("g2") == {}
+    assert m.shared_pool() == CPUSet({0})
+    # stop keeps the CPUs (a restart may follow), removal releases them
+    assert m.stop("g1") == {}
+    assert m.shared_pool() == CPUSet({0})
+    ups = m.remove("g1")
+    assert ups == {"be": CPUSet({0, 1}), "bu": CPUSet({0, 1}), "g15": CPUSet({0, 1})}
+    g2 = m.admit(guaranteed("g2", "p-g2", 1))
+    assert g2.cpus == CPUSet({1})
+
+
+def test_restart_keeps_cpus_and_pod_removal_releases():
+    m = manager()
+    assert m.admit(guaranteed("a1", "p", 1)).cpus == CPUSet({1})
+    m.stop("a1")
+    again = m.admit(guaranteed("a2", "p", 1))  # same pod uid and name: a restart
+    assert again.cpus == CPUSet({1})
+    assert "a1" not in m.containers
+    m.remove("a1")  # the old container's removal must not free the restarted one's CPUs
+    assert m.state.assignments == {"p": {"c": CPUSet({1})}}
+    m.admit(info("be", "q"))
+    assert m.remove_pod("p") == {"be": CPUSet({0, 1})}
+    assert m.state.assignments == {}
+
+
+def test_stopped_container_cpus_are_reused_by_the_same_pod():
+    m = manager()
+    m.admit(guaranteed("init", "p", 1, name="init"))
+    m.stop("init")
+    assert m.admit(guaranteed("app", "p", 1, name="app")).cpus == CPUSet({1})
+    assert m.state.assignments == {"p": {"app": CPUSet({1})}}
+
+
+def test_topology_first_on_dual_socket_ht():
+    topo = topology("dual-socket-ht")  # 2 sockets x 3 cores x 2 threads
+    m = manager(topo, reserved="0")
+    d = m.admit(guaranteed("g", "p", 2))
+    # a whole free core, the fullest socket's first
+    assert len(d.cpus) == 2 and len({topo.details[c].core for c in d.cpus}) == 1
+    big = m.admit(guaranteed("g6", "p6", 6))
+    assert len({topo.details[c].socket for c in big.cpus}) == 1  # a whole socket
+
+
+def test_full_pcpus_only_refusal_names_smt_alignment_error():
+    m = manager(topology("dual-socket-ht"), reserved="0", **{"full-pcpus-only": "true"})
+    with pytest.raises(AdmissionError, match="SMTAlignmentError"):
+        m.admit(guaranteed("g", "p", 3))
+
+
+def test_synchronize_adopts_forgets_and_fixes():
+    m = manager()
+    m.admit(guaranteed("gone", "old", 1))
+    assert m.state.assignments == {"old": {"c": CPUSet({1})}}
+    # after a restart the runtime reports: a Guaranteed container already on CPU 1 (not in
+    # our state), a BestEffort container on the wrong cpuset; "gone" no longer exists
+    ups = m.synchronize([guaranteed("g", "p", 1, current="1"), info("be", "q", current="0-1")])
+    assert m.state.assignments == {"p": {"c": CPUSet({1})}}
+    assert ups == {"be": CPUSet({0})}
+    # a Guaranteed container created while we were away on the shared pool gets CPUs
+    m2 = manager()
+    ups2 = m2.synchronize([guaranteed("g", "p", 1, current="0-1"), info("be", "q", current="")])
+    assert ups2 == {"g": CPUSet({1}), "be": CPUSet({0})}
+
+
+def test_none_policy_makes_no_adjustment():
+    m = ContainerManager(NonePolicy(TWO_CPUS), CPUManagerState())
+    d = m.admit(guaranteed("g", "p", 1))
+    assert d.cpus is None and d.updates == {}
+    assert m.synchronize([guaranteed("g", "p", 1)]) == {}
+
+
+def test_update_keeps_pinning():
+    m = manager()
+    m.admit(guaranteed("g", "p", 1))
+    d = m.update("g")
+    assert (d.cpus, d.exclusive) == (CPUSet({1}), True)
+    assert m.update("unknown") is None
