@@ -22,6 +22,7 @@ from nri_cpumgr.config import Config, ConfigError
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.podmodel.nri import container_info
 from nri_cpumgr.topology import Machine
+from nri_cpumgr.transport.stub import PluginError
 
 log = logging.getLogger("nri_cpumgr.plugin")
 
@@ -44,10 +45,6 @@ _LIVE_STATES = (
     nri_pb2.CONTAINER_PAUSED,
     nri_pb2.CONTAINER_UNKNOWN,
 )
-
-
-class PluginRefusal(Exception):
-    """Raised from a handler to refuse a request; the text reaches the kubelet."""
 
 
 def build_policy(config: Config, machine: Machine) -> StaticPolicy | NonePolicy:
@@ -182,7 +179,7 @@ class Plugin:
                 "create pod=%s/%s container=%s qos=%s refused: %s",
                 info.namespace, info.pod_name, info.name, info.qos, e,
             )
-            raise PluginRefusal(str(e)) from None
+            raise PluginError(str(e)) from None
         resp = nri_pb2.CreateContainerResponse()
         if d.cpus is not None:
             cpu = resp.adjust.linux.resources.cpu
