@@ -1,0 +1,417 @@
+"""The NRI plugin stub: connection, registration, request dispatch and reconnection.
+
+Protocol facts (containerd/nri pkg/stub, pkg/adaptation; /work/shared/docs/nri-protocol.md):
+
+* external mode: dial the runtime's socket (default ``/var/run/nri/nri.sock``); on EOF or
+  ECONNREFUSED reconnect with exponential backoff, the state being rebuilt from the next
+  Synchronize. Launched mode (the runtime started us, socket on fd ``NRI_PLUGIN_SOCKET``):
+  one session, then :meth:`Stub.run` returns.
+* conn 1 serves the Plugin service; conn 2 carries our RegisterPlugin and UpdateContainers
+  calls. Configure can arrive before the RegisterPlugin reply, so conn 1 is served while
+  registering. A refused registration leaves the socket open: we close it ourselves.
+* Configure answers ``events & 0x7ff`` (NRI v0.6.1 refuses unknown bits); a split
+  Synchronize (v0.8 ``more``) is answered ``more=true`` without updates per intermediate
+  part and the handler sees every pod and container once, with the last part.
+* Per-event methods of newer NRI answer Unimplemented (12); the runtime then falls back to
+  StateChange.
+* Unsolicited UpdateContainers is never sent from inside a handler (the runtime holds its
+  NRI lock while waiting for our answer): it is queued and sent once the reply went out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import socket
+from collections.abc import Callable
+from typing import Protocol, TypeVar
+
+from google.protobuf.message import DecodeError, Message
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
+
+from nri_cpumgr.api import nri_pb2
+from nri_cpumgr.transport.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
+from nri_cpumgr.transport.ttrpc import (
+    INVALID_ARGUMENT,
+    UNKNOWN,
+    Client,
+    Handler,
+    Server,
+    TtrpcError,
+)
+
+PLUGIN_SERVICE = "nri.pkg.api.v1alpha1.Plugin"
+RUNTIME_SERVICE = "nri.pkg.api.v1alpha1.Runtime"
+DEFAULT_SOCKET = "/var/run/nri/nri.sock"
+#: Event bits NRI v0.6.1 accepts (events 1..11); higher bits make it refuse the plugin.
+VALID_EVENTS_V061 = 0x7FF
+
+_log = logging.getLogger(__name__)
+_M = TypeVar("_M", bound=Message)
+
+
+def event_mask(*events: int) -> int:
+    """Subscription bitmask for NRI ``Event`` values: bit ``1 << (event - 1)`` each."""
+    mask = 0
+    for ev in events:
+        if ev <= 0:
+            raise ValueError(f"not a subscribable NRI event: {ev}")
+        mask |= 1 << (ev - 1)
+    return mask
+
+
+#: What the CPU manager needs; no POST_* events (each adds a round trip to every CRI call).
+DEFAULT_EVENTS = event_mask(
+    nri_pb2.CREATE_CONTAINER,
+    nri_pb2.UPDATE_CONTAINER,
+    nri_pb2.STOP_CONTAINER,
+    nri_pb2.REMOVE_CONTAINER,
+    nri_pb2.REMOVE_POD_SANDBOX,
+)
+
+
+class PluginError(Exception):
+    """A handler refuses the request; str(exc) reaches the runtime (and the kubelet) as the
+    error text (status code 2, Unknown)."""
+
+
+class Handlers(Protocol):
+    """Plugin callbacks: synchronous, called on the event loop, must be fast.
+
+    Each may raise :class:`PluginError` to fail the request with its text. Requests must not
+    be kept: copy the fields you need (a request may be megabytes).
+    """
+
+    def configure(self, req: nri_pb2.ConfigureRequest) -> None: ...
+
+    def synchronize(
+        self, pods: list[nri_pb2.PodSandbox], containers: list[nri_pb2.Container]
+    ) -> list[nri_pb2.ContainerUpdate]: ...
+
+    def create_container(
+        self, req: nri_pb2.CreateContainerRequest
+    ) -> nri_pb2.CreateContainerResponse: ...
+
+    def update_container(
+        self, req: nri_pb2.UpdateContainerRequest
+    ) -> nri_pb2.UpdateContainerResponse: ...
+
+    def stop_container(
+        self, req: nri_pb2.StopContainerRequest
+    ) -> nri_pb2.StopContainerResponse: ...
+
+    def state_change(self, req: nri_pb2.StateChangeEvent) -> None: ...
+
+    def disconnected(self) -> None: ...
+
+
+class _SessionFailed(Exception):
+    """The connection ended before the plugin was registered."""
+
+
+class _Stopped(Exception):
+    pass
+
+
+class Stub:
+    """One NRI plugin instance (see the module docstring for the protocol rules).
+
+    ``name``: plugin name; ``idx``: exactly two digits (invocation order). Give either
+    ``socket_path`` (external mode) or ``fd`` (launched mode). ``events``: subscription
+    mask sent in the Configure answer (capped to 0x7ff). Times are seconds. Reconnection
+    backs off exponentially from ``backoff_initial`` to ``backoff_max``; the backoff starts
+    over only after a registered connection lasted ``stable_after`` seconds (a runtime that
+    drops us right after registering is not hammered).
+    Raises ValueError for a malformed ``idx`` or neither/both of ``socket_path`` and ``fd``.
+    """
+
+    def __init__(
+        self,
+        handlers: Handlers,
+        *,
+        name: str,
+        idx: str,
+        socket_path: str | None = DEFAULT_SOCKET,
+        fd: int | None = None,
+        events: int = DEFAULT_EVENTS,
+        reconnect: bool = True,
+        logger: logging.Logger | None = None,
+        register_timeout: float = 10.0,
+        update_timeout: float = 10.0,
+        backoff_initial: float = 0.1,
+        backoff_max: float = 5.0,
+        stable_after: float = 10.0,
+    ) -> None:
+        if not re.fullmatch(r"[0-9]{2}", idx):
+            raise ValueError(f"plugin index must be exactly two digits, got {idx!r}")
+        if fd is not None:
+            socket_path = None
+        if socket_path is None and fd is None:
+            raise ValueError("need socket_path (external plugin) or fd (launched plugin)")
+        self._handlers = handlers
+        self.name = name
+        self.idx = idx
+        self.socket_path = socket_path
+        self._fd = fd
+        self.events = events
+        self._reconnect = reconnect and fd is None
+        self._log = logger or _log
+        self._register_timeout = register_timeout
+        self._update_timeout = update_timeout
+        self._backoff_initial = backoff_initial
+        self._backoff_max = backoff_max
+        self._stable_after = stable_after
+        self._stopping = False
+        self._stop_event = asyncio.Event()
+        self._mux: Mux | None = None
+        self._client: Client | None = None
+        self._registered = False
+        self._in_handler = False
+        self._pending_updates: list[nri_pb2.ContainerUpdate] = []
+        self._flush_task: asyncio.Task[None] | None = None
+        self._sync_pods: list[nri_pb2.PodSandbox] = []
+        self._sync_containers: list[nri_pb2.Container] = []
+        self.runtime_name = ""
+        self.runtime_version = ""
+        self.sessions = 0  # connections established so far
+        self._methods: dict[tuple[str, str], Handler] = {
+            (PLUGIN_SERVICE, "Configure"): self._wrap(nri_pb2.ConfigureRequest, self._configure),
+            (PLUGIN_SERVICE, "Synchronize"): self._wrap(
+                nri_pb2.SynchronizeRequest, self._synchronize),
+            (PLUGIN_SERVICE, "Shutdown"): self._wrap(nri_pb2.Empty, self._shutdown),
+            (PLUGIN_SERVICE, "CreateContainer"): self._wrap(
+                nri_pb2.CreateContainerRequest, handlers.create_container),
+            (PLUGIN_SERVICE, "UpdateContainer"): self._wrap(
+                nri_pb2.UpdateContainerRequest, handlers.update_container),
+            (PLUGIN_SERVICE, "StopContainer"): self._wrap(
+                nri_pb2.StopContainerRequest, handlers.stop_container),
+            (PLUGIN_SERVICE, "StateChange"): self._wrap(
+                nri_pb2.StateChangeEvent, self._state_change),
+        }
+
+    @classmethod
+    def from_env(cls, handlers: Handlers, **kw: object) -> Stub:
+        """A stub for a plugin launched by the runtime: socket fd from ``NRI_PLUGIN_SOCKET``,
+        name from ``NRI_PLUGIN_NAME``, index from ``NRI_PLUGIN_IDX``.
+
+        Raises RuntimeError if the variables are missing or malformed.
+        """
+        try:
+            fd = int(os.environ["NRI_PLUGIN_SOCKET"])
+            name = os.environ["NRI_PLUGIN_NAME"]
+            idx = os.environ["NRI_PLUGIN_IDX"]
+        except (KeyError, ValueError) as exc:
+            raise RuntimeError(f"not launched by an NRI runtime: {exc!r}") from None
+        return cls(handlers, name=name, idx=idx, socket_path=None, fd=fd, **kw)  # type: ignore[arg-type]
+
+    # --- public API -------------------------------------------------------------------------
+    @property
+    def registered(self) -> bool:
+        """True while connected and registered with the runtime."""
+        return self._registered
+
+    def stop(self) -> None:
+        """Close the connection and make :meth:`run` return (call on the event loop)."""
+        self._stopping = True
+        self._stop_event.set()
+        if self._mux is not None:
+            self._mux.close()
+
+    def request_update(self, updates: list[nri_pb2.ContainerUpdate]) -> None:
+        """Queue an unsolicited UpdateContainers; it is sent after the current handler's reply
+        went out (or right away outside a handler). Failures are logged, not raised.
+        Updates queued while disconnected are dropped when the connection ends."""
+        if not updates:
+            return
+        self._pending_updates.extend(updates)
+        if not self._in_handler:
+            self._schedule_flush()
+
+    async def run(self) -> None:
+        """Connect, register and serve until :meth:`stop` (external mode reconnects with
+        backoff; launched mode returns after its one connection ends)."""
+        if not self._reconnect:
+            try:
+                await self._session()
+            except (OSError, _SessionFailed, _Stopped) as exc:
+                if not self._stopping:
+                    self._log.error("NRI connection failed: %s", exc)
+            return
+        while not self._stopping:
+            retrying = AsyncRetrying(
+                retry=retry_if_exception_type((OSError, _SessionFailed)),
+                wait=wait_exponential(multiplier=self._backoff_initial, max=self._backoff_max),
+                sleep=self._sleep,
+                before_sleep=self._before_sleep,
+                reraise=True,
+            )
+            try:
+                async for attempt in retrying:
+                    with attempt:
+                        await self._session()
+            except _Stopped:
+                break
+
+    # --- connection -------------------------------------------------------------------------
+    async def _sleep(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self._stop_event.wait(), seconds)
+        except TimeoutError:
+            pass
+
+    def _before_sleep(self, state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        wait = state.next_action.sleep if state.next_action else 0.0
+        level = logging.WARNING if state.attempt_number == 1 else logging.DEBUG
+        what = "lost the runtime" if isinstance(exc, _SessionFailed) else "cannot reach the runtime"
+        self._log.log(level, "NRI: %s at %s (%s); reconnect attempt %d in %.1fs",
+                      what, self.socket_path, exc, state.attempt_number, wait)
+
+    async def _connect(self, mux: Mux) -> None:
+        loop = asyncio.get_running_loop()
+        if self._fd is not None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=self._fd)
+            await loop.create_unix_connection(lambda: mux, sock=sock)
+        else:
+            assert self.socket_path is not None
+            await loop.create_unix_connection(lambda: mux, self.socket_path)
+
+    async def _session(self) -> None:
+        """One connection: register, serve until it closes. Raises _SessionFailed if it
+        ended before registration or within ``stable_after`` seconds of it, OSError if it
+        cannot connect, _Stopped after stop(); returns after a long-lived connection."""
+        if self._stopping:
+            raise _Stopped
+        mux = Mux(logger=self._log)
+        await self._connect(mux)
+        if self._stopping:
+            mux.close()
+            raise _Stopped
+        self.sessions += 1
+        self._mux = mux
+        self._sync_pods, self._sync_containers = [], []
+        Server(mux, PLUGIN_SERVICE_CONN, self._methods, logger=self._log,
+               after_reply=self._after_reply)
+        client = Client(mux, RUNTIME_SERVICE_CONN, logger=self._log)
+        where = self.socket_path or f"fd {self._fd}"
+        self._log.info("NRI: connected to the runtime at %s", where)
+        try:
+            req = nri_pb2.RegisterPluginRequest(plugin_name=self.name, plugin_idx=self.idx)
+            try:
+                await client.call(RUNTIME_SERVICE, "RegisterPlugin", req.SerializeToString(),
+                                  timeout=self._register_timeout)
+            except TtrpcError as exc:
+                self._log.error("NRI: registration of %s-%s refused: %s",
+                                self.idx, self.name, exc.message)
+                raise _SessionFailed(f"registration refused: {exc.message}") from None
+            except (ConnectionError, TimeoutError) as exc:
+                raise _SessionFailed(f"registration failed: {exc!r}") from None
+            self._client = client
+            self._registered = True
+            self._log.info("NRI: registered as %s-%s with %s %s", self.idx, self.name,
+                           self.runtime_name or "the runtime", self.runtime_version)
+            if self._pending_updates:
+                self._schedule_flush()
+            assert mux.lost is not None
+            since = asyncio.get_running_loop().time()
+            exc = await mux.lost
+            lasted = asyncio.get_running_loop().time() - since
+            if not self._stopping:
+                self._log.warning("NRI: connection to the runtime lost (%s)", exc or "EOF")
+        finally:
+            self._registered = False
+            self._client = None
+            self._mux = None
+            mux.close()
+            dropped = len(self._pending_updates)
+            self._pending_updates = []
+            self._sync_pods, self._sync_containers = [], []
+            if dropped:
+                self._log.warning("NRI: %d queued container updates dropped on disconnect",
+                                  dropped)
+            self._log.info("NRI: disconnected from %s", where)
+            try:
+                self._handlers.disconnected()
+            except Exception:
+                self._log.exception("NRI: disconnected() handler failed")
+        if self._stopping:
+            raise _Stopped
+        if self._reconnect and lasted < self._stable_after:
+            raise _SessionFailed(f"connection lost {lasted:.1f}s after registration")
+
+    # --- dispatch ---------------------------------------------------------------------------
+    def _wrap(self, req_cls: type[_M], fn: Callable[[_M], Message | None]) -> Handler:
+        def handle(payload: bytes) -> bytes:
+            try:
+                req = req_cls.FromString(payload)
+            except DecodeError as exc:
+                raise TtrpcError(INVALID_ARGUMENT, f"malformed {req_cls.__name__}: {exc}") from None
+            self._in_handler = True
+            try:
+                resp = fn(req)
+            except PluginError as exc:
+                self._log.warning("NRI: %s refused: %s", req_cls.__name__, exc)
+                raise TtrpcError(UNKNOWN, str(exc)) from None
+            finally:
+                self._in_handler = False
+            return resp.SerializeToString() if resp is not None else b""
+
+        return handle
+
+    def _configure(self, req: nri_pb2.ConfigureRequest) -> nri_pb2.ConfigureResponse:
+        self.runtime_name = req.runtime_name
+        self.runtime_version = req.runtime_version
+        self._log.info("NRI: configured by %s %s", req.runtime_name, req.runtime_version)
+        self._handlers.configure(req)
+        return nri_pb2.ConfigureResponse(events=self.events & VALID_EVENTS_V061)
+
+    def _synchronize(self, req: nri_pb2.SynchronizeRequest) -> nri_pb2.SynchronizeResponse:
+        self._sync_pods.extend(req.pods)
+        self._sync_containers.extend(req.containers)
+        if req.more:
+            return nri_pb2.SynchronizeResponse(more=True)
+        pods, self._sync_pods = self._sync_pods, []
+        containers, self._sync_containers = self._sync_containers, []
+        self._log.info("NRI: synchronize with %d pods, %d containers", len(pods),
+                       len(containers))
+        updates = self._handlers.synchronize(pods, containers)
+        return nri_pb2.SynchronizeResponse(update=updates)
+
+    def _shutdown(self, req: nri_pb2.Empty) -> nri_pb2.Empty:
+        self._log.info("NRI: the runtime is shutting down")
+        return nri_pb2.Empty()
+
+    def _state_change(self, req: nri_pb2.StateChangeEvent) -> nri_pb2.Empty:
+        self._handlers.state_change(req)
+        return nri_pb2.Empty()
+
+    # --- unsolicited updates ----------------------------------------------------------------
+    def _after_reply(self) -> None:
+        if self._pending_updates:
+            self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        if self._client is None or (self._flush_task is not None and not self._flush_task.done()):
+            return
+        self._flush_task = asyncio.get_running_loop().create_task(self._flush(self._client))
+
+    async def _flush(self, client: Client) -> None:
+        while self._pending_updates and client is self._client:
+            batch, self._pending_updates = self._pending_updates, []
+            req = nri_pb2.UpdateContainersRequest(update=batch)
+            try:
+                data = await client.call(RUNTIME_SERVICE, "UpdateContainers",
+                                         req.SerializeToString(), timeout=self._update_timeout)
+                failed = nri_pb2.UpdateContainersResponse.FromString(data).failed
+            except (TtrpcError, ConnectionError, TimeoutError, ValueError, DecodeError) as exc:
+                self._log.warning("NRI: UpdateContainers for %s failed: %s",
+                                  [u.container_id for u in batch], exc)
+                continue
+            if failed:
+                self._log.warning("NRI: runtime failed to update %s",
+                                  [u.container_id for u in failed])
+            else:
+                self._log.info("NRI: runtime applied updates to %s",
+                               [u.container_id for u in batch])

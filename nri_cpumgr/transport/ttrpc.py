@@ -1,0 +1,276 @@
+"""A minimal ttrpc (containerd/ttrpc) client and server over one multiplexed connection.
+
+Message: ``length u32 BE | stream_id u32 BE | type u8 | flags u8 | data`` where type 1 is a
+request (data = ``ttrpc.Request``), 2 a response (data = ``ttrpc.Response``), 3 stream data.
+Only unary calls are used by NRI (flags 0). Rules (ttrpc client.go / server.go):
+
+* a client numbers its streams with odd, strictly increasing ids starting at 1 on each
+  connection;
+* a server answers an even or a reused/decreasing id with InvalidArgument (3), an unknown
+  service or method with Unimplemented (12), a failing handler with the handler's status
+  (Unknown, 2, unless it raised :class:`TtrpcError` with another code);
+* an answer goes to the connection its request came from; if that connection is gone the
+  answer is dropped.
+
+ttrpc's own message limit is 4 MiB (:data:`MAX_MESSAGE_OUT` for what we send), but containerd
+1.7 sends a Synchronize of any size as one message, so incoming messages are accepted up to
+``max_message_in`` (64 MiB by default); a longer length closes the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import struct
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from google.protobuf.message import DecodeError
+
+from nri_cpumgr.api import ttrpc_pb2
+from nri_cpumgr.transport.mux import ProtocolError
+
+if TYPE_CHECKING:
+    from nri_cpumgr.transport.mux import Mux
+
+HEADER = struct.Struct(">IIBB")
+HEADER_LEN = HEADER.size
+TYPE_REQUEST = 1
+TYPE_RESPONSE = 2
+TYPE_DATA = 3
+#: ttrpc's messageLengthMax: the most we ever send in one message (bytes, without header).
+MAX_MESSAGE_OUT = 4 << 20
+#: Default bound on one incoming message (bytes).
+DEFAULT_MAX_MESSAGE_IN = 64 << 20
+
+# google.golang.org/grpc/codes
+OK = 0
+UNKNOWN = 2
+INVALID_ARGUMENT = 3
+DEADLINE_EXCEEDED = 4
+RESOURCE_EXHAUSTED = 8
+UNIMPLEMENTED = 12
+UNAVAILABLE = 14
+
+_log = logging.getLogger(__name__)
+
+#: A unary method: serialized request in, serialized response out (or an awaitable of it).
+Handler = Callable[[bytes], "bytes | Awaitable[bytes]"]
+
+
+class TtrpcError(Exception):
+    """A call failed with a ttrpc/gRPC status ``code`` and text ``message``."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"code {code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class _Endpoint:
+    """Reassembles ttrpc messages from one mux connection's byte stream."""
+
+    def __init__(self, mux: Mux, conn_id: int, *, max_message_in: int,
+                 logger: logging.Logger | None) -> None:
+        self.mux = mux
+        self.conn_id = conn_id
+        self._max_in = max_message_in
+        self._buf = bytearray()
+        self._log = logger or _log
+        mux.open(conn_id, self)
+
+    def feed(self, data: memoryview) -> None:
+        buf = self._buf
+        if buf:
+            buf += data
+            with memoryview(buf) as view:
+                pos = self._parse(view)
+            del buf[:pos]
+            return
+        pos = self._parse(data)
+        if pos < len(data):
+            buf += data[pos:]
+
+    def _parse(self, view: memoryview) -> int:
+        pos = 0
+        end = len(view)
+        while end - pos >= HEADER_LEN:
+            length, sid, mtype, flags = HEADER.unpack_from(view, pos)
+            if length > self._max_in:
+                raise ProtocolError(f"ttrpc message of {length} bytes on conn {self.conn_id} "
+                                    f"exceeds the {self._max_in}-byte limit")
+            stop = pos + HEADER_LEN + length
+            if stop > end:
+                break
+            self._message(sid, mtype, flags, bytes(view[pos + HEADER_LEN:stop]))
+            pos = stop
+            if self.mux.closed:
+                break
+        return pos
+
+    def _message(self, sid: int, mtype: int, flags: int, data: bytes) -> None:
+        raise NotImplementedError
+
+    def _write(self, sid: int, mtype: int, data: bytes) -> bool:
+        return self.mux.send(self.conn_id, HEADER.pack(len(data), sid, mtype, 0) + data)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._buf = bytearray()
+
+
+class Server(_Endpoint):
+    """ttrpc server on one mux connection; methods are registered by (service, method).
+
+    A handler receives the serialized request and returns the serialized response, or an
+    awaitable of it (then the answer is written when it completes, on this connection only).
+    It raises :class:`TtrpcError` for a specific status; any other exception answers
+    Unknown (2) with ``str(exc)``.
+    """
+
+    def __init__(self, mux: Mux, conn_id: int, methods: dict[tuple[str, str], Handler], *,
+                 max_message_in: int = DEFAULT_MAX_MESSAGE_IN,
+                 logger: logging.Logger | None = None,
+                 after_reply: Callable[[], None] | None = None) -> None:
+        super().__init__(mux, conn_id, max_message_in=max_message_in, logger=logger)
+        self._methods = methods
+        self._last_sid = 0
+        self._after_reply = after_reply
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _message(self, sid: int, mtype: int, flags: int, data: bytes) -> None:
+        if mtype != TYPE_REQUEST:
+            self._log.debug("ttrpc server: ignoring message type %d on stream %d", mtype, sid)
+            return
+        if sid % 2 == 0:
+            self._status(sid, INVALID_ARGUMENT,
+                         f"stream id {sid} is even: client streams must use odd ids")
+            return
+        if sid <= self._last_sid:
+            self._status(sid, INVALID_ARGUMENT,
+                         f"stream id {sid} reused or decreasing (last was {self._last_sid})")
+            return
+        self._last_sid = sid
+        try:
+            req = ttrpc_pb2.Request.FromString(data)
+        except DecodeError as exc:
+            self._status(sid, INVALID_ARGUMENT, f"malformed ttrpc request: {exc}")
+            return
+        handler = self._methods.get((req.service, req.method))
+        if handler is None:
+            self._status(sid, UNIMPLEMENTED,
+                         f"method {req.service}/{req.method} is not implemented by this plugin")
+            return
+        try:
+            result = handler(req.payload)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a status
+            self._error(sid, req.method, exc)
+            return
+        if inspect.isawaitable(result):
+            task = asyncio.ensure_future(self._finish(sid, req.method, result))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return
+        self._reply(sid, result)
+
+    async def _finish(self, sid: int, method: str, pending: Awaitable[bytes]) -> None:
+        try:
+            result = await pending
+        except Exception as exc:  # noqa: BLE001
+            self._error(sid, method, exc)
+            return
+        self._reply(sid, result)
+
+    def _error(self, sid: int, method: str, exc: Exception) -> None:
+        if isinstance(exc, TtrpcError):
+            self._status(sid, exc.code, exc.message)
+            return
+        self._log.error("NRI %s handler failed: %s", method, exc, exc_info=exc)
+        self._status(sid, UNKNOWN, str(exc))
+
+    def _reply(self, sid: int, payload: bytes) -> None:
+        if len(payload) > MAX_MESSAGE_OUT - 64:
+            self._status(sid, RESOURCE_EXHAUSTED,
+                         f"response of {len(payload)} bytes exceeds the ttrpc limit")
+            return
+        data = ttrpc_pb2.Response(status=_STATUS_OK, payload=payload).SerializeToString()
+        if not self._write(sid, TYPE_RESPONSE, data):
+            self._log.info("dropping answer to stream %d: its connection is gone", sid)
+            return
+        if self._after_reply is not None:
+            self._after_reply()
+
+    def _status(self, sid: int, code: int, message: str) -> None:
+        data = ttrpc_pb2.Response(
+            status=ttrpc_pb2.Status(code=code, message=message)).SerializeToString()
+        if self._write(sid, TYPE_RESPONSE, data) and self._after_reply is not None:
+            self._after_reply()
+
+
+_STATUS_OK = ttrpc_pb2.Status()
+
+
+class Client(_Endpoint):
+    """ttrpc client on one mux connection. Stream ids are 1, 3, 5, ... for this connection."""
+
+    def __init__(self, mux: Mux, conn_id: int, *,
+                 max_message_in: int = DEFAULT_MAX_MESSAGE_IN,
+                 logger: logging.Logger | None = None) -> None:
+        super().__init__(mux, conn_id, max_message_in=max_message_in, logger=logger)
+        self._next_sid = 1
+        self._pending: dict[int, asyncio.Future[bytes]] = {}
+
+    async def call(self, service: str, method: str, payload: bytes, *,
+                   timeout: float | None = None,
+                   metadata: dict[str, str] | None = None) -> bytes:
+        """Call ``service/method`` with a serialized request; return the response payload.
+
+        ``timeout`` is in seconds (also sent as ``timeout_nano``). Raises TtrpcError for a
+        non-OK status, ConnectionError if the connection is or becomes closed,
+        TimeoutError on timeout, ValueError for a request over 4 MiB.
+        """
+        req = ttrpc_pb2.Request(service=service, method=method, payload=payload)
+        if timeout is not None:
+            req.timeout_nano = int(timeout * 1e9)
+        if metadata:
+            req.metadata.extend(ttrpc_pb2.KeyValue(key=k, value=v) for k, v in metadata.items())
+        data = req.SerializeToString()
+        if len(data) > MAX_MESSAGE_OUT:
+            raise ValueError(f"ttrpc request of {len(data)} bytes exceeds the 4 MiB limit")
+        sid = self._next_sid
+        self._next_sid += 2
+        fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._pending[sid] = fut
+        try:
+            if not self._write(sid, TYPE_REQUEST, data):
+                raise ConnectionError("NRI connection is closed")
+            if timeout is None:
+                return await fut
+            return await asyncio.wait_for(fut, timeout)
+        finally:
+            self._pending.pop(sid, None)
+
+    def _message(self, sid: int, mtype: int, flags: int, data: bytes) -> None:
+        if mtype != TYPE_RESPONSE:
+            self._log.debug("ttrpc client: ignoring message type %d on stream %d", mtype, sid)
+            return
+        fut = self._pending.pop(sid, None)
+        if fut is None or fut.done():
+            self._log.debug("ttrpc client: response for unknown stream %d dropped", sid)
+            return
+        try:
+            resp = ttrpc_pb2.Response.FromString(data)
+        except DecodeError as exc:
+            fut.set_exception(TtrpcError(UNKNOWN, f"malformed ttrpc response: {exc}"))
+            return
+        if resp.status.code != OK:
+            fut.set_exception(TtrpcError(resp.status.code, resp.status.message))
+        else:
+            fut.set_result(resp.payload)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        super().connection_lost(exc)
+        pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(ConnectionError(f"NRI connection lost: {exc or 'EOF'}"))

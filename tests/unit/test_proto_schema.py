@@ -1,0 +1,164 @@
+"""Our proto/nri.proto is wire-compatible with the upstream containerd/nri schema.
+
+Upstream api.proto (NRI v0.6.1 from Debian trixie, v0.8.0 from sid) is extracted by
+``scripts/fetch-runtime.sh`` (``make runtime``). For every message, field, enum value and RPC
+that we declare, the field number, type, label and type name must equal upstream's; fields
+missing from v0.6.1 are compared against v0.8.0.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from google.protobuf import descriptor_pb2
+
+from nri_cpumgr.api import nri_pb2, ttrpc_pb2
+
+TOP = Path(__file__).resolve().parents[2]
+SCHEMA = TOP / ".runtime" / "schema"
+API_REL = Path("usr/share/gocode/src/github.com/containerd/nri/pkg/api/api.proto")
+FDP = descriptor_pb2.FieldDescriptorProto
+
+
+def _upstream(version: str, tmp_dir: Path) -> descriptor_pb2.FileDescriptorProto:
+    proto = SCHEMA / f"nri-{version}" / API_REL
+    if not proto.is_file():
+        pytest.fail(f"upstream NRI schema {proto} is missing: run `make runtime`")
+    out = tmp_dir / f"nri-{version}.pb"
+    subprocess.run(
+        [sys.executable, "-m", "grpc_tools.protoc", f"-I{proto.parent}",
+         f"--descriptor_set_out={out}", proto.name],
+        check=True,
+        capture_output=True,
+    )
+    fds = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes())
+    (fd,) = [f for f in fds.file if f.name == proto.name]
+    return fd
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory) -> dict[str, descriptor_pb2.FileDescriptorProto]:
+    tmp = tmp_path_factory.mktemp("nri-schema")
+    return {v: _upstream(v, tmp) for v in ("0.6", "0.8")}
+
+
+@pytest.fixture(scope="module")
+def ours() -> descriptor_pb2.FileDescriptorProto:
+    fd = descriptor_pb2.FileDescriptorProto()
+    nri_pb2.DESCRIPTOR.CopyToProto(fd)
+    return fd
+
+
+def _messages(fd: descriptor_pb2.FileDescriptorProto) -> dict[str, descriptor_pb2.DescriptorProto]:
+    out: dict[str, descriptor_pb2.DescriptorProto] = {}
+
+    def walk(prefix: str, msgs) -> None:
+        for m in msgs:
+            name = f"{prefix}{m.name}"
+            out[name] = m
+            walk(name + ".", m.nested_type)
+
+    walk("", fd.message_type)
+    return out
+
+
+def _sig(f: descriptor_pb2.FieldDescriptorProto) -> tuple:
+    return (f.number, FDP.Type.Name(f.type), FDP.Label.Name(f.label), f.type_name)
+
+
+def test_package_matches(upstream, ours) -> None:
+    assert ours.package == upstream["0.6"].package == "nri.pkg.api.v1alpha1"
+
+
+def test_required_messages_declared(ours) -> None:
+    msgs = _messages(ours)
+    required = {
+        "RegisterPluginRequest", "UpdateContainersRequest", "UpdateContainersResponse",
+        "ConfigureRequest", "ConfigureResponse", "SynchronizeRequest", "SynchronizeResponse",
+        "CreateContainerRequest", "CreateContainerResponse", "UpdateContainerRequest",
+        "UpdateContainerResponse", "StopContainerRequest", "StopContainerResponse",
+        "StateChangeEvent", "Empty", "PodSandbox", "LinuxPodSandbox", "Container",
+        "LinuxContainer", "LinuxResources", "LinuxCPU", "LinuxMemory", "HugepageLimit",
+        "LinuxDevice", "ContainerAdjustment", "LinuxContainerAdjustment", "ContainerUpdate",
+        "LinuxContainerUpdate", "ContainerEviction", "KeyValue", "OptionalString",
+        "OptionalInt", "OptionalInt32", "OptionalUInt32", "OptionalInt64", "OptionalUInt64",
+        "OptionalBool", "OptionalFileMode",
+    }
+    assert required <= set(msgs), sorted(required - set(msgs))
+    fields = {
+        "SynchronizeRequest": {"more"}, "SynchronizeResponse": {"more"},
+        "ConfigureRequest": {"registration_timeout", "request_timeout"},
+        "LinuxPodSandbox": {"pod_overhead", "pod_resources", "cgroup_parent", "cgroups_path",
+                            "resources"},
+        "Container": {"state", "pid", "labels", "annotations", "linux"},
+    }
+    for msg, names in fields.items():
+        have = {f.name for f in msgs[msg].field}
+        assert names <= have, (msg, names - have)
+
+
+def test_every_declared_field_matches_upstream(upstream, ours) -> None:
+    up = {v: _messages(fd) for v, fd in upstream.items()}
+    compared = 0
+    for name, msg in _messages(ours).items():
+        assert name in up["0.8"] or name in up["0.6"], f"message {name} is not upstream"
+        for f in msg.field:
+            ref = None
+            for v in ("0.6", "0.8"):  # the oldest version that has the field decides
+                m = up[v].get(name)
+                if m is not None:
+                    ref = next((u for u in m.field if u.name == f.name), None)
+                    if ref is not None:
+                        break
+            assert ref is not None, f"{name}.{f.name} is in neither upstream schema"
+            assert _sig(f) == _sig(ref), f"{name}.{f.name}: ours {_sig(f)} upstream {_sig(ref)}"
+            compared += 1
+        assert msg.options.map_entry == (up["0.8"].get(name) or up["0.6"][name]).options.map_entry
+    assert compared > 150  # the whole schema, not a handful
+
+
+def test_v08_only_fields_are_really_v08(upstream, ours) -> None:
+    """The v0.8 additions must be absent in v0.6.1 (so the 0.8 comparison was needed)."""
+    up6 = _messages(upstream["0.6"])
+    up8 = _messages(upstream["0.8"])
+    for msg, field in [("SynchronizeRequest", "more"), ("SynchronizeResponse", "more"),
+                       ("ConfigureRequest", "registration_timeout"),
+                       ("ConfigureRequest", "request_timeout")]:
+        assert field not in {f.name for f in up6[msg].field}
+        assert field in {f.name for f in up8[msg].field}
+
+
+def test_enums_match_upstream(upstream, ours) -> None:
+    for enum in ours.enum_type:
+        ref = {e.name: e for e in upstream["0.6"].enum_type}.get(enum.name) or {
+            e.name: e for e in upstream["0.8"].enum_type}[enum.name]
+        ref_values = {v.name: v.number for v in ref.value}
+        for v in enum.value:
+            assert ref_values.get(v.name) == v.number, (enum.name, v.name)
+    assert {e.name for e in ours.enum_type} >= {"Event", "ContainerState"}
+
+
+def test_services_match_upstream(upstream, ours) -> None:
+    ref = {s.name: {m.name: (m.input_type, m.output_type) for m in s.method}
+           for s in upstream["0.6"].service}
+    for svc in ours.service:
+        for m in svc.method:
+            assert ref[svc.name][m.name] == (m.input_type, m.output_type), (svc.name, m.name)
+    assert {s.name: {m.name for m in s.method} for s in ours.service} == {
+        k: set(v) for k, v in ref.items()}
+
+
+def test_ttrpc_envelope_wire_layout() -> None:
+    """ttrpc request.proto + google.rpc.Status field numbers, checked by encoding bytes."""
+    req = ttrpc_pb2.Request(service="s", method="m", payload=b"p", timeout_nano=5,
+                            metadata=[ttrpc_pb2.KeyValue(key="k", value="v")])
+    assert req.SerializeToString() == (
+        b"\x0a\x01s" b"\x12\x01m" b"\x1a\x01p" b"\x20\x05" b"\x2a\x06\x0a\x01k\x12\x01v")
+    resp = ttrpc_pb2.Response(status=ttrpc_pb2.Status(code=12, message="x"), payload=b"y")
+    assert resp.SerializeToString() == b"\x0a\x05\x08\x0c\x12\x01x" b"\x12\x01y"
+    details = ttrpc_pb2.Status.DESCRIPTOR.fields_by_name["details"]
+    assert (details.number, details.message_type.full_name) == (3, "google.protobuf.Any")
+    assert details.is_repeated
