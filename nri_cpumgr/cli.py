@@ -51,7 +51,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = config.model_copy(update=overrides)
     _setup_logging(config, launched, args.verbose)
     machine = _discover(args.sysfs_root)
-    plugin = Plugin(config, machine)
+    plugin = Plugin(config, machine, accept_runtime_config=launched and args.config is None)
 
     if launched:
         stub = Stub.from_env(plugin, events=EVENTS, logger=logging.getLogger("nri_cpumgr.nri"))
@@ -151,9 +151,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from nri_cpumgr.sysfs import SysfsError
+
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except ConfigError as e:
         print(f"nri-cpumgr: {e}", file=sys.stderr)
         return 2
+    except SysfsError as e:
+        print(f"nri-cpumgr: cannot read the topology: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0

@@ -18,7 +18,7 @@ from nri_cpumgr.api import nri_pb2
 from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
 from nri_cpumgr.cm.container_manager import AdmissionError, ContainerManager, Decision
 from nri_cpumgr.cm.cpumanager import CPUManagerState, NonePolicy, StaticPolicy
-from nri_cpumgr.config import Config, ConfigError
+from nri_cpumgr.config import Config, ConfigError, parse_config
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.podmodel.nri import container_info
 from nri_cpumgr.topology import Machine
@@ -93,10 +93,23 @@ def restore_state(
 class Plugin:
     """NRI handlers for the resource managers (see nri_cpumgr.transport.stub.Handlers)."""
 
-    def __init__(self, config: Config, machine: Machine) -> None:
-        self.config = config
+    def __init__(
+        self, config: Config, machine: Machine, *, accept_runtime_config: bool = False
+    ) -> None:
+        """``accept_runtime_config``: take the configuration from the runtime's Configure
+        request when it carries one (a plugin launched by the runtime gets its
+        ``plugin_config_path/NN-name.conf`` there). Raises :class:`ConfigError`."""
         self.machine = machine
-        self.policy = build_policy(config, machine)
+        self.accept_runtime_config = accept_runtime_config
+        self.request_update: Callable[[list[nri_pb2.ContainerUpdate]], None] | None = None
+        self._save_scheduled = False
+        self.synchronized = False
+        self._setup(config)
+
+    def _setup(self, config: Config) -> None:
+        policy = build_policy(config, self.machine)
+        self.config = config
+        self.policy = policy
         self.checkpoint = Checkpoint(config.state_path(CHECKPOINT_NAME))
         try:
             body = self.checkpoint.load()
@@ -104,16 +117,13 @@ class Plugin:
             log.error("%s; rebuilding the state from the runtime's Synchronize", e)
             body = None
         self.manager = ContainerManager(self.policy, restore_state(self.policy, body))
-        self.request_update: Callable[[list[nri_pb2.ContainerUpdate]], None] | None = None
-        self._save_scheduled = False
-        self.synchronized = False
         self.save()
         log.info(
             "policy=%s reserved=%s shared-pool=%s cpus=%s",
             self.config.cpuManagerPolicy,
             getattr(self.policy, "reserved_cpus", ""),
             self.manager.shared_pool(),
-            machine.topology.cpus(),
+            self.machine.topology.cpus(),
         )
 
     # ------------------------------------------------------------------ persistence
@@ -142,6 +152,13 @@ class Plugin:
 
     # ------------------------------------------------------------------ NRI handlers
     def configure(self, req: nri_pb2.ConfigureRequest) -> None:
+        if self.accept_runtime_config and req.config.strip():
+            try:
+                self._setup(parse_config(req.config, "(from the runtime's Configure)"))
+            except ConfigError as e:
+                log.error("%s", e)
+                raise PluginError(str(e)) from None
+            log.info("configuration taken from the runtime's Configure request")
         extra = ""
         if req.request_timeout:
             extra = f" registration-timeout={req.registration_timeout}ms " \

@@ -1,0 +1,89 @@
+"""The NRI connection against a real containerd: launched by the runtime, and reconnecting
+after the runtime restarts (state rebuilt from Synchronize)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+import yaml
+
+from tests.e2e.conftest import require_e2e
+from tests.e2e.harness import Containerd
+from tests.e2e.plugin_run import eventually, start_plugin
+
+MEM = "200Mi"
+G1 = {"cpu": "1", "memory": MEM}
+
+
+def test_launched_by_the_runtime_takes_its_config_from_configure(containerd_version):
+    require_e2e(containerd_version)
+    wd = Path(tempfile.mkdtemp(prefix="e2e-launch-", dir="/tmp"))
+    c = Containerd(containerd_version, wd)
+    state = wd / "state"
+    c.nri_plugin_dir.mkdir(parents=True, exist_ok=True)
+    c.nri_conf_dir.mkdir(parents=True, exist_ok=True)
+    exe = c.nri_plugin_dir / "90-cpumgr"
+    # the runtime starts it with no arguments, no PATH and stdio on /dev/null
+    exe.write_text(f"#!/bin/sh\nexec {sys.executable} -m nri_cpumgr run --state-dir {state}\n")
+    exe.chmod(0o755)
+    (c.nri_conf_dir / "90-cpumgr.conf").write_text(yaml.safe_dump({
+        "cpuManagerPolicy": "static", "reservedSystemCPUs": "0",
+        "stateDirectory": str(state),
+    }))
+    log = state / "nri-cpumgr.log"
+    try:
+        c.start()
+        assert eventually(lambda: log.is_file() and "configuration taken from the runtime"
+                          in log.read_text(), True, 15), c.log_tail()
+        cri = c.cri_client()
+        try:
+            pod = cri.run_pod("g", "Guaranteed")
+            gid = cri.create_container(pod, "app", requests=G1, limits=G1)
+            cri.start_container(gid)
+            assert (cri.spec_cpus(gid), cri.cgroup_cpus(gid), cri.proc_cpus(gid)) == ("1",) * 3
+            be = cri.create_container(cri.run_pod("be", "BestEffort"), "app")
+            cri.start_container(be)
+            assert (cri.cgroup_cpus(be), cri.proc_cpus(be)) == ("0", "0")
+            assert "qos=Guaranteed cpus=1 exclusive=true" in log.read_text()
+        finally:
+            assert not cri.cleanup()
+            cri.close()
+    finally:
+        c.stop()
+        shutil.rmtree(wd, ignore_errors=True)
+
+
+def test_reconnects_after_containerd_restart(containerd, cri, e2e_workdir):
+    plugin = start_plugin(containerd, e2e_workdir)
+    try:
+        gid = cri.create_container(cri.run_pod("g", "Guaranteed"), "app", requests=G1, limits=G1)
+        cri.start_container(gid)
+        be = cri.create_container(cri.run_pod("be", "BestEffort"), "app")
+        cri.start_container(be)
+        assert cri.proc_cpus(gid) == "1"
+        assert eventually(lambda: cri.proc_cpus(be), "0") == "0"
+
+        since = plugin.log_offset()
+        containerd.restart()
+        plugin.wait_for_log(r"registered as", timeout=30, since=since)
+        text = plugin.log_text(since)
+        assert "disconnected" in text and "synchronize pods=" in text
+        time.sleep(0.2)
+        # containers keep their cpusets across the runtime restart
+        assert (cri.cgroup_cpus(gid), cri.proc_cpus(gid)) == ("1", "1")
+        assert (cri.cgroup_cpus(be), cri.proc_cpus(be)) == ("0", "0")
+        # the rebuilt state still holds CPU 1 for the running Guaranteed container
+        pod2 = cri.run_pod("g2", "Guaranteed")
+        with pytest.raises(grpc.RpcError) as ei:
+            cri.create_container(pod2, "app", requests=G1, limits=G1)
+        assert "requested=1, available=0" in ei.value.details()
+        be2 = cri.create_container(cri.run_pod("be2", "BestEffort"), "app")
+        assert cri.spec_cpus(be2) == "0"
+    finally:
+        plugin.stop()
