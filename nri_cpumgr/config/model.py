@@ -42,6 +42,8 @@ class Config(BaseModel):
     socketPath: str = "/var/run/nri/nri.sock"
     stateDirectory: str = "/var/lib/nri-cpumgr"
     logFile: str | None = None
+    # HTTP listen address for /metrics, /healthz and /readyz ("host:port"; "" = off)
+    metricsAddress: str = Field("", pattern=r"^$|^[^\s:]*:[0-9]{1,5}$")
     # --- CPU manager (KubeletConfiguration) ---
     cpuManagerPolicy: Literal["none", "static"] = "none"
     cpuManagerPolicyOptions: dict[str, str] = Field(default_factory=dict)
