@@ -51,7 +51,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = config.model_copy(update=overrides)
     _setup_logging(config, launched, args.verbose)
     machine = _discover(args.sysfs_root)
-    plugin = Plugin(config, machine, accept_runtime_config=launched and args.config is None)
+    plugin = Plugin(
+        config, machine, accept_runtime_config=launched and args.config is None,
+        sysfs_root=args.sysfs_root,
+    )
 
     if launched:
         stub = Stub.from_env(plugin, events=EVENTS, logger=logging.getLogger("nri_cpumgr.nri"))

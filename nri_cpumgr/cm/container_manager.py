@@ -25,6 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nri_cpumgr.cm.cpumanager import CPUManagerState, NonePolicy, StaticPolicy
+from nri_cpumgr.cm.memorymanager.manager import MemoryManager, mems_for
+from nri_cpumgr.cm.providers import CPUProvider, DeviceProvider, MemoryProvider
+from nri_cpumgr.cm.topologymanager import ERROR_TOPOLOGY_AFFINITY, TopologyManager
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.podmodel import Pod
 from nri_cpumgr.podmodel.nri import ContainerInfo
@@ -60,21 +63,47 @@ class _Tracked:
     exclusive: bool
     applied: CPUSet | None  # the cpuset we last gave it (None: we never set one)
     stopped: bool = False
+    mems: CPUSet | None = None  # the cpuset.mems we gave it (None: left alone)
 
 
 class ContainerManager:
-    """Tracks containers and asks the CPU policy for decisions.
+    """Tracks containers and asks the managers for decisions.
 
-    ``policy`` is a :class:`StaticPolicy` or :class:`NonePolicy`; ``state`` the CPU manager
-    state (assignments per pod uid / container name, and the default set).
+    ``policy`` is the CPU manager's :class:`StaticPolicy` or :class:`NonePolicy`, ``state``
+    its state (assignments per pod uid / container name, and the default set).
+    ``topology_manager`` (default: policy ``none``) merges the hints of the CPU, memory and
+    device providers and admits each container; ``memory`` is the Memory Manager (``None``
+    for ``memoryManagerPolicy: None``); ``align_mems_with_cpus`` pins an exclusive
+    container's ``cpuset.mems`` to the NUMA nodes of its CPUs when no Memory Manager decides
+    them (as nri-plugins can); ``numa_nodes`` are the machine's NUMA node ids (device hints).
     """
 
-    def __init__(self, policy: StaticPolicy | NonePolicy, state: CPUManagerState) -> None:
+    def __init__(
+        self,
+        policy: StaticPolicy | NonePolicy,
+        state: CPUManagerState,
+        *,
+        topology_manager: TopologyManager | None = None,
+        memory: MemoryManager | None = None,
+        align_mems_with_cpus: bool = False,
+        numa_nodes: tuple[int, ...] | None = None,
+    ) -> None:
         self.policy = policy
         self.state = state
         self.containers: dict[str, _Tracked] = {}
         self._owner: dict[tuple[str, str], str] = {}  # (pod uid, name) -> container id
         self.static = isinstance(policy, StaticPolicy)
+        self.memory = memory
+        self.align_mems_with_cpus = align_mems_with_cpus
+        self.tm = topology_manager if topology_manager is not None else TopologyManager("none")
+        self.cpu_provider = CPUProvider(policy, state, self.tm)
+        self.tm.add_hint_provider(self.cpu_provider)
+        if memory is not None:
+            self.tm.add_hint_provider(MemoryProvider(memory, self.tm))
+        nodes = numa_nodes if numa_nodes is not None else tuple(policy.topology.numa_nodes())
+        self.devices = DeviceProvider(nodes)
+        self.tm.add_hint_provider(self.devices)
+        self.managed = self.static or memory is not None
 
     # ------------------------------------------------------------------ queries
     def shared_pool(self) -> CPUSet:
@@ -105,50 +134,98 @@ class ContainerManager:
                     "qos": str(i.qos),
                     "exclusive": t.exclusive,
                     "cpus": str(t.applied) if t.applied is not None else "",
+                    "mems": str(t.mems) if t.mems is not None else "",
                     "stopped": t.stopped,
                 }
             )
         return out
 
     # ------------------------------------------------------------------ events
-    def admit(self, info: ContainerInfo) -> Decision:
-        """Decide the cpuset of a container being created. Raises :class:`AdmissionError`
-        (nothing changes then)."""
-        if not self.static:
+    def admit(self, info: ContainerInfo, device_numa: frozenset[int] = frozenset()) -> Decision:
+        """Decide the cpuset (and mems) of a container being created: the Topology Manager
+        merges the providers' hints and admits, then the CPU and memory managers allocate
+        with the chosen affinity. ``device_numa``: NUMA nodes of the container's devices.
+        Raises :class:`AdmissionError` (TopologyAffinityError, SMTAlignmentError,
+        NotEnoughCPUsError, memory errors); nothing changes then."""
+        if not self.managed:
             self.containers[info.id] = _Tracked(info, False, None)
             return Decision(info.id, None)
         before = self.shared_pool()
         self._release_stopped_of_pod(info.pod_uid, keep=info.name)
-        pod = Pod(
+        key = info.key
+        had_cpus = self.state.get_cpuset(*key) is not None
+        had_mem = self.memory is not None and self.memory.get_memory(*key) is not None
+        if device_numa:
+            self.devices.current[key] = frozenset(device_numa)
+        pod = self._admission_pod(info)
+        result = self.tm.admit(pod)
+        allocated = self.cpu_provider.allocated.get(key)
+        self.cpu_provider.allocated.clear()
+        if not result.admit:
+            if self.static and not had_cpus:
+                self.policy.remove_container(self.state, *key)
+            if self.memory is not None and not had_mem:
+                self.memory.policy.remove_container(self.memory.state, *key)
+            self.devices.current.pop(key, None)
+            if result.reason == ERROR_TOPOLOGY_AFFINITY or result.error is None:
+                raise AdmissionError(f"{result.reason}: {result.message}")
+            raise AdmissionError(_admission_text(result.error))
+        self.tm.add_container(pod, info.name, info.id)
+        if self.memory is not None:
+            self.memory.container_map[info.id] = key
+        old = self._owner.get(key)
+        if old is not None and old != info.id:
+            self.containers.pop(old, None)  # a restart replaces the stopped container
+        cpus = CPUSet(allocated) if allocated else None
+        mems = self._mems(key, cpus)
+        if cpus:
+            self._owner[key] = info.id
+            self.containers[info.id] = _Tracked(info, True, cpus, mems=mems)
+            updates = self._shared_updates(before)
+            return Decision(info.id, cpus, exclusive=True, mems=mems, updates=updates)
+        pool = self.shared_pool() if self.static else None
+        if mems is not None:
+            self._owner[key] = info.id
+        self.containers[info.id] = _Tracked(info, False, pool, mems=mems)
+        return Decision(
+            info.id, pool, mems=mems, updates=self._shared_updates(before, skip=info.id)
+        )
+
+    def _admission_pod(self, info: ContainerInfo) -> Pod:
+        """The pod as admission sees it: this container, plus (pod scope) the pod's other
+        live containers the runtime has told us about."""
+        specs = [info.spec()]
+        if self.tm.scope_name == "pod":
+            specs += [
+                t.info.spec()
+                for t in self.containers.values()
+                if t.info.pod_uid == info.pod_uid and t.info.name != info.name and not t.stopped
+            ]
+        return Pod(
             uid=info.pod_uid,
             name=info.pod_name,
             namespace=info.namespace,
-            containers=(info.spec(),),
+            containers=tuple(specs),
             qos=info.qos,
         )
-        try:
-            cpus = self.policy.allocate(self.state, pod, info.name)
-        except Exception as e:  # typed policy errors carry the kubelet's names
-            raise AdmissionError(_admission_text(e)) from e
-        old = self._owner.get(info.key)
-        if old is not None and old != info.id:
-            self.containers.pop(old, None)  # a restart replaces the stopped container
-        if cpus:
-            self._owner[info.key] = info.id
-            self.containers[info.id] = _Tracked(info, True, CPUSet(cpus))
-            updates = self._shared_updates(before)
-            return Decision(info.id, CPUSet(cpus), exclusive=True, updates=updates)
-        pool = self.shared_pool()
-        self.containers[info.id] = _Tracked(info, False, pool)
-        return Decision(info.id, pool, updates=self._shared_updates(before, skip=info.id))
+
+    def _mems(self, key: tuple[str, str], cpus: CPUSet | None) -> CPUSet | None:
+        if self.memory is not None:
+            mems = mems_for(self.memory.get_memory(*key))
+            if mems:
+                return mems
+        if self.align_mems_with_cpus and cpus:
+            details = self.policy.topology.details
+            return CPUSet(details[c].numa for c in cpus)
+        return None
 
     def update(self, container_id: str) -> Decision | None:
         """An UpdateContainer (CRI UpdateContainerResources) for a tracked container: the
         cpuset it must keep, so an update cannot silently drop the pinning."""
         t = self.containers.get(container_id)
-        if t is None or t.applied is None:
+        if t is None or (t.applied is None and t.mems is None):
             return None
-        return Decision(container_id, t.applied, exclusive=t.exclusive)
+        return Decision(container_id, t.applied, exclusive=t.exclusive, mems=t.mems)
 
     def stop(self, container_id: str) -> dict[str, CPUSet]:
         """A container stopped: it keeps its exclusive CPUs (for a restart) until removal."""
@@ -164,10 +241,10 @@ class ContainerManager:
         if t is None:
             return {}
         before = self.shared_pool()
+        self.tm.remove_container(container_id)
         if self._owner.get(t.info.key) == container_id:
             del self._owner[t.info.key]
-            if self.static:
-                self.policy.remove_container(self.state, t.info.pod_uid, t.info.name)
+            self._release(t.info.pod_uid, t.info.name)
         return self._shared_updates(before)
 
     def remove_pod(self, pod_uid: str) -> dict[str, CPUSet]:
@@ -177,12 +254,17 @@ class ContainerManager:
             t = self.containers.pop(cid)
             if self._owner.get(t.info.key) == cid:
                 del self._owner[t.info.key]
-        if self.static:
-            for name in list(self.state.assignments.get(pod_uid, {})):
-                self.policy.remove_container(self.state, pod_uid, name)
+            self.tm.remove_container(cid)
+        names = set(self.state.assignments.get(pod_uid, {}))
+        if self.memory is not None:
+            names |= set(self.memory.state.get_memory_assignments().get(pod_uid, {}))
+        for name in names:
+            self._release(pod_uid, name)
         return self._shared_updates(before)
 
-    def synchronize(self, infos: Iterable[ContainerInfo]) -> dict[str, CPUSet]:
+    def synchronize(
+        self, infos: Iterable[ContainerInfo], device_numa: dict[str, frozenset[int]] | None = None
+    ) -> dict[str, CPUSet]:
         """Reconcile with the runtime's list of existing containers (the runtime's truth wins).
 
         Exclusive assignments of the restored state whose containers still exist are kept;
@@ -194,7 +276,7 @@ class ContainerManager:
         infos = [i for i in infos]
         self.containers.clear()
         self._owner.clear()
-        if not self.static:
+        if not self.managed:
             for i in infos:
                 self.containers[i.id] = _Tracked(i, False, None)
             return {}
@@ -203,32 +285,46 @@ class ContainerManager:
             for name in list(self.state.assignments[uid]):
                 if (uid, name) not in live:
                     self.policy.remove_container(self.state, uid, name)
+        if self.memory is not None:
+            self.memory.container_map.clear()
+            for uid, conts in list(self.memory.state.get_memory_assignments().items()):
+                for name in list(conts):
+                    if (uid, name) not in live:
+                        self.memory.policy.remove_container(self.memory.state, uid, name)
         updates: dict[str, CPUSet] = {}
         pending: list[ContainerInfo] = []
         for i in infos:
             assigned = self.state.assignments.get(i.pod_uid, {}).get(i.name)
-            if assigned is not None:
+            mems = None
+            if self.memory is not None and self.memory.get_memory(*i.key) is not None:
+                mems = mems_for(self.memory.get_memory(*i.key))
+                self.memory.container_map[i.id] = i.key
+            if assigned is not None or mems is not None:
                 self._owner[i.key] = i.id
-                self.containers[i.id] = _Tracked(i, True, CPUSet(assigned))
-                if CPUSet.parse(i.cpus) != assigned:
-                    updates[i.id] = CPUSet(assigned)
+                cpus = CPUSet(assigned) if assigned is not None else None
+                self.containers[i.id] = _Tracked(i, cpus is not None, cpus, mems=mems)
+                if cpus is not None and CPUSet.parse(i.cpus) != cpus:
+                    updates[i.id] = cpus
             else:
                 pending.append(i)
         for i in pending:
             want = i.spec().guaranteed_cpus() if str(i.qos) == "Guaranteed" else 0
             current = CPUSet.parse(i.cpus) if i.cpus else CPUSet()
-            if want and len(current) == want and self._adopt(i, current):
+            if self.static and want and len(current) == want and self._adopt(i, current):
                 self._owner[i.key] = i.id
-                self.containers[i.id] = _Tracked(i, True, current)
+                self.containers[i.id] = _Tracked(i, True, current, mems=self._mems(i.key,
+                                                                               current))
                 continue
             try:
-                d = self.admit(i)
+                d = self.admit(i, (device_numa or {}).get(i.id, frozenset()))
             except AdmissionError as e:
                 log.warning("synchronize: cannot pin %s/%s: %s", i.pod_name, i.name, e)
                 self.containers[i.id] = _Tracked(i, False, None)
                 continue
             if d.cpus is not None and d.cpus != current:
                 updates[i.id] = d.cpus
+        if not self.static:
+            return updates
         pool = self.shared_pool()
         for cid, t in self.containers.items():
             if not t.exclusive:
@@ -238,6 +334,17 @@ class ContainerManager:
         return updates
 
     # ------------------------------------------------------------------ helpers
+    def _release(self, pod_uid: str, name: str) -> None:
+        """Give a container's CPUs and memory back."""
+        if self.static:
+            self.policy.remove_container(self.state, pod_uid, name)
+        if self.memory is not None:
+            self.memory.policy.remove_container(self.memory.state, pod_uid, name)
+            for cid, ref in list(self.memory.container_map.items()):
+                if ref == (pod_uid, name):
+                    del self.memory.container_map[cid]
+        self.devices.current.pop((pod_uid, name), None)
+
     def _adopt(self, i: ContainerInfo, cpus: CPUSet) -> bool:
         """Take over an exclusive cpuset the runtime reports for a container the state does
         not know (created while the state was lost), if those CPUs are free and not
@@ -252,11 +359,12 @@ class ContainerManager:
     def _release_stopped_of_pod(self, pod_uid: str, keep: str) -> None:
         for cid, t in list(self.containers.items()):
             i = t.info
-            if i.pod_uid == pod_uid and t.stopped and t.exclusive and i.name != keep:
+            pinned = t.exclusive or t.mems is not None
+            if i.pod_uid == pod_uid and t.stopped and pinned and i.name != keep:
                 self.containers.pop(cid)
                 if self._owner.get(i.key) == cid:
                     del self._owner[i.key]
-                    self.policy.remove_container(self.state, pod_uid, i.name)
+                    self._release(pod_uid, i.name)
 
     def _shared_updates(self, before: CPUSet, skip: str | None = None) -> dict[str, CPUSet]:
         pool = self.shared_pool()

@@ -31,6 +31,30 @@ class ConfigError(ValueError):
     """Invalid configuration. ``str()`` is one line naming the offending key."""
 
 
+class ReservedMemory(BaseModel):
+    """One ``reservedMemory`` entry (KubeletConfiguration MemoryReservation): memory and
+    hugepages reserved for the system on ``numaNode``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    numaNode: int = Field(ge=0)
+    limits: dict[str, str]
+
+    @field_validator("limits", mode="before")
+    @classmethod
+    def _limits(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            out = {}
+            for k, x in v.items():
+                try:
+                    parse_quantity(str(x))
+                except ValueError:
+                    raise ValueError(f"{k}: invalid quantity {x!r}") from None
+                out[k] = str(x)
+            return out
+        return v
+
+
 class Config(BaseModel):
     """The whole plugin configuration (all keys optional)."""
 
@@ -58,7 +82,11 @@ class Config(BaseModel):
     topologyManagerScope: Literal["container", "pod"] = "container"
     topologyManagerPolicyOptions: dict[str, str] = Field(default_factory=dict)
     memoryManagerPolicy: Literal["None", "Static"] = "None"
-    reservedMemory: list[dict[str, Any]] = Field(default_factory=list)
+    reservedMemory: list[ReservedMemory] = Field(default_factory=list)
+    evictionHard: dict[str, str] = Field(default_factory=lambda: {"memory.available": "100Mi"})
+    # --- the plugin's own: with memoryManagerPolicy None, pin an exclusive container's
+    # cpuset.mems to the NUMA nodes of its CPUs (off by default, as in the kubelet) ---
+    alignMemoryWithExclusiveCPUs: bool = False
 
     @field_validator("reservedSystemCPUs")
     @classmethod
@@ -111,6 +139,20 @@ class Config(BaseModel):
             if "cpu" in r
         )
         return math.ceil(milli / 1000)
+
+    def node_allocatable_memory_reservation(self) -> dict[str, int]:
+        """Memory the node reserves (bytes per resource): kubeReserved + systemReserved +
+        the evictionHard memory.available threshold, as the kubelet's Memory Manager
+        validates reservedMemory against (kubelet cm: getNodeAllocatableAbsolute)."""
+        out: dict[str, int] = {}
+        for src in (self.kubeReserved, self.systemReserved):
+            for k, v in src.items():
+                if k == "memory" or k.startswith("hugepages-"):
+                    out[k] = out.get(k, 0) + parse_quantity(v)
+        ev = self.evictionHard.get("memory.available")
+        if ev and not ev.endswith("%"):
+            out["memory"] = out.get("memory", 0) + parse_quantity(ev)
+        return out
 
     def state_path(self, name: str) -> Path:
         return Path(self.stateDirectory) / name

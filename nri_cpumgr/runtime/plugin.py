@@ -9,6 +9,7 @@ Synchronize is the truth after a crash, so the write is off the critical path).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -18,15 +19,21 @@ from nri_cpumgr.api import nri_pb2
 from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
 from nri_cpumgr.cm.container_manager import AdmissionError, ContainerManager, Decision
 from nri_cpumgr.cm.cpumanager import CPUManagerState, NonePolicy, StaticPolicy
+from nri_cpumgr.cm.memorymanager.config import MemoryReservation, new_manager
+from nri_cpumgr.cm.memorymanager.manager import MemoryManager
+from nri_cpumgr.cm.memorymanager.state import MemoryState
+from nri_cpumgr.cm.topologymanager import TopologyManager
 from nri_cpumgr.config import Config, ConfigError, parse_config
 from nri_cpumgr.cpuset import CPUSet
-from nri_cpumgr.podmodel.nri import container_info
+from nri_cpumgr.podmodel.nri import ContainerInfo, container_info
+from nri_cpumgr.sysfs import device_numa_node
 from nri_cpumgr.topology import Machine
 from nri_cpumgr.transport.stub import PluginError
 
 log = logging.getLogger("nri_cpumgr.plugin")
 
 CHECKPOINT_NAME = "cpu_manager_state"
+MEMORY_CHECKPOINT_NAME = "memory_manager_state"
 
 # Events we subscribe to (bit 1 << (event - 1)); no POST_* events: each adds a round trip to
 # every CRI call.
@@ -67,6 +74,41 @@ def build_policy(config: Config, machine: Machine) -> StaticPolicy | NonePolicy:
         raise ConfigError(f"invalid config: cpuManagerPolicy static: {e}") from None
 
 
+def build_topology_manager(config: Config, machine: Machine) -> TopologyManager:
+    """The Topology Manager the config names. Raises :class:`ConfigError`."""
+    nodes = sorted(machine.numa_nodes) or sorted(machine.topology.numa_nodes())
+    distances: dict[int, list[int]] = {}
+    for n in nodes:
+        info = machine.numa_nodes.get(n)
+        if info is not None and info.distances:
+            distances[n] = [info.distances.get(j, 0) for j in range(max(nodes) + 1)]
+    try:
+        return TopologyManager(
+            config.topologyManagerPolicy,
+            config.topologyManagerScope,
+            config.topologyManagerPolicyOptions,
+            numa_nodes=nodes,
+            distances=distances or None,
+            feature_gates=dict(config.featureGates),
+        )
+    except Exception as e:
+        raise ConfigError(f"invalid config: topologyManagerPolicy: {e}") from None
+
+
+def build_memory_manager(config: Config, machine: Machine) -> MemoryManager | None:
+    """The Memory Manager for ``memoryManagerPolicy: Static`` (None for ``None``).
+    Raises :class:`ConfigError` (reservedMemory must match the node's reserved memory)."""
+    if config.memoryManagerPolicy == "None":
+        return None
+    reserved = [MemoryReservation(r.numaNode, dict(r.limits)) for r in config.reservedMemory]
+    try:
+        return new_manager(
+            "Static", machine, config.node_allocatable_memory_reservation(), reserved
+        )
+    except Exception as e:
+        raise ConfigError(f"invalid config: memoryManagerPolicy Static: {e}") from None
+
+
 def restore_state(
     policy: StaticPolicy | NonePolicy, body: dict[str, Any] | None
 ) -> CPUManagerState:
@@ -94,12 +136,18 @@ class Plugin:
     """NRI handlers for the resource managers (see nri_cpumgr.transport.stub.Handlers)."""
 
     def __init__(
-        self, config: Config, machine: Machine, *, accept_runtime_config: bool = False
+        self,
+        config: Config,
+        machine: Machine,
+        *,
+        accept_runtime_config: bool = False,
+        sysfs_root: str = "/",
     ) -> None:
         """``accept_runtime_config``: take the configuration from the runtime's Configure
         request when it carries one (a plugin launched by the runtime gets its
         ``plugin_config_path/NN-name.conf`` there). Raises :class:`ConfigError`."""
         self.machine = machine
+        self.sysfs_root = sysfs_root
         self.accept_runtime_config = accept_runtime_config
         self.request_update: Callable[[list[nri_pb2.ContainerUpdate]], None] | None = None
         self._save_scheduled = False
@@ -108,28 +156,55 @@ class Plugin:
 
     def _setup(self, config: Config) -> None:
         policy = build_policy(config, self.machine)
+        tm = build_topology_manager(config, self.machine)
+        memory = build_memory_manager(config, self.machine)
         self.config = config
         self.policy = policy
         self.checkpoint = Checkpoint(config.state_path(CHECKPOINT_NAME))
+        self.memory_checkpoint = Checkpoint(config.state_path(MEMORY_CHECKPOINT_NAME))
         try:
             body = self.checkpoint.load()
         except CheckpointError as e:
             log.error("%s; rebuilding the state from the runtime's Synchronize", e)
             body = None
-        self.manager = ContainerManager(self.policy, restore_state(self.policy, body))
+        if memory is not None:
+            restore_memory_state(memory, self.memory_checkpoint)
+        self.manager = ContainerManager(
+            self.policy,
+            restore_state(self.policy, body),
+            topology_manager=tm,
+            memory=memory,
+            align_mems_with_cpus=config.alignMemoryWithExclusiveCPUs,
+        )
         self.save()
         log.info(
-            "policy=%s reserved=%s shared-pool=%s cpus=%s",
+            "policy=%s reserved=%s shared-pool=%s cpus=%s topology-manager=%s/%s memory=%s",
             self.config.cpuManagerPolicy,
             getattr(self.policy, "reserved_cpus", ""),
             self.manager.shared_pool(),
             self.machine.topology.cpus(),
+            tm.policy_name,
+            tm.scope_name,
+            config.memoryManagerPolicy,
         )
+
+    def _device_numa(self, info: ContainerInfo) -> frozenset[int]:
+        """NUMA nodes of the PCI devices behind the container's device nodes (sysfs)."""
+        if not info.devices:
+            return frozenset()
+        nodes = set()
+        for kind, major, minor in info.devices:
+            n = _device_node(self.sysfs_root, kind, major, minor)
+            if n is not None:
+                nodes.add(n)
+        return frozenset(nodes)
 
     # ------------------------------------------------------------------ persistence
     def save(self) -> None:
         try:
             self.checkpoint.save(self.manager.checkpoint())
+            if self.manager.memory is not None:
+                self.memory_checkpoint.save(self.manager.memory.state.to_dict())
         except OSError as e:
             log.error("cannot write checkpoint %s: %s", self.checkpoint.path, e)
 
@@ -175,7 +250,8 @@ class Plugin:
             for c in containers
             if c.pod_sandbox_id in by_id and c.state in _LIVE_STATES
         ]
-        updates = self.manager.synchronize(infos)
+        devices = {i.id: self._device_numa(i) for i in infos if i.devices}
+        updates = self.manager.synchronize(infos, devices)
         self.synchronized = True
         self._changed()
         log.info(
@@ -190,7 +266,7 @@ class Plugin:
     ) -> nri_pb2.CreateContainerResponse:
         info = container_info(req.pod, req.container)
         try:
-            d = self.manager.admit(info)
+            d = self.manager.admit(info, self._device_numa(info))
         except AdmissionError as e:
             log.warning(
                 "create pod=%s/%s container=%s qos=%s refused: %s",
@@ -198,11 +274,13 @@ class Plugin:
             )
             raise PluginError(str(e)) from None
         resp = nri_pb2.CreateContainerResponse()
+        cpu = resp.adjust.linux.resources.cpu
         if d.cpus is not None:
-            cpu = resp.adjust.linux.resources.cpu
             cpu.cpus = str(d.cpus)
             if d.exclusive:
                 cpu.quota.value = -1  # exclusive CPUs: no CFS quota (kubelet >= 1.32)
+        if d.mems:
+            cpu.mems = str(d.mems)
         for cid, cpus in d.updates.items():
             resp.update.append(_update(cid, cpus, self.manager))
         self._log_decision("create", info, d)
@@ -214,7 +292,7 @@ class Plugin:
     ) -> nri_pb2.UpdateContainerResponse:
         resp = nri_pb2.UpdateContainerResponse()
         d = self.manager.update(req.container.id)
-        if d is not None and d.cpus is not None:
+        if d is not None:
             resp.update.append(_update(d.container_id, d.cpus, self.manager))
         return resp
 
@@ -262,10 +340,41 @@ class Plugin:
         )
 
 
-def _update(cid: str, cpus: CPUSet, manager: ContainerManager) -> nri_pb2.ContainerUpdate:
+def _update(
+    cid: str, cpus: CPUSet | None, manager: ContainerManager
+) -> nri_pb2.ContainerUpdate:
+    """An update keeping everything we decided for the container: cpus, no quota when
+    exclusive, mems when pinned."""
     u = nri_pb2.ContainerUpdate(container_id=cid, ignore_failure=True)
-    u.linux.resources.cpu.cpus = str(cpus)
+    cpu = u.linux.resources.cpu
+    if cpus:
+        cpu.cpus = str(cpus)
     t = manager.containers.get(cid)
-    if t is not None and t.exclusive:
-        u.linux.resources.cpu.quota.value = -1
+    if t is not None:
+        if t.exclusive:
+            cpu.quota.value = -1
+        if t.mems:
+            cpu.mems = str(t.mems)
     return u
+
+
+@functools.lru_cache(maxsize=1024)
+def _device_node(root: str, kind: str, major: int, minor: int) -> int | None:
+    return device_numa_node(root, kind, major, minor)
+
+
+def restore_memory_state(memory: MemoryManager, checkpoint: Checkpoint) -> None:
+    """Start the Memory Manager on its checkpointed state, or fresh when there is none or
+    it is corrupt or does not fit the machine."""
+    try:
+        body = checkpoint.load()
+    except CheckpointError as e:
+        log.error("%s; rebuilding the memory state from the runtime", e)
+        body = None
+    if body:
+        try:
+            memory.start(MemoryState.from_dict(body))
+            return
+        except Exception as e:
+            log.warning("memory checkpoint rejected (%s): starting fresh", e)
+    memory.start(MemoryState())
