@@ -78,7 +78,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     log.info("nri-cpumgr starting: plugin %s-%s, socket %s", config.pluginIndex,
              config.pluginName, "fd" if launched else config.socketPath)
     asyncio.run(main())
-    plugin.save()
+    plugin.close()
     log.info("nri-cpumgr stopped")
     return 0
 

@@ -1,5 +1,5 @@
 """Crash-safe JSON checkpoints with a checksum (the kubelet's checkpoint idea)."""
 
-from nri_cpumgr.checkpoint.store import Checkpoint, CheckpointError
+from nri_cpumgr.checkpoint.store import BackgroundWriter, Checkpoint, CheckpointError
 
-__all__ = ["Checkpoint", "CheckpointError"]
+__all__ = ["BackgroundWriter", "Checkpoint", "CheckpointError"]

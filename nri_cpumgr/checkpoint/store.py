@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,3 +83,55 @@ class Checkpoint:
             os.fsync(dfd)
         finally:
             os.close(dfd)
+
+
+class BackgroundWriter:
+    """Writes checkpoints on a thread of its own, so fsync never blocks the event loop that
+    answers the runtime. :meth:`submit` hands over a finished snapshot (a fresh dict the caller
+    no longer mutates); only the newest snapshot per file is written. :meth:`flush` waits
+    until everything submitted is on disk."""
+
+    def __init__(self, on_error: Callable[[Checkpoint, OSError], None] | None = None) -> None:
+        self._pending: dict[Path, tuple[Checkpoint, dict[str, Any]]] = {}
+        self._cond = threading.Condition()
+        self._busy = False
+        self._closed = False
+        self._on_error = on_error
+        self._thread = threading.Thread(target=self._run, name="checkpoint-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, checkpoint: Checkpoint, body: dict[str, Any]) -> None:
+        with self._cond:
+            self._pending[checkpoint.path] = (checkpoint, body)
+            self._cond.notify_all()
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until every submitted snapshot is written; False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._pending and not self._busy, timeout)
+
+    def close(self, timeout: float = 5.0) -> None:
+        self.flush(timeout)
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._pending or self._closed)
+                if self._closed and not self._pending:
+                    return
+                items = list(self._pending.values())
+                self._pending.clear()
+                self._busy = True
+            for cp, body in items:
+                try:
+                    cp.save(body)
+                except OSError as e:
+                    if self._on_error is not None:
+                        self._on_error(cp, e)
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from nri_cpumgr.api import nri_pb2
-from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
+from nri_cpumgr.checkpoint import BackgroundWriter, Checkpoint, CheckpointError
 from nri_cpumgr.cm.container_manager import AdmissionError, ContainerManager, Decision
 from nri_cpumgr.cm.cpumanager import CPUManagerState, NonePolicy, StaticPolicy
 from nri_cpumgr.cm.memorymanager.config import MemoryReservation, new_manager
@@ -151,6 +151,7 @@ class Plugin:
         self.accept_runtime_config = accept_runtime_config
         self.request_update: Callable[[list[nri_pb2.ContainerUpdate]], None] | None = None
         self._save_scheduled = False
+        self._writer: BackgroundWriter | None = None
         self.synchronized = False
         self._setup(config)
 
@@ -200,16 +201,33 @@ class Plugin:
         return frozenset(nodes)
 
     # ------------------------------------------------------------------ persistence
+    def _snapshots(self) -> list[tuple[Checkpoint, dict[str, Any]]]:
+        out = [(self.checkpoint, self.manager.checkpoint())]
+        if self.manager.memory is not None:
+            out.append((self.memory_checkpoint, self.manager.memory.state.to_dict()))
+        return out
+
     def save(self) -> None:
-        try:
-            self.checkpoint.save(self.manager.checkpoint())
-            if self.manager.memory is not None:
-                self.memory_checkpoint.save(self.manager.memory.state.to_dict())
-        except OSError as e:
-            log.error("cannot write checkpoint %s: %s", self.checkpoint.path, e)
+        """Write the checkpoints now (start, disconnect, shutdown)."""
+        if self._writer is not None:
+            self._writer.flush()
+        for cp, body in self._snapshots():
+            try:
+                cp.save(body)
+            except OSError as e:
+                _write_failed(cp, e)
+
+    def close(self) -> None:
+        """Write the final state and stop the background writer."""
+        self.save()
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
 
     def _changed(self) -> None:
-        """Persist after the reply has gone out (or now, without an event loop)."""
+        """Persist after the reply has gone out: the snapshot is taken on the event loop
+        once the handler returned, the write (fsync) happens on the writer thread. Without
+        an event loop (tests), write now."""
         if self._save_scheduled:
             return
         try:
@@ -218,12 +236,16 @@ class Plugin:
             self.save()
             return
         self._save_scheduled = True
+        if self._writer is None:
+            self._writer = BackgroundWriter(_write_failed)
 
-        def run() -> None:
+        def snapshot() -> None:
             self._save_scheduled = False
-            self.save()
+            if self._writer is not None:
+                for cp, body in self._snapshots():
+                    self._writer.submit(cp, body)
 
-        loop.call_soon(run)
+        loop.call_soon(snapshot)
 
     # ------------------------------------------------------------------ NRI handlers
     def configure(self, req: nri_pb2.ConfigureRequest) -> None:
@@ -356,6 +378,10 @@ def _update(
         if t.mems:
             cpu.mems = str(t.mems)
     return u
+
+
+def _write_failed(cp: Checkpoint, e: OSError) -> None:
+    log.error("cannot write checkpoint %s: %s", cp.path, e)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -36,3 +36,27 @@ def test_corrupt_checkpoint_is_a_clear_error(tmp_path, mutate, reason):
     with pytest.raises(CheckpointError, match=reason) as ei:
         cp.load()
     assert str(cp.path) in str(ei.value)
+
+
+def test_background_writer_writes_the_newest_snapshot(tmp_path):
+    from nri_cpumgr.checkpoint import BackgroundWriter
+
+    cp = Checkpoint(tmp_path / "state")
+    w = BackgroundWriter()
+    for i in range(50):
+        w.submit(cp, {"n": i})
+    assert w.flush(5)
+    assert cp.load() == {"n": 49}
+    w.close()
+
+
+def test_background_writer_reports_errors(tmp_path):
+    from nri_cpumgr.checkpoint import BackgroundWriter
+
+    (tmp_path / "file").write_text("")
+    errors = []
+    w = BackgroundWriter(lambda cp, e: errors.append((cp.path, type(e))))
+    w.submit(Checkpoint(tmp_path / "file" / "state"), {"n": 1})  # parent is not a directory
+    assert w.flush(5)
+    w.close()
+    assert errors and errors[0][0] == tmp_path / "file" / "state"

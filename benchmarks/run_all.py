@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""`make bench`: every benchmark, one after the other, figures on stdout.
+
+1. take_bench.py   - one topology-aware CPU take on a 2-socket, 8-NUMA, 24-L3, 384-CPU machine
+2. merge_bench.py  - Topology Manager hint merge (8 NUMA x 4 providers x 255 hints; GB200-like)
+3. cri_create.py   - CRI CreateContainer on a real containerd, without and with nri-cpumgr
+                     (static policy, CPU 0 reserved): the plugin's cost on the critical path
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def run(args: list[str]) -> None:
+    print(f"\n$ {' '.join(args)}", flush=True)
+    subprocess.run([sys.executable, *args], check=True, cwd=HERE.parent)
+
+
+def main() -> int:
+    run([str(HERE / "take_bench.py")])
+    run([str(HERE / "merge_bench.py")])
+    cfg = Path(tempfile.mkdtemp(prefix="bench-cfg-", dir="/tmp")) / "config.yaml"
+    cfg.write_text('cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n')
+    plugin = (
+        "{python} -m nri_cpumgr run --config " + str(cfg)
+        + " --socket {nri_socket} --state-dir {workdir}/nri-cpumgr-state"
+    )
+    for qos, cpu in (("Guaranteed", "1"), ("BestEffort", "0")):
+        base = [str(HERE / "cri_create.py"), "--version", "1.7", "--version", "2.1",
+                "-n", "50", "--qos", qos]
+        if cpu != "0":
+            base += ["--cpu", cpu]
+        run(base)
+        run(base + ["--plugin-cmd", plugin, "--plugin-name", "cpumgr", "--plugin-index", "90"])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

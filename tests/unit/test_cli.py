@@ -1,0 +1,51 @@
+import json
+from pathlib import Path
+
+from nri_cpumgr.cli import main
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs"
+
+
+def test_bad_config_exits_2_with_one_line(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("cpuManagerPolicy: static\ncpuManagerPolicyOptions: {full-pcpus-onyl: 'true'}\n"
+                   "reservedSystemCPUs: '0'\n")
+    assert main(["run", "--config", str(cfg), "--sysfs-root", str(FIXTURES / "this-machine"),
+                 "--state-dir", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "full-pcpus-onyl" in err
+
+
+def test_static_without_reservation_is_refused(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("cpuManagerPolicy: static\n")
+    assert main(["run", "--config", str(cfg), "--sysfs-root", str(FIXTURES / "this-machine"),
+                 "--state-dir", str(tmp_path / "s")]) == 2
+    assert "greater than zero" in capsys.readouterr().err
+
+
+def test_alpha_option_without_gate_is_refused(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("cpuManagerPolicy: static\nreservedSystemCPUs: '0'\n"
+                   "cpuManagerPolicyOptions: {align-by-socket: 'true'}\n")
+    assert main(["run", "--config", str(cfg), "--sysfs-root", str(FIXTURES / "dual-socket-smt"),
+                 "--state-dir", str(tmp_path / "s")]) == 2
+    assert "align-by-socket" in capsys.readouterr().err
+
+
+def test_topology_json_is_the_corpus_format(capsys):
+    assert main(["topology", "--json", "--sysfs-root", str(FIXTURES / "dual-socket-smt")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["declared"]["NumCPUs"] == 16 and doc["declared"]["NumNUMANodes"] == 2
+    assert {c["cpu"]: c["core"] for c in doc["cpus"]}[8] == 0  # sibling of CPU 0
+
+
+def test_topology_missing_sysfs(tmp_path, capsys):
+    assert main(["topology", "--sysfs-root", str(tmp_path)]) == 1
+    assert "cannot read the topology" in capsys.readouterr().err
+
+
+def test_status_without_checkpoint(tmp_path, capsys):
+    assert main(["status", "--state-dir", str(tmp_path)]) == 1
+    assert "no checkpoint" in capsys.readouterr().err

@@ -1,0 +1,202 @@
+"""The whole plugin in-process: the real Stub and Plugin handlers against the fake runtime
+(tests/unit/nri_peer.py), on this host's shape (2 CPUs, CPU 0 reserved)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nri_cpumgr.api import nri_pb2
+from nri_cpumgr.checkpoint import Checkpoint
+from nri_cpumgr.config import parse_config
+from nri_cpumgr.runtime.plugin import CHECKPOINT_NAME, EVENTS, Plugin
+from nri_cpumgr.topology import CPUInfo, CPUTopology, Machine
+from nri_cpumgr.transport.stub import Stub
+
+from .nri_peer import FakeRuntime, PeerCallError
+
+MACHINE = Machine(CPUTopology.from_details({0: CPUInfo(0, 0, 0), 1: CPUInfo(0, 0, 1)}))
+STATIC = 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n'
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    d = Path(tempfile.mkdtemp(prefix="nri-p-", dir="/tmp"))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def pod(uid: str, qos: str = "") -> nri_pb2.PodSandbox:
+    p = nri_pb2.PodSandbox(id="sb-" + uid, name=uid, uid=uid, namespace="ns")
+    p.linux.cgroup_parent = f"/kubepods/{qos + '/' if qos else ''}pod{uid}"
+    return p
+
+
+def ctr(uid: str, cpus_m: int = 0, cpus: str = "", cid: str = "") -> nri_pb2.Container:
+    c = nri_pb2.Container(id=cid or "c-" + uid, pod_sandbox_id="sb-" + uid, name="app",
+                          state=nri_pb2.CONTAINER_RUNNING)
+    c.labels["io.kubernetes.container.name"] = "app"
+    r = c.linux.resources
+    r.cpu.shares.value = max(2, cpus_m * 1024 // 1000)
+    if cpus_m:
+        r.cpu.quota.value = cpus_m * 100
+        r.cpu.period.value = 100000
+        r.memory.limit.value = 1 << 28
+    if cpus:
+        r.cpu.cpus = cpus
+    return c
+
+
+def run(workdir: Path, body, config: str = STATIC, **plugin_kw) -> Plugin:
+    cfg = parse_config(config + f"stateDirectory: {workdir / 'state'}\n")
+    plugin = Plugin(cfg, MACHINE, **plugin_kw)
+
+    async def main() -> None:
+        rt = FakeRuntime(workdir / "nri.sock")
+        await rt.start()
+        stub = Stub(plugin, name="cpumgr", idx="90", socket_path=str(workdir / "nri.sock"),
+                    events=EVENTS)
+        plugin.request_update = stub.request_update
+        task = asyncio.create_task(stub.run())
+        try:
+            await body(await rt.next_conn(), plugin)
+        finally:
+            stub.stop()
+            await asyncio.wait_for(task, 5)
+            await rt.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+    plugin.close()
+    return plugin
+
+
+def cpus_of(updates) -> dict[str, str]:
+    return {u.container_id: u.linux.resources.cpu.cpus for u in updates}
+
+
+def test_sync_create_refuse_release(workdir):
+    async def body(conn, plugin):
+        # the runtime knows a Guaranteed container created while we were away (on 0-1) and a
+        # BestEffort one: the Synchronize reply pins the first and shrinks the second
+        events, sync = await conn.handshake(
+            pods=[pod("g"), pod("be", "besteffort")],
+            containers=[ctr("g", 1000, "0-1"), ctr("be", 0, "0-1")],
+        )
+        assert events == EVENTS
+        assert cpus_of(sync.update) == {"c-g": "1", "c-be": "0"}
+        assert [u.linux.resources.cpu.quota.value for u in sync.update
+                if u.container_id == "c-g"] == [-1]
+        # another Guaranteed container is refused with the numbers
+        req = nri_pb2.CreateContainerRequest(pod=pod("g2"), container=ctr("g2", 1000))
+        with pytest.raises(PeerCallError) as ei:
+            await conn.call("CreateContainer", req, nri_pb2.CreateContainerResponse)
+        assert ei.value.code == 2
+        assert "NotEnoughCPUsError" in ei.value.message
+        assert "requested=1, available=0" in ei.value.message
+        # a Burstable one joins the shared pool
+        req = nri_pb2.CreateContainerRequest(pod=pod("bu", "burstable"), container=ctr("bu", 0))
+        resp = await conn.call("CreateContainer", req, nri_pb2.CreateContainerResponse)
+        assert resp.adjust.linux.resources.cpu.cpus == "0"
+        assert not resp.adjust.linux.resources.cpu.HasField("quota")
+        # the Guaranteed container is removed: CPU 1 goes back to every shared container,
+        # as an unsolicited update after the StateChange reply
+        ev = nri_pb2.StateChangeEvent(event=nri_pb2.REMOVE_CONTAINER, pod=pod("g"),
+                                      container=ctr("g"))
+        await conn.call("StateChange", ev, nri_pb2.Empty)
+        upd = await asyncio.wait_for(conn.updates.get(), 5)
+        assert cpus_of(upd.update) == {"c-be": "0-1", "c-bu": "0-1"}
+
+    plugin = run(workdir, body)
+    body = Checkpoint(workdir / "state" / CHECKPOINT_NAME).load()
+    assert body["policyName"] == "static"
+    assert body["defaultCpuSet"] == "0-1"
+    assert body["entries"] == {}
+    assert plugin.manager.shared_pool() == plugin.policy.reserved_cpus | {1}
+
+
+def test_checkpoint_written_after_the_reply_and_reloaded(workdir):
+    async def body(conn, plugin):
+        await conn.handshake()
+        req = nri_pb2.CreateContainerRequest(pod=pod("g"), container=ctr("g", 1000))
+        resp = await conn.call("CreateContainer", req, nri_pb2.CreateContainerResponse)
+        assert resp.adjust.linux.resources.cpu.cpus == "1"
+        assert resp.adjust.linux.resources.cpu.quota.value == -1
+        assert plugin._writer is not None and plugin._writer.flush()
+
+    run(workdir, body)
+    saved = json.loads((workdir / "state" / CHECKPOINT_NAME).read_text())["data"]
+    assert saved["entries"] == {"g": {"app": "1"}}
+    assert saved["defaultCpuSet"] == "0"
+
+    # restart: the checkpoint is loaded, Synchronize confirms the container
+    async def again(conn, plugin):
+        assert plugin.manager.state.assignments == {"g": {"app": {1}}}
+        _, sync = await conn.handshake(pods=[pod("g")], containers=[ctr("g", 1000, "1")])
+        assert cpus_of(sync.update) == {}
+
+    run(workdir, again)
+
+
+def test_corrupt_checkpoint_is_rebuilt_from_synchronize(workdir, caplog):
+    state = workdir / "state"
+    state.mkdir()
+    (state / CHECKPOINT_NAME).write_text('{"version": 1, "data": {"defaultCpuSet": "0"},'
+                                         ' "checksum": "bad"}')
+
+    async def body(conn, plugin):
+        assert plugin.manager.state.assignments == {}
+        _, sync = await conn.handshake(pods=[pod("g")], containers=[ctr("g", 1000, "1")])
+        # the running container's exclusive cpuset is adopted
+        assert cpus_of(sync.update) == {}
+        assert plugin.manager.state.assignments == {"g": {"app": {1}}}
+
+    with caplog.at_level(logging.ERROR):
+        run(workdir, body)
+    assert "checksum mismatch" in caplog.text
+    assert Checkpoint(state / CHECKPOINT_NAME).load()["entries"] == {"g": {"app": "1"}}
+
+
+def test_launched_plugin_takes_config_from_configure(workdir):
+    async def body(conn, plugin):
+        await conn.handshake(config=STATIC)
+        assert plugin.config.cpuManagerPolicy == "static"
+        req = nri_pb2.CreateContainerRequest(pod=pod("g"), container=ctr("g", 1000))
+        resp = await conn.call("CreateContainer", req, nri_pb2.CreateContainerResponse)
+        assert resp.adjust.linux.resources.cpu.cpus == "1"
+
+    run(workdir, body, config="", accept_runtime_config=True)
+
+
+def test_bad_runtime_config_fails_configure(workdir):
+    async def body(conn, plugin):
+        with pytest.raises(PeerCallError) as ei:
+            await conn.handshake(config="cpuManagerPolicy: statik\n")
+        assert "cpuManagerPolicy" in ei.value.message
+        assert plugin.config.cpuManagerPolicy == "none"  # nothing half-applied
+
+    run(workdir, body, config="", accept_runtime_config=True)
+
+
+def test_update_container_keeps_pinning(workdir):
+    async def body(conn, plugin):
+        await conn.handshake()
+        g = ctr("g", 1000)
+        await conn.call("CreateContainer", nri_pb2.CreateContainerRequest(pod=pod("g"),
+                        container=g), nri_pb2.CreateContainerResponse)
+        req = nri_pb2.UpdateContainerRequest(pod=pod("g"), container=g)
+        req.linux_resources.cpu.cpus = "0-1"
+        req.linux_resources.cpu.quota.value = 100000
+        resp = await conn.call("UpdateContainer", req, nri_pb2.UpdateContainerResponse)
+        assert cpus_of(resp.update) == {"c-g": "1"}
+        assert resp.update[0].linux.resources.cpu.quota.value == -1
+
+    run(workdir, body)
