@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from nri_cpumgr.cpuset import CPUSet, CPUSetError
 from nri_cpumgr.podmodel import parse_quantity
@@ -120,6 +127,25 @@ class Config(BaseModel):
             return out
         return v
 
+    @model_validator(mode="after")
+    def _reserved_list_matches_count(self) -> Config:
+        """reservedSystemCPUs and a kubeReserved/systemReserved cpu count must agree when
+        both are given (the static policy reserves exactly that many CPUs)."""
+        explicit = self.reserved_cpus()
+        count = self._reserved_cpu_count_from_quantities()
+        if explicit and count is not None and count != len(explicit):
+            raise ValueError(
+                f"reservedSystemCPUs {self.reservedSystemCPUs!r} names {len(explicit)} CPUs but "
+                f"kubeReserved.cpu + systemReserved.cpu reserve {count}"
+            )
+        return self
+
+    def _reserved_cpu_count_from_quantities(self) -> int | None:
+        given = [r["cpu"] for r in (self.kubeReserved, self.systemReserved) if "cpu" in r]
+        if not given:
+            return None
+        return math.ceil(sum(parse_quantity(q, milli=True) for q in given) / 1000)
+
     # --- derived values ---
     def reserved_cpus(self) -> CPUSet:
         """The explicit ``reservedSystemCPUs`` list (empty when not given)."""
@@ -133,12 +159,7 @@ class Config(BaseModel):
         explicit = self.reserved_cpus()
         if explicit:
             return len(explicit)
-        milli = sum(
-            parse_quantity(r["cpu"], milli=True)
-            for r in (self.kubeReserved, self.systemReserved)
-            if "cpu" in r
-        )
-        return math.ceil(milli / 1000)
+        return self._reserved_cpu_count_from_quantities() or 0
 
     def node_allocatable_memory_reservation(self) -> dict[str, int]:
         """Memory the node reserves (bytes per resource): kubeReserved + systemReserved +

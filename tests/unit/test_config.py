@@ -54,3 +54,10 @@ def test_bad_config_is_one_line_naming_the_key(text, key):
 def test_missing_file(tmp_path):
     with pytest.raises(ConfigError, match="cannot read config"):
         load_config(tmp_path / "nope.yaml")
+
+
+def test_reserved_list_must_match_the_reserved_count():
+    ok = parse_config('reservedSystemCPUs: "0,8"\nkubeReserved: {cpu: 1500m}\n')
+    assert ok.reserved_cpu_count() == 2
+    with pytest.raises(ConfigError, match=r"names 1 CPUs but .* reserve 2"):
+        parse_config('reservedSystemCPUs: "0"\nsystemReserved: {cpu: "2"}\n')
