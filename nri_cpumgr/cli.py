@@ -51,9 +51,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = config.model_copy(update=overrides)
     _setup_logging(config, launched, args.verbose)
     machine = _discover(args.sysfs_root)
+    from nri_cpumgr.metrics import Metrics
+
+    metrics = Metrics()
     plugin = Plugin(
         config, machine, accept_runtime_config=launched and args.config is None,
-        sysfs_root=args.sysfs_root,
+        sysfs_root=args.sysfs_root, metrics=metrics,
     )
 
     if launched:
@@ -68,6 +71,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             logger=logging.getLogger("nri_cpumgr.nri"),
         )
     plugin.request_update = stub.request_update
+    server = None
+    if config.metricsAddress:
+        server = metrics.serve(config.metricsAddress, ready=lambda: stub.registered)
+        log.info("metrics, /healthz and /readyz on %s", config.metricsAddress)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -77,8 +84,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     log.info("nri-cpumgr starting: plugin %s-%s, socket %s", config.pluginIndex,
              config.pluginName, "fd" if launched else config.socketPath)
-    asyncio.run(main())
-    plugin.close()
+    try:
+        asyncio.run(main())
+    finally:
+        plugin.close()
+        if server is not None:
+            server.close()
     log.info("nri-cpumgr stopped")
     return 0
 

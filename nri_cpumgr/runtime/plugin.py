@@ -25,6 +25,8 @@ from nri_cpumgr.cm.memorymanager.state import MemoryState
 from nri_cpumgr.cm.topologymanager import TopologyManager
 from nri_cpumgr.config import Config, ConfigError, parse_config
 from nri_cpumgr.cpuset import CPUSet
+from nri_cpumgr.metrics import Metrics
+from nri_cpumgr.podmodel import QOSClass
 from nri_cpumgr.podmodel.nri import ContainerInfo, container_info
 from nri_cpumgr.sysfs import device_numa_node
 from nri_cpumgr.topology import Machine
@@ -142,12 +144,14 @@ class Plugin:
         *,
         accept_runtime_config: bool = False,
         sysfs_root: str = "/",
+        metrics: Metrics | None = None,
     ) -> None:
         """``accept_runtime_config``: take the configuration from the runtime's Configure
         request when it carries one (a plugin launched by the runtime gets its
         ``plugin_config_path/NN-name.conf`` there). Raises :class:`ConfigError`."""
         self.machine = machine
         self.sysfs_root = sysfs_root
+        self.metrics = metrics if metrics is not None else Metrics()
         self.accept_runtime_config = accept_runtime_config
         self.request_update: Callable[[list[nri_pb2.ContainerUpdate]], None] | None = None
         self._save_scheduled = False
@@ -261,6 +265,7 @@ class Plugin:
             extra = f" registration-timeout={req.registration_timeout}ms " \
                     f"request-timeout={req.request_timeout}ms"
         log.info("configure runtime=%s %s%s", req.runtime_name, req.runtime_version, extra)
+        self.metrics.connection(True, False)
 
     def synchronize(
         self, pods: Sequence[nri_pb2.PodSandbox], containers: Sequence[nri_pb2.Container]
@@ -276,6 +281,8 @@ class Plugin:
         updates = self.manager.synchronize(infos, devices)
         self.synchronized = True
         self._changed()
+        self._observe("Synchronize", t0)
+        self.metrics.connection(True, True)
         log.info(
             "synchronize pods=%d containers=%d updates=%d shared-pool=%s exclusive=%s (%.2f ms)",
             len(pods), len(infos), len(updates), self.manager.shared_pool(),
@@ -286,15 +293,18 @@ class Plugin:
     def create_container(
         self, req: nri_pb2.CreateContainerRequest
     ) -> nri_pb2.CreateContainerResponse:
+        t0 = time.perf_counter()
         info = container_info(req.pod, req.container)
         try:
             d = self.manager.admit(info, self._device_numa(info))
         except AdmissionError as e:
+            self._count(info, False, t0)
             log.warning(
                 "create pod=%s/%s container=%s qos=%s refused: %s",
                 info.namespace, info.pod_name, info.name, info.qos, e,
             )
             raise PluginError(str(e)) from None
+        self._count(info, True, t0)
         resp = nri_pb2.CreateContainerResponse()
         cpu = resp.adjust.linux.resources.cpu
         if d.cpus is not None:
@@ -307,24 +317,36 @@ class Plugin:
             resp.update.append(_update(cid, cpus, self.manager))
         self._log_decision("create", info, d)
         self._changed()
+        self._observe("CreateContainer", t0)
         return resp
 
     def update_container(
         self, req: nri_pb2.UpdateContainerRequest
     ) -> nri_pb2.UpdateContainerResponse:
+        t0 = time.perf_counter()
         resp = nri_pb2.UpdateContainerResponse()
         d = self.manager.update(req.container.id)
         if d is not None:
             resp.update.append(_update(d.container_id, d.cpus, self.manager))
+        self._observe("UpdateContainer", t0)
         return resp
 
     def stop_container(self, req: nri_pb2.StopContainerRequest) -> nri_pb2.StopContainerResponse:
+        t0 = time.perf_counter()
         resp = nri_pb2.StopContainerResponse()
         for cid, cpus in self.manager.stop(req.container.id).items():
             resp.update.append(_update(cid, cpus, self.manager))
+        self._observe("StopContainer", t0)
         return resp
 
     def state_change(self, req: nri_pb2.StateChangeEvent) -> None:
+        t0 = time.perf_counter()
+        try:
+            self._state_change(req)
+        finally:
+            self._observe("StateChange", t0)
+
+    def _state_change(self, req: nri_pb2.StateChangeEvent) -> None:
         if req.event == nri_pb2.REMOVE_CONTAINER:
             updates = self.manager.remove(req.container.id)
             what = f"remove container={req.container.name}"
@@ -345,8 +367,26 @@ class Plugin:
 
     def disconnected(self) -> None:
         self.synchronized = False
+        self.metrics.connection(False, False)
         log.warning("disconnected from the runtime; state will be rebuilt on reconnect")
         self.save()
+
+    # ------------------------------------------------------------------ metrics
+    def _observe(self, method: str, t0: float) -> None:
+        self.metrics.observe_request(method, time.perf_counter() - t0)
+
+    def _count(self, info: ContainerInfo, ok: bool, t0: float) -> None:
+        """The kubelet's resource-manager counters for one admission."""
+        guaranteed = info.qos is QOSClass.GUARANTEED
+        if self.manager.static and guaranteed and info.resources.integer_cpus:
+            self.metrics.pinning(ok)
+        if self.manager.memory is not None and guaranteed:
+            self.metrics.memory_pinning(ok)
+        if self.manager.tm.policy_name != "none":
+            self.metrics.admission(ok, (time.perf_counter() - t0) * 1e3)
+        if ok and self.manager.static:
+            pool = self.manager.shared_pool()
+            self.metrics.set_pools(len(pool) * 1000, len(self.manager.exclusive_cpus()))
 
     # ------------------------------------------------------------------ logging
     def _log_decision(self, what: str, info: Any, d: Decision) -> None:

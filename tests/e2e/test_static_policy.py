@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -47,10 +49,27 @@ def make(cri, name: str, qos: str, req: dict, lim: dict, start: bool = True) -> 
     return cid
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def metric(port: int, name: str) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not exposed")
+
+
 def test_docs_static_policy_scenario(containerd, cri, e2e_workdir):
     online = cgroups.host_online_cpus()
     assert online == "0-1", f"this scenario needs a 2-CPU host, have {online}"
-    plugin = start_plugin(containerd, e2e_workdir)
+    port = free_port()
+    plugin = start_plugin(containerd, e2e_workdir, metricsAddress=f"127.0.0.1:{port}")
+    ready = urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5)
+    assert ready.status == 200
     try:
         shared = {n: make(cri, n, *spec) for n, spec in SHARED_PODS.items()}
         for n, cid in shared.items():
@@ -89,6 +108,11 @@ def test_docs_static_policy_scenario(containerd, cri, e2e_workdir):
         assert where(cri, lo) == ("1", "1", "1")
         for n, cid in shared.items():
             assert eventually(lambda c=cid: where(cri, c)[1:], ("0", "0")) == ("0", "0"), n
+        # two integer Guaranteed admissions and one refusal, as the kubelet counts them
+        assert metric(port, "cpu_manager_pinning_requests_total") == 3
+        assert metric(port, "cpu_manager_pinning_errors_total") == 1
+        assert metric(port, "cpu_manager_exclusive_cpu_allocation_count") == 1
+        assert metric(port, "cpu_manager_shared_pool_size_millicores") == 1000
     finally:
         plugin.stop()
     log = plugin.log_text()
