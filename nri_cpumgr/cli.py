@@ -123,16 +123,19 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(body, indent=1))
         return 0
-    print(f"policy: {body.get('policyName')}   shared pool (default set): "
-          f"{body.get('defaultCpuSet') or '-'}")
+    print(f"policy:        {body.get('policyName')}")
+    print(f"reserved CPUs: {body.get('reservedCpuSet') or '-'}")
+    print(f"shared pool:   {body.get('defaultCpuSet') or '-'}")
     rows = body.get("containers", [])
-    hdr = ("POD", "CONTAINER", "QOS", "CPUS", "EXCLUSIVE", "STATE")
+    hdr = ("POD", "CONTAINER", "QOS", "CPUS", "MEMS", "NUMA", "EXCLUSIVE", "STATE")
     table = [hdr] + [
-        (r["pod"], r["container"], r["qos"], r["cpus"] or "-", "yes" if r["exclusive"] else "no",
+        (r["pod"], r["container"], r["qos"], r["cpus"] or "-", r.get("mems") or "-",
+         r.get("numa") or "-", "yes" if r["exclusive"] else "no",
          "stopped" if r.get("stopped") else "live")
         for r in rows
     ]
     widths = [max(len(str(row[i])) for row in table) for i in range(len(hdr))]
+    print()
     for row in table:
         print("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
     return 0

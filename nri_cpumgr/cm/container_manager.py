@@ -123,8 +123,10 @@ class ContainerManager:
     def rows(self) -> list[dict[str, Any]]:
         """One row per tracked container (for logs and the status command)."""
         out = []
+        details = self.policy.topology.details
         for cid, t in sorted(self.containers.items(), key=lambda kv: kv[1].info.key):
             i = t.info
+            numa = CPUSet(details[c].numa for c in (t.applied or ()) if c in details)
             out.append(
                 {
                     "id": cid,
@@ -135,6 +137,7 @@ class ContainerManager:
                     "exclusive": t.exclusive,
                     "cpus": str(t.applied) if t.applied is not None else "",
                     "mems": str(t.mems) if t.mems is not None else "",
+                    "numa": str(numa),
                     "stopped": t.stopped,
                 }
             )
@@ -382,6 +385,7 @@ class ContainerManager:
         return {
             "policyName": "static" if self.static else "none",
             "defaultCpuSet": str(self.state.default_set),
+            "reservedCpuSet": str(self.policy.reserved_cpus) if self.static else "",
             "entries": {
                 uid: {name: str(cpus) for name, cpus in conts.items()}
                 for uid, conts in self.state.assignments.items()

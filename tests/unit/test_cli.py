@@ -49,3 +49,28 @@ def test_topology_missing_sysfs(tmp_path, capsys):
 def test_status_without_checkpoint(tmp_path, capsys):
     assert main(["status", "--state-dir", str(tmp_path)]) == 1
     assert "no checkpoint" in capsys.readouterr().err
+
+
+def test_status_table_from_checkpoint(tmp_path, capsys):
+    from nri_cpumgr.checkpoint import Checkpoint
+
+    Checkpoint(tmp_path / "cpu_manager_state").save({
+        "policyName": "static", "defaultCpuSet": "0,2-3", "reservedCpuSet": "0",
+        "entries": {"u1": {"app": "1"}},
+        "containers": [
+            {"id": "c1", "pod": "ns/g", "podUID": "u1", "container": "app", "qos": "Guaranteed",
+             "exclusive": True, "cpus": "1", "mems": "0", "numa": "0", "stopped": False},
+            {"id": "c2", "pod": "ns/be", "podUID": "u2", "container": "app",
+             "qos": "BestEffort", "exclusive": False, "cpus": "0,2-3", "mems": "", "numa": "0",
+             "stopped": False},
+        ],
+    })
+    assert main(["status", "--state-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:3] == ["policy:        static", "reserved CPUs: 0", "shared pool:   0,2-3"]
+    rows = [line.split() for line in out[4:]]
+    assert rows[0] == ["POD", "CONTAINER", "QOS", "CPUS", "MEMS", "NUMA", "EXCLUSIVE", "STATE"]
+    assert rows[1] == ["ns/g", "app", "Guaranteed", "1", "0", "0", "yes", "live"]
+    assert rows[2] == ["ns/be", "app", "BestEffort", "0,2-3", "-", "0", "no", "live"]
+    assert main(["status", "--json", "--state-dir", str(tmp_path)]) == 0
+    assert '"reservedCpuSet": "0"' in capsys.readouterr().out
