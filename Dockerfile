@@ -1,12 +1,49 @@
-# nri-cpumgr image: runs as an external NRI plugin dialing the runtime's socket.
-# Minimal for now; deploy/ holds the DaemonSet that mounts /var/run/nri, /sys and the state dir.
-FROM docker.io/library/debian:bookworm-slim
-RUN apt-get update && apt-get install -y --no-install-recommends python3 python3-pip \
+# nri-cpumgr image: the plugin as an external NRI plugin that dials the runtime's socket.
+# Built here without a Docker engine by scripts/build_image.sh (buildah); any OCI builder works.
+#
+# Runs as root: the runtime's NRI socket (/var/run/nri/nri.sock) is created root-owned with mode
+# 0600 by containerd and CRI-O, so only uid 0 can connect. Root here carries no capabilities:
+# the DaemonSet (deploy/daemonset.yaml) drops ALL of them, forbids privilege escalation and
+# mounts the root filesystem read-only; the plugin only needs to connect to a unix socket it
+# may access as its owner, read /sys and write its state directory, none of which takes a
+# capability. It never touches cgroups itself: the runtime applies the adjustments.
+
+# --- build stage: the package and its dependencies in a virtualenv (wheels only, no compiler)
+FROM docker.io/library/debian:bookworm-slim AS build
+ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# CA bundle pip trusts (build stage only; scripts/build_image.sh points it at the build host's
+# bundle when the host reaches the package index through a TLS-intercepting proxy)
+ARG PIP_CERT=/etc/ssl/certs/ca-certificates.crt
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY nri_cpumgr ./nri_cpumgr
-RUN pip3 install --no-cache-dir --break-system-packages . && rm -rf /src
+RUN python3 -m venv /opt/nri-cpumgr \
+    && /opt/nri-cpumgr/bin/pip install --only-binary=:all: . \
+    && /opt/nri-cpumgr/bin/pip uninstall -y -q pip setuptools \
+    && find /opt/nri-cpumgr -depth -name '__pycache__' -prune -exec rm -rf {} + \
+    && /opt/nri-cpumgr/bin/python -m compileall -q -j 0 /opt/nri-cpumgr/lib
+
+# --- runtime stage: the Python interpreter and the virtualenv only
+FROM docker.io/library/debian:bookworm-slim
+ENV DEBIAN_FRONTEND=noninteractive
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 \
+    && apt-get clean \
+    && rm -rf /var/lib/apt/lists/* /var/cache/debconf/*-old /var/log/apt /var/log/dpkg.log \
+    && mkdir -p /etc/nri-cpumgr /var/lib/nri-cpumgr
+COPY --from=build /opt/nri-cpumgr /opt/nri-cpumgr
+COPY deploy/examples/config.yaml /etc/nri-cpumgr/config.yaml
+# read-only root filesystem: no bytecode writes at run time (compiled at build time above)
+ENV PATH=/opt/nri-cpumgr/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+LABEL org.opencontainers.image.title="nri-cpumgr" \
+      org.opencontainers.image.description="The kubelet's CPU, Topology and Memory managers as an NRI plugin" \
+      org.opencontainers.image.licenses="Apache-2.0"
 WORKDIR /
+# metrics, /healthz and /readyz (metricsAddress in the config; deploy/ uses :9109)
+EXPOSE 9109
 ENTRYPOINT ["nri-cpumgr", "run"]
 CMD ["--config", "/etc/nri-cpumgr/config.yaml"]

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Build the nri-cpumgr container image without a Docker engine or an image registry
+# (buildah + debootstrap; see README "Deploying" and deploy/README.md), and save it as a
+# docker-archive tarball that `ctr images import`, `kind load image-archive` or
+# `docker load` take.
+#
+#   scripts/build_image.sh [TAG]        default TAG nri-cpumgr:dev
+#
+# Environment:
+#   OUT=PATH            the tarball (default .runtime/images/nri-cpumgr.tar)
+#   REBUILD_BASE=1      rebuild the local base image even when it exists
+#   STORAGE_DRIVER      buildah storage driver (default vfs: works on any filesystem)
+#
+# Steps (needs root):
+#  1. apt-get install buildah debootstrap when missing;
+#  2. once: a local Debian bookworm base image, `debootstrap --variant=minbase bookworm` from
+#     the machine's own Debian mirror (the URIs: line of /etc/apt/sources.list.d/debian.sources),
+#     committed as docker.io/library/debian:bookworm-slim, the name the Dockerfile's FROM uses
+#     (no registry is pulled from: --pull-never);
+#  3. buildah bud the Dockerfile; 4. buildah push to the tarball. Prints the time and sizes.
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+TAG=${1:-nri-cpumgr:dev}
+OUT=${OUT:-$top/.runtime/images/nri-cpumgr.tar}
+BASE=docker.io/library/debian:bookworm-slim
+export STORAGE_DRIVER=${STORAGE_DRIVER:-vfs}
+t0=$(date +%s)
+
+log() { printf '[build_image] %s\n' "$*" >&2; }
+
+if [ "$(id -u)" != 0 ]; then
+  log "needs root (buildah with chroot isolation, debootstrap)"; exit 1
+fi
+
+if ! command -v buildah >/dev/null || ! command -v debootstrap >/dev/null; then
+  log "installing buildah and debootstrap"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq buildah debootstrap >/dev/null
+fi
+
+slim_base() { # ROOTFS: what the official -slim images leave out (docs, man pages, translations)
+  local r=$1
+  case "$r" in /tmp/nri-cpumgr-rootfs.*) ;; *) log "refusing to slim $r"; exit 1 ;; esac
+  [ -x "$r/usr/bin/dpkg" ] || { log "$r is not a debootstrap tree"; exit 1; }
+  # dpkg keeps leaving them out for packages installed later (the Dockerfile's apt-get)
+  printf 'path-exclude /usr/share/%s/*\n' doc man info locale groff lintian linda \
+    > "$r/etc/dpkg/dpkg.cfg.d/nri-cpumgr-slim"
+  printf 'path-include /usr/share/doc/*/copyright\n' >> "$r/etc/dpkg/dpkg.cfg.d/nri-cpumgr-slim"
+  find "$r/usr/share/doc" -mindepth 1 -not -name copyright -not -type d -delete
+  local d
+  for d in man info locale groff lintian linda; do
+    if [ -d "$r/usr/share/$d" ]; then find "$r/usr/share/$d" -mindepth 1 -delete; fi
+  done
+  find "$r/var/lib/apt/lists" "$r/var/cache/apt" "$r/var/log" -mindepth 1 -type f -delete
+}
+
+mirror() {
+  local src=/etc/apt/sources.list.d/debian.sources
+  if [ -r "$src" ]; then
+    awk '/^URIs:/ {print $2; exit}' "$src"
+  elif [ -r /etc/apt/sources.list ]; then
+    awk '$1 == "deb" {print $2; exit}' /etc/apt/sources.list
+  fi
+}
+
+# bump when the base recipe below changes: the cached base is rebuilt when its annotation differs
+BASE_RECIPE=2
+have=$(buildah inspect --type image \
+  --format '{{index .ImageAnnotations "org.nri-cpumgr.base-recipe"}}' "$BASE" 2>/dev/null || true)
+if [ -n "${REBUILD_BASE:-}" ] || [ "$have" != "$BASE_RECIPE" ]; then
+  m=$(mirror)
+  if [ -z "$m" ]; then log "no Debian mirror found in the apt sources"; exit 1; fi
+  rootfs=$(mktemp -d /tmp/nri-cpumgr-rootfs.XXXXXX)
+  trap 'rm -rf "$rootfs"' EXIT
+  log "debootstrap --variant=minbase bookworm (base image, built once)"
+  debootstrap --variant=minbase bookworm "$rootfs" "$m" >/tmp/nri-cpumgr-debootstrap.log 2>&1 \
+    || { tail -20 /tmp/nri-cpumgr-debootstrap.log >&2; exit 1; }
+  slim_base "$rootfs"
+  c=$(buildah from scratch)
+  mnt=$(buildah mount "$c")
+  cp -a "$rootfs"/. "$mnt"/
+  buildah umount "$c" >/dev/null
+  buildah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    --cmd bash --annotation "org.nri-cpumgr.base-recipe=$BASE_RECIPE" "$c"
+  buildah commit --quiet --rm "$c" "$BASE" >/dev/null
+  rm -rf "$rootfs"
+  trap - EXIT
+  log "base image $BASE committed ($(( $(date +%s) - t0 )) s)"
+fi
+
+t1=$(date +%s)
+old=$(buildah images --quiet --noheading "$TAG" 2>/dev/null || true)
+log "buildah bud -t $TAG"
+bud=(--pull-never --isolation chroot --layers=false -q -t "$TAG")
+# pip in the build stage trusts what the host trusts (e.g. a proxy's CA): the host's bundle is
+# bind-mounted for the RUN steps only; nothing of it ends up in the image
+host_ca=/etc/ssl/certs/ca-certificates.crt
+if [ -s "$host_ca" ]; then
+  bud+=(-v "$host_ca:/etc/ssl/host-ca-bundle.crt:ro"
+        --build-arg PIP_CERT=/etc/ssl/host-ca-bundle.crt)
+fi
+buildah bud "${bud[@]}" "$top" >/dev/null
+t2=$(date +%s)
+new=$(buildah images --quiet --noheading "$TAG")
+if [ -n "$old" ] && [ "$old" != "$new" ]; then
+  buildah rmi "$old" >/dev/null 2>&1 || true  # the previous build, now untagged (vfs: full copy)
+fi
+
+mkdir -p "$(dirname "$OUT")"
+tmp="$OUT.tmp$$"
+rm -f "$tmp"
+# the archive's RepoTag is the bare TAG; containerd normalizes it to docker.io/library/TAG
+buildah push --quiet "$TAG" "docker-archive:$tmp:$TAG" >/dev/null
+mv -f "$tmp" "$OUT"
+t3=$(date +%s)
+
+log "built $TAG in $((t2 - t1)) s (push $((t3 - t2)) s, total $((t3 - t0)) s)"
+log "archive $OUT: $(du -h "$OUT" | cut -f1) (uncompressed layers)"
+log "image size: $(buildah images --format "{{.Size}}" "$TAG" | head -1)"
+echo "$OUT"
