@@ -13,6 +13,19 @@ What NRI tells us (see ../shared/docs/nri-protocol.md and nri-examples/):
 
 The resources also give a QoS cross-check when the cgroup parent is not the kubelet's (a
 container started by other means): see :func:`qos_from_resources`.
+
+Pod-level resources (``pod.linux.pod_resources`` and ``pod.linux.pod_overhead``, NRI
+``LinuxPodSandbox`` fields 2 and 1): the runtime copies them from the CRI RunPodSandbox
+``linux.resources`` / ``linux.overhead`` (containerd ``GetPodLinuxResources`` /
+``GetPodLinuxOverhead``, nri ``FromCRILinuxResources``: every CPU and memory field is set,
+zero meaning "not given"). The kubelet fills both for every Linux pod (kuberuntime
+``applySandboxResources``): ``resources`` from the pod's requests and limits summed over its
+containers the way the scheduler counts them (init containers as a maximum, overhead
+excluded), i.e. ``cpu.shares`` from the pod CPU request (minimum 2), ``cpu.quota``/``period``
+from the pod CPU limit, ``memory.limit`` from the pod memory limit; ``overhead`` from the
+RuntimeClass's ``pod.spec.overhead`` with request = limit (all zero without overhead). They are
+decoded with :func:`resources_from_nri` into :attr:`ContainerInfo.pod_resources` and
+:attr:`ContainerInfo.pod_overhead` (``None`` when the runtime did not pass the message).
 """
 
 from __future__ import annotations
@@ -175,6 +188,10 @@ class ContainerInfo:
     resources: Resources
     cpus: str  # the cpuset the runtime reports now ("" when unset)
     devices: tuple[tuple[str, int, int], ...]  # (type "c"/"b", major, minor)
+    #: The pod's totals from ``pod.linux.pod_resources`` (None when not passed).
+    pod_resources: Resources | None = None
+    #: The pod's RuntimeClass overhead from ``pod.linux.pod_overhead`` (None when not passed).
+    pod_overhead: Resources | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -182,6 +199,18 @@ class ContainerInfo:
 
     def spec(self) -> ContainerSpec:
         return container_spec(self.name, self.resources)
+
+
+def pod_level_resources(pod: Any) -> tuple[Resources | None, Resources | None]:
+    """``(pod_resources, pod_overhead)`` of an NRI ``PodSandbox``, each decoded with
+    :func:`resources_from_nri`, or ``None`` where the runtime did not pass that message (see
+    the module docstring for what the kubelet puts there)."""
+    if not pod.HasField("linux"):
+        return None, None
+    lin = pod.linux
+    res = resources_from_nri(lin.pod_resources) if lin.HasField("pod_resources") else None
+    ovh = resources_from_nri(lin.pod_overhead) if lin.HasField("pod_overhead") else None
+    return res, ovh
 
 
 def container_info(pod: Any, ctr: Any) -> ContainerInfo:
@@ -206,6 +235,7 @@ def container_info(pod: Any, ctr: Any) -> ContainerInfo:
         if ctr.HasField("linux")
         else ()
     )
+    pod_res, pod_ovh = pod_level_resources(pod)
     return ContainerInfo(
         id=ctr.id,
         pod_id=pod.id,
@@ -219,4 +249,6 @@ def container_info(pod: Any, ctr: Any) -> ContainerInfo:
         resources=r,
         cpus=cpus,
         devices=devices,
+        pod_resources=pod_res,
+        pod_overhead=pod_ovh,
     )

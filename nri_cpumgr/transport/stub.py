@@ -14,6 +14,12 @@ Protocol facts (containerd/nri pkg/stub, pkg/adaptation; /work/shared/docs/nri-p
   part and the handler sees every pod and container once, with the last part.
 * Per-event methods of newer NRI answer Unimplemented (12); the runtime then falls back to
   StateChange.
+* Timeouts (NRI v0.8 Configure ``registration_timeout`` / ``request_timeout``, milliseconds;
+  absent before v0.8, where the runtime's default is 2 s): the runtime drops a plugin that
+  answers a request late, and creates the container without our adjustment. Each handler is
+  timed; one that used more than half of the request budget is logged as a WARNING naming the
+  method. A split Synchronize runs under one deadline for all its parts (nri v0.8
+  pkg/adaptation/plugin.go ``synchronize``), so its parts' times are added up.
 * Unsolicited UpdateContainers is never sent from inside a handler (the runtime holds its
   NRI lock while waiting for our answer): it is queued and sent once the reply went out.
 """
@@ -25,6 +31,7 @@ import logging
 import os
 import re
 import socket
+import time
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
@@ -47,6 +54,9 @@ RUNTIME_SERVICE = "nri.pkg.api.v1alpha1.Runtime"
 DEFAULT_SOCKET = "/var/run/nri/nri.sock"
 #: Event bits NRI v0.6.1 accepts (events 1..11); higher bits make it refuse the plugin.
 VALID_EVENTS_V061 = 0x7FF
+#: The runtime's per-request timeout when Configure does not say (NRI
+#: ``DefaultPluginRequestTimeout``), milliseconds.
+DEFAULT_REQUEST_TIMEOUT_MS = 2000
 
 _log = logging.getLogger(__name__)
 _M = TypeVar("_M", bound=Message)
@@ -175,20 +185,28 @@ class Stub:
         self._sync_containers: list[nri_pb2.Container] = []
         self.runtime_name = ""
         self.runtime_version = ""
+        #: From the v0.8 Configure, milliseconds; 0 when the runtime did not say (v0.6.1).
+        self.registration_timeout_ms = 0
+        self.request_timeout_ms = 0
+        self._sync_parts = 0
+        self._sync_handler_s = 0.0
+        self._sync_bytes = 0  # size of the Synchronize parts received so far
+        self._last_payload = 0  # size of the request being handled, bytes
         self.sessions = 0  # connections established so far
         self._methods: dict[tuple[str, str], Handler] = {
-            (PLUGIN_SERVICE, "Configure"): self._wrap(nri_pb2.ConfigureRequest, self._configure),
+            (PLUGIN_SERVICE, "Configure"): self._wrap(
+                "Configure", nri_pb2.ConfigureRequest, self._configure),
             (PLUGIN_SERVICE, "Synchronize"): self._wrap(
-                nri_pb2.SynchronizeRequest, self._synchronize),
-            (PLUGIN_SERVICE, "Shutdown"): self._wrap(nri_pb2.Empty, self._shutdown),
+                "Synchronize", nri_pb2.SynchronizeRequest, self._synchronize),
+            (PLUGIN_SERVICE, "Shutdown"): self._wrap("Shutdown", nri_pb2.Empty, self._shutdown),
             (PLUGIN_SERVICE, "CreateContainer"): self._wrap(
-                nri_pb2.CreateContainerRequest, handlers.create_container),
+                "CreateContainer", nri_pb2.CreateContainerRequest, handlers.create_container),
             (PLUGIN_SERVICE, "UpdateContainer"): self._wrap(
-                nri_pb2.UpdateContainerRequest, handlers.update_container),
+                "UpdateContainer", nri_pb2.UpdateContainerRequest, handlers.update_container),
             (PLUGIN_SERVICE, "StopContainer"): self._wrap(
-                nri_pb2.StopContainerRequest, handlers.stop_container),
+                "StopContainer", nri_pb2.StopContainerRequest, handlers.stop_container),
             (PLUGIN_SERVICE, "StateChange"): self._wrap(
-                nri_pb2.StateChangeEvent, self._state_change),
+                "StateChange", nri_pb2.StateChangeEvent, self._state_change),
         }
 
     @classmethod
@@ -211,6 +229,12 @@ class Stub:
     def registered(self) -> bool:
         """True while connected and registered with the runtime."""
         return self._registered
+
+    @property
+    def request_budget_ms(self) -> int:
+        """The runtime's per-request timeout in milliseconds: Configure's ``request_timeout``
+        (NRI v0.8+), else the NRI default of 2000 ms."""
+        return self.request_timeout_ms or DEFAULT_REQUEST_TIMEOUT_MS
 
     def stop(self) -> None:
         """Close the connection and make :meth:`run` return (call on the event loop)."""
@@ -292,6 +316,7 @@ class Stub:
         self.sessions += 1
         self._mux = mux
         self._sync_pods, self._sync_containers = [], []
+        self._sync_parts, self._sync_handler_s, self._sync_bytes = 0, 0.0, 0
         Server(mux, PLUGIN_SERVICE_CONN, self._methods, logger=self._log,
                after_reply=self._after_reply)
         client = Client(mux, RUNTIME_SERVICE_CONN, logger=self._log)
@@ -328,6 +353,7 @@ class Stub:
             dropped = len(self._pending_updates)
             self._pending_updates = []
             self._sync_pods, self._sync_containers = [], []
+            self._sync_parts, self._sync_handler_s, self._sync_bytes = 0, 0.0, 0
             if dropped:
                 self._log.warning("NRI: %d queued container updates dropped on disconnect",
                                   dropped)
@@ -342,40 +368,80 @@ class Stub:
             raise _SessionFailed(f"connection lost {lasted:.1f}s after registration")
 
     # --- dispatch ---------------------------------------------------------------------------
-    def _wrap(self, req_cls: type[_M], fn: Callable[[_M], Message | None]) -> Handler:
+    def _wrap(
+        self, method: str, req_cls: type[_M], fn: Callable[[_M], Message | None]
+    ) -> Handler:
         def handle(payload: bytes) -> bytes:
+            t0 = time.perf_counter()
+            self._last_payload = len(payload)
             try:
-                req = req_cls.FromString(payload)
-            except DecodeError as exc:
-                raise TtrpcError(INVALID_ARGUMENT, f"malformed {req_cls.__name__}: {exc}") from None
-            self._in_handler = True
-            try:
-                resp = fn(req)
-            except PluginError as exc:
-                self._log.warning("NRI: %s refused: %s", req_cls.__name__, exc)
-                raise TtrpcError(UNKNOWN, str(exc)) from None
+                try:
+                    req = req_cls.FromString(payload)
+                except DecodeError as exc:
+                    raise TtrpcError(
+                        INVALID_ARGUMENT, f"malformed {req_cls.__name__}: {exc}") from None
+                self._in_handler = True
+                try:
+                    resp = fn(req)
+                except PluginError as exc:
+                    self._log.warning("NRI: %s refused: %s", req_cls.__name__, exc)
+                    raise TtrpcError(UNKNOWN, str(exc)) from None
+                finally:
+                    self._in_handler = False
+                return resp.SerializeToString() if resp is not None else b""
             finally:
-                self._in_handler = False
-            return resp.SerializeToString() if resp is not None else b""
+                self._check_budget(method, time.perf_counter() - t0)
 
         return handle
+
+    def _check_budget(self, method: str, seconds: float) -> None:
+        """WARNING when ``seconds`` (one handler call; for Synchronize, the sum over all parts
+        of a split sync, judged at its last part) exceeds half of :attr:`request_budget_ms`."""
+        if method == "Synchronize":
+            self._sync_handler_s += seconds
+            if self._sync_parts:  # an intermediate part: judged with the last one
+                return
+            seconds, self._sync_handler_s = self._sync_handler_s, 0.0
+        ms = seconds * 1e3
+        budget = self.request_budget_ms
+        if ms > budget / 2:
+            self._log.warning(
+                "NRI: %s took %.0f ms, more than half of the runtime's %d ms request timeout "
+                "(a late answer disconnects the plugin)", method, ms, budget)
 
     def _configure(self, req: nri_pb2.ConfigureRequest) -> nri_pb2.ConfigureResponse:
         self.runtime_name = req.runtime_name
         self.runtime_version = req.runtime_version
-        self._log.info("NRI: configured by %s %s", req.runtime_name, req.runtime_version)
+        self.registration_timeout_ms = max(0, int(req.registration_timeout))
+        self.request_timeout_ms = max(0, int(req.request_timeout))
+        if req.registration_timeout or req.request_timeout:
+            self._log.info(
+                "NRI: configured by %s %s: registration timeout %d ms, request timeout %d ms",
+                req.runtime_name, req.runtime_version, req.registration_timeout,
+                req.request_timeout)
+        else:
+            self._log.info("NRI: configured by %s %s (no timeouts given: request timeout "
+                           "assumed %d ms)", req.runtime_name, req.runtime_version,
+                           DEFAULT_REQUEST_TIMEOUT_MS)
         self._handlers.configure(req)
         return nri_pb2.ConfigureResponse(events=self.events & VALID_EVENTS_V061)
 
     def _synchronize(self, req: nri_pb2.SynchronizeRequest) -> nri_pb2.SynchronizeResponse:
         self._sync_pods.extend(req.pods)
         self._sync_containers.extend(req.containers)
+        self._sync_parts += 1
+        self._sync_bytes += self._last_payload
         if req.more:
+            self._log.info("NRI: synchronize part %d: %d pods, %d containers, %d bytes; "
+                           "more follow", self._sync_parts, len(req.pods), len(req.containers),
+                           self._last_payload)
             return nri_pb2.SynchronizeResponse(more=True)
         pods, self._sync_pods = self._sync_pods, []
         containers, self._sync_containers = self._sync_containers, []
-        self._log.info("NRI: synchronize with %d pods, %d containers", len(pods),
-                       len(containers))
+        parts, self._sync_parts = self._sync_parts, 0
+        size, self._sync_bytes = self._sync_bytes, 0
+        self._log.info("NRI: synchronize with %d pods, %d containers, %d bytes in %d part%s",
+                       len(pods), len(containers), size, parts, "" if parts == 1 else "s")
         updates = self._handlers.synchronize(pods, containers)
         return nri_pb2.SynchronizeResponse(update=updates)
 
