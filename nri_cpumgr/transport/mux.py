@@ -100,13 +100,17 @@ class Mux(asyncio.Protocol):
             if pos < len(data) and not self.closed:
                 buf += view[pos:]
             return
+        # ``self._buf`` is never resized once views of it were handed out: a sink (or an
+        # exception traceback holding its frames) may keep a slice alive past the call, and
+        # resizing an exported bytearray raises BufferError. After a parse the remainder
+        # moves to a fresh buffer instead.
         buf += data
         if len(buf) < self._need:
             return  # large frame still arriving: no parsing, no copies
         with memoryview(buf) as view:
             pos = self._consume(view)
         if pos:
-            del buf[:pos]
+            self._buf = buf[pos:]
 
     def _consume(self, view: memoryview) -> int:
         """Dispatch every complete frame in ``view``; return the bytes consumed."""

@@ -81,16 +81,19 @@ class _Endpoint:
         mux.open(conn_id, self)
 
     def feed(self, data: memoryview) -> None:
+        # As in the mux: a buffer views were taken of is replaced, never resized (a slice
+        # kept alive by a traceback would make the resize raise BufferError).
         buf = self._buf
         if buf:
             buf += data
             with memoryview(buf) as view:
                 pos = self._parse(view)
-            del buf[:pos]
+            if pos:
+                self._buf = buf[pos:]
             return
         pos = self._parse(data)
         if pos < len(data):
-            buf += data[pos:]
+            self._buf = bytearray(data[pos:])
 
     def _parse(self, view: memoryview) -> int:
         pos = 0

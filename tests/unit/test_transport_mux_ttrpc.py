@@ -321,3 +321,43 @@ def test_create_container_overhead_under_300us() -> None:
     res = _responses(bytes(tr.out))
     assert nri_pb2.CreateContainerResponse.FromString(res[2 * n - 1].payload) == h.create_response
     assert per_call < 300e-6, f"{per_call * 1e6:.0f} us per CreateContainer"
+
+
+def test_views_kept_alive_by_a_sink_do_not_break_the_next_read() -> None:
+    """A handler's exception traceback can keep the frames (and their memoryview slices of
+    the receive buffers) alive until the garbage collector runs; the next read must not try
+    to resize an exported buffer (seen on containerd: BufferError after a refused create)."""
+    import struct
+
+    from nri_cpumgr.transport.mux import Mux
+
+    kept: list[memoryview] = []
+
+    class Sink:
+        def __init__(self) -> None:
+            self.got: list[bytes] = []
+
+        def feed(self, data: memoryview) -> None:
+            kept.append(data)  # what a leaked traceback frame does
+            self.got.append(bytes(data))
+
+        def connection_lost(self, exc: BaseException | None) -> None:
+            pass
+
+    mux = Mux()
+    sink = Sink()
+    mux.open(1, sink)
+
+    def frame(payload: bytes) -> bytes:
+        return struct.pack(">II", 1, len(payload)) + payload
+
+    stream = frame(b"a" * 10) + frame(b"b" * 20) + frame(b"c" * 5)
+    # split mid-frame so the slow path (own buffer) is used, then keep feeding
+    mux.data_received(stream[:3])
+    mux.data_received(stream[3:25])
+    mux.data_received(stream[25:])
+    mux.data_received(frame(b"d" * 7)[:4])
+    mux.data_received(frame(b"d" * 7)[4:])
+    assert sink.got == [b"a" * 10, b"b" * 20, b"c" * 5, b"d" * 7]
+    assert not mux.closed
+    assert kept  # the views really were kept alive during the later reads
