@@ -295,6 +295,9 @@ class Plugin:
     ) -> nri_pb2.CreateContainerResponse:
         t0 = time.perf_counter()
         info = container_info(req.pod, req.container)
+        if info.pod_resources is not None and log.isEnabledFor(logging.DEBUG):
+            log.debug("pod %s/%s pod-resources=%s overhead=%s", info.namespace,
+                      info.pod_name, info.pod_resources, info.pod_overhead)
         try:
             d = self.manager.admit(info, self._device_numa(info))
         except AdmissionError as e:
