@@ -1,6 +1,6 @@
 """A Synchronize larger than ttrpc's 4 MiB message limit, on a real containerd.
 
-40 pods whose sandboxes carry 120 KiB annotations (about 4.8 MB of state) exist before the
+60 pods whose sandboxes carry 80 KiB annotations (about 4.9 MB of state) exist before the
 plugin connects, each with one container created but not started (containerd lists every
 non-exited container in Synchronize: nri ``ListContainers`` skips only EXITED and UNKNOWN).
 
@@ -13,7 +13,10 @@ non-exited container in Synchronize: nri ``ListContainers`` skips only EXITED an
 * containerd 1.7 (NRI v0.6.1): no splitting; the whole state arrives as one message over
   4 MiB, which the plugin must accept.
 
-Either way the plugin stays connected and the next containers are placed as usual.
+Either way the plugin stays connected and the next containers are placed as usual. The
+Guaranteed container's CreateContainer reply then carries an update for each of the 60 shared
+containers, more than one 4096-byte multiplexer frame: containerd drops a connection that sends
+a larger frame, so the pinning (and the 60 moved containers) also prove the frame splitting.
 
 Also here: the pod-level resources (CRI ``LinuxPodSandboxConfig.resources`` / ``overhead``,
 which the kubelet fills for every pod) reach the plugin as NRI ``pod.linux.pod_resources`` /
@@ -35,8 +38,8 @@ from nri_cpumgr.transport.stub import Stub, event_mask
 from tests.e2e.harness import cgroup_parent, milli_cpu_to_quota, milli_cpu_to_shares
 from tests.e2e.plugin_run import eventually, start_plugin
 
-PODS = 40
-ANNOTATION_BYTES = 120 * 1024  # under the Kubernetes limit of 256 KiB per object
+PODS = 60
+ANNOTATION_BYTES = 80 * 1024  # under the Kubernetes limit of 256 KiB per object
 TTRPC_MAX = 4 << 20
 MEM = "200Mi"
 G1 = {"cpu": "1", "memory": MEM}
@@ -93,7 +96,13 @@ def test_synchronize_over_4mib(containerd, cri, e2e_workdir):
         ours = [cid for _, cid in pods]
         assert [cri.spec_cpus(c) for c in ours] == ["0-1"] * PODS
 
-        # still connected: the next containers are placed
+        # still connected: the next containers are placed; the Guaranteed container's reply
+        # (updates for every shared container) needs more than one mux frame
+        reply = nri_pb2.CreateContainerResponse()
+        for c in ours:
+            u = reply.update.add(container_id=c, ignore_failure=True)
+            u.linux.resources.cpu.cpus = "0"
+        assert len(reply.SerializeToString()) > 4096
         gid = cri.create_container(cri.run_pod("g", "Guaranteed"), "app", requests=G1,
                                    limits=G1)
         cri.start_container(gid)
@@ -103,7 +112,7 @@ def test_synchronize_over_4mib(containerd, cri, e2e_workdir):
         assert eventually(lambda: (cri.cgroup_cpus(be), cri.proc_cpus(be)),
                           ("0", "0")) == ("0", "0")
         assert cri.spec_cpus(be) == "0"
-        # the Guaranteed container's reply moved the 40 synchronized containers off CPU 1
+        # the Guaranteed container's reply moved the synchronized containers off CPU 1
         assert [cri.spec_cpus(c) for c in ours] == ["0"] * PODS
         assert plugin.running
         assert "connection to the runtime lost" not in plugin.log_text()
