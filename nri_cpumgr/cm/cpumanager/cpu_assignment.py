@@ -600,14 +600,13 @@ def take_by_topology(
     """The static policy's take (kubelet policy_static.go, takeByTopology): distributed over
     NUMA nodes under distribute-cpus-across-numa (groups of CPUs-per-core under
     full-pcpus-only), packed otherwise; spread sorting under distribute-cpus-across-cores;
-    uncore alignment under prefer-align-cpus-by-uncorecache (packed only)."""
+    uncore alignment under prefer-align-cpus-by-uncorecache (packed only). align-by-socket
+    does not reach the distributed take here: the released kubelet does not pass it."""
     opts = options or StaticPolicyOptions()
     spread = opts.distribute_cpus_across_cores
     if opts.distribute_cpus_across_numa:
         group = topo.cpus_per_core() if opts.full_pcpus_only else 1
-        return take_distributed(
-            topo, available, count, group, spread=spread, align_by_socket=opts.align_by_socket
-        )
+        return take_distributed(topo, available, count, group, spread=spread)
     return take_packed(
         topo,
         available,
