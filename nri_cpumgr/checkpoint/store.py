@@ -88,10 +88,18 @@ class Checkpoint:
 class BackgroundWriter:
     """Writes checkpoints on a thread of its own, so fsync never blocks the event loop that
     answers the runtime. :meth:`submit` hands over a finished snapshot (a fresh dict the caller
-    no longer mutates); only the newest snapshot per file is written. :meth:`flush` waits
-    until everything submitted is on disk."""
+    no longer mutates); only the newest snapshot per file is written, ``linger`` seconds after
+    the first pending one (a burst of decisions costs one fsync, which would otherwise compete
+    with the runtime's own fsyncs during container creation). :meth:`flush` writes what is
+    pending now and waits until it is on disk."""
 
-    def __init__(self, on_error: Callable[[Checkpoint, OSError], None] | None = None) -> None:
+    def __init__(
+        self,
+        on_error: Callable[[Checkpoint, OSError], None] | None = None,
+        linger: float = 0.0,
+    ) -> None:
+        self._linger = linger
+        self._flushing = False
         self._pending: dict[Path, tuple[Checkpoint, dict[str, Any]]] = {}
         self._cond = threading.Condition()
         self._busy = False
@@ -106,9 +114,16 @@ class BackgroundWriter:
             self._cond.notify_all()
 
     def flush(self, timeout: float = 5.0) -> bool:
-        """Wait until every submitted snapshot is written; False on timeout."""
+        """Write every submitted snapshot now and wait until done; False on timeout."""
         with self._cond:
-            return self._cond.wait_for(lambda: not self._pending and not self._busy, timeout)
+            self._flushing = True
+            self._cond.notify_all()
+            try:
+                return self._cond.wait_for(
+                    lambda: not self._pending and not self._busy, timeout
+                )
+            finally:
+                self._flushing = False
 
     def close(self, timeout: float = 5.0) -> None:
         self.flush(timeout)
@@ -123,6 +138,9 @@ class BackgroundWriter:
                 self._cond.wait_for(lambda: self._pending or self._closed)
                 if self._closed and not self._pending:
                     return
+                if self._linger and not self._closed:
+                    # gather a burst; a flush or close cuts the wait short
+                    self._cond.wait_for(lambda: self._flushing or self._closed, self._linger)
                 items = list(self._pending.values())
                 self._pending.clear()
                 self._busy = True

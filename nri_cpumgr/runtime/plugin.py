@@ -36,6 +36,9 @@ log = logging.getLogger("nri_cpumgr.plugin")
 
 CHECKPOINT_NAME = "cpu_manager_state"
 MEMORY_CHECKPOINT_NAME = "memory_manager_state"
+# seconds a checkpoint write waits to gather a burst of decisions (lost on a crash in that
+# window: the runtime's Synchronize restores the truth on restart)
+CHECKPOINT_LINGER = 0.2
 
 # Events we subscribe to (bit 1 << (event - 1)); no POST_* events: each adds a round trip to
 # every CRI call.
@@ -241,7 +244,7 @@ class Plugin:
             return
         self._save_scheduled = True
         if self._writer is None:
-            self._writer = BackgroundWriter(_write_failed)
+            self._writer = BackgroundWriter(_write_failed, linger=CHECKPOINT_LINGER)
 
         def snapshot() -> None:
             self._save_scheduled = False

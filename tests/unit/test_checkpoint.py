@@ -60,3 +60,26 @@ def test_background_writer_reports_errors(tmp_path):
     assert w.flush(5)
     w.close()
     assert errors and errors[0][0] == tmp_path / "file" / "state"
+
+
+def test_background_writer_lingers_to_gather_a_burst(tmp_path, monkeypatch):
+    import time
+
+    from nri_cpumgr.checkpoint import BackgroundWriter
+
+    writes = []
+    real_save = Checkpoint.save
+    monkeypatch.setattr(Checkpoint, "save", lambda self, b: (writes.append(b), real_save(self, b)))
+    cp = Checkpoint(tmp_path / "state")
+    w = BackgroundWriter(linger=0.3)
+    w.submit(cp, {"n": 1})
+    time.sleep(0.05)
+    w.submit(cp, {"n": 2})
+    w.submit(cp, {"n": 3})
+    assert writes == []  # still lingering
+    time.sleep(0.6)
+    assert writes == [{"n": 3}]
+    w.submit(cp, {"n": 4})
+    assert w.flush(5)  # a flush does not wait for the linger
+    assert writes[-1] == {"n": 4} and cp.load() == {"n": 4}
+    w.close()
