@@ -29,7 +29,7 @@ from nri_cpumgr.cm.memorymanager.manager import MemoryManager, mems_for
 from nri_cpumgr.cm.providers import CPUProvider, DeviceProvider, MemoryProvider
 from nri_cpumgr.cm.topologymanager import ERROR_TOPOLOGY_AFFINITY, TopologyManager
 from nri_cpumgr.cpuset import CPUSet
-from nri_cpumgr.podmodel import Pod
+from nri_cpumgr.podmodel import Pod, QOSClass
 from nri_cpumgr.podmodel.nri import ContainerInfo
 
 log = logging.getLogger(__name__)
@@ -310,8 +310,11 @@ class ContainerManager:
                     updates[i.id] = cpus
             else:
                 pending.append(i)
+        # containers that may need exclusive CPUs first: a shared container's cpuset is only
+        # known once every exclusive one is settled
+        pending.sort(key=lambda i: 0 if i.qos is QOSClass.GUARANTEED else 1)
         for i in pending:
-            want = i.spec().guaranteed_cpus() if str(i.qos) == "Guaranteed" else 0
+            want = i.spec().guaranteed_cpus() if i.qos is QOSClass.GUARANTEED else 0
             current = CPUSet.parse(i.cpus) if i.cpus else CPUSet()
             if self.static and want and len(current) == want and self._adopt(i, current):
                 self._owner[i.key] = i.id
@@ -334,6 +337,8 @@ class ContainerManager:
                 t.applied = pool
                 if CPUSet.parse(t.info.cpus) != pool:
                     updates[cid] = pool
+                else:
+                    updates.pop(cid, None)  # already right: drop any earlier, staler update
         return updates
 
     # ------------------------------------------------------------------ helpers

@@ -127,3 +127,21 @@ def test_update_keeps_pinning():
     d = m.update("g")
     assert (d.cpus, d.exclusive) == (CPUSet({1}), True)
     assert m.update("unknown") is None
+
+
+@pytest.mark.parametrize("order", ["shared-first", "guaranteed-first"])
+def test_synchronize_without_state_never_overlaps_exclusive_cpus(order):
+    """The runtime's order must not matter: a shared container listed before the Guaranteed
+    one whose exclusive cpuset is adopted must not be sent the whole pool (found by a user
+    restarting the plugin without its checkpoint)."""
+    m = manager()
+    be = info("be", "q", current="0")
+    g = guaranteed("g", "p", 1, current="1")
+    infos = [be, g] if order == "shared-first" else [g, be]
+    assert m.synchronize(infos) == {}
+    assert m.state.assignments == {"p": {"c": CPUSet({1})}}
+    assert m.containers["be"].applied == CPUSet({0})
+    # and a shared container on the wrong set is still fixed
+    m2 = manager()
+    ups = m2.synchronize([info("be", "q", current="0-1"), guaranteed("g", "p", 1, current="1")])
+    assert ups == {"be": CPUSet({0})}
