@@ -56,7 +56,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     metrics = Metrics()
     plugin = Plugin(
         config, machine, accept_runtime_config=launched and args.config is None,
-        sysfs_root=args.sysfs_root, metrics=metrics,
+        sysfs_root=args.sysfs_root, metrics=metrics, overrides=overrides,
     )
 
     if launched:

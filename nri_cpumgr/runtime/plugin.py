@@ -148,6 +148,7 @@ class Plugin:
         accept_runtime_config: bool = False,
         sysfs_root: str = "/",
         metrics: Metrics | None = None,
+        overrides: dict[str, Any] | None = None,
     ) -> None:
         """``accept_runtime_config``: take the configuration from the runtime's Configure
         request when it carries one (a plugin launched by the runtime gets its
@@ -156,6 +157,7 @@ class Plugin:
         self.sysfs_root = sysfs_root
         self.metrics = metrics if metrics is not None else Metrics()
         self.accept_runtime_config = accept_runtime_config
+        self.overrides = dict(overrides or {})
         self.request_update: Callable[[list[nri_pb2.ContainerUpdate]], None] | None = None
         self._save_scheduled = False
         self._writer: BackgroundWriter | None = None
@@ -258,7 +260,8 @@ class Plugin:
     def configure(self, req: nri_pb2.ConfigureRequest) -> None:
         if self.accept_runtime_config and req.config.strip():
             try:
-                self._setup(parse_config(req.config, "(from the runtime's Configure)"))
+                cfg = parse_config(req.config, "(from the runtime's Configure)")
+                self._setup(cfg.model_copy(update=self.overrides))
             except ConfigError as e:
                 log.error("%s", e)
                 raise PluginError(str(e)) from None

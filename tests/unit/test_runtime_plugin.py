@@ -57,8 +57,9 @@ def ctr(uid: str, cpus_m: int = 0, cpus: str = "", cid: str = "") -> nri_pb2.Con
 
 
 def run(workdir: Path, body, config: str = STATIC, **plugin_kw) -> Plugin:
-    cfg = parse_config(config + f"stateDirectory: {workdir / 'state'}\n")
-    plugin = Plugin(cfg, MACHINE, **plugin_kw)
+    state = str(workdir / "state")
+    cfg = parse_config(config + f"stateDirectory: {state}\n")
+    plugin = Plugin(cfg, MACHINE, overrides={"stateDirectory": state}, **plugin_kw)
 
     async def main() -> None:
         rt = FakeRuntime(workdir / "nri.sock")
@@ -167,8 +168,10 @@ def test_corrupt_checkpoint_is_rebuilt_from_synchronize(workdir, caplog):
 
 def test_launched_plugin_takes_config_from_configure(workdir):
     async def body(conn, plugin):
-        await conn.handshake(config=STATIC)
+        # the runtime's config has its own state directory; the command line's wins
+        await conn.handshake(config=STATIC + "stateDirectory: /nonexistent/elsewhere\n")
         assert plugin.config.cpuManagerPolicy == "static"
+        assert plugin.config.stateDirectory == str(workdir / "state")
         req = nri_pb2.CreateContainerRequest(pod=pod("g"), container=ctr("g", 1000))
         resp = await conn.call("CreateContainer", req, nri_pb2.CreateContainerResponse)
         assert resp.adjust.linux.resources.cpu.cpus == "1"
