@@ -13,7 +13,13 @@ from collections.abc import Iterable
 
 
 class CPUSetError(ValueError):
-    """A cpulist string that cannot be parsed (bad syntax, negative or reversed range)."""
+    """A cpulist string that cannot be parsed (bad syntax, negative or reversed range, or an
+    id above :data:`MAX_ID`)."""
+
+
+MAX_ID = 65535
+"""Largest CPU (or NUMA node) id accepted: Linux caps NR_CPUS at 8192 today; a larger id in
+a cpulist is a typo, and expanding it would cost memory and time."""
 
 
 class CPUSet(frozenset[int]):
@@ -49,6 +55,8 @@ class CPUSet(frozenset[int]):
                 raise CPUSetError(f"invalid cpulist {text!r}: bad element {part!r}") from None
             if a < 0 or b < a:
                 raise CPUSetError(f"invalid cpulist {text!r}: bad range {part!r}")
+            if b > MAX_ID:
+                raise CPUSetError(f"invalid cpulist {text!r}: id {b} above {MAX_ID}")
             out.update(range(a, b + 1))
         return cls(out)
 
