@@ -73,7 +73,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     plugin.request_update = stub.request_update
     server = None
     if config.metricsAddress:
-        server = metrics.serve(config.metricsAddress, ready=lambda: stub.registered)
+        try:
+            server = metrics.serve(config.metricsAddress, ready=lambda: stub.registered)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"metricsAddress {config.metricsAddress}: {e}") from None
         log.info("metrics, /healthz and /readyz on %s", config.metricsAddress)
 
     async def main() -> None:
@@ -115,10 +118,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     try:
         body = Checkpoint(state_dir / CHECKPOINT_NAME).load()
     except CheckpointError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"nri-cpumgr: {e}", file=sys.stderr)
         return 1
     if body is None:
-        print(f"error: no checkpoint in {state_dir}", file=sys.stderr)
+        print(f"nri-cpumgr: no checkpoint in {state_dir}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(body, indent=1))

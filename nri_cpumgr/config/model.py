@@ -38,6 +38,38 @@ class ConfigError(ValueError):
     """Invalid configuration. ``str()`` is one line naming the offending key."""
 
 
+# The feature gates this plugin reads (kubelet names); any other name is a typo.
+KNOWN_FEATURE_GATES = frozenset({
+    "CPUManagerPolicyAlphaOptions",
+    "CPUManagerPolicyBetaOptions",
+    "CPUManagerPolicyOptions",
+    "TopologyManagerPolicyAlphaOptions",
+    "TopologyManagerPolicyBetaOptions",
+    "TopologyManagerPolicyOptions",
+})
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML loader refusing duplicate keys (PyYAML keeps the last one silently)."""
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=True)
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping
+)
+
+
 class ReservedMemory(BaseModel):
     """One ``reservedMemory`` entry (KubeletConfiguration MemoryReservation): memory and
     hugepages reserved for the system on ``numaNode``."""
@@ -75,6 +107,23 @@ class Config(BaseModel):
     logFile: str | None = None
     # HTTP listen address for /metrics, /healthz and /readyz ("host:port"; "" = off)
     metricsAddress: str = Field("", pattern=r"^$|^[^\s:]*:[0-9]{1,5}$")
+
+    @field_validator("metricsAddress")
+    @classmethod
+    def _port(cls, v: str) -> str:
+        if v and int(v.rsplit(":", 1)[1]) > 65535:
+            raise ValueError(f"port of {v!r} out of range (0-65535)")
+        return v
+
+    @field_validator("featureGates")
+    @classmethod
+    def _gates(cls, v: dict[str, bool]) -> dict[str, bool]:
+        unknown = sorted(set(v) - KNOWN_FEATURE_GATES)
+        if unknown:
+            raise ValueError(
+                f"unknown feature gate(s) {unknown}; known: {sorted(KNOWN_FEATURE_GATES)}"
+            )
+        return v
     # --- CPU manager (KubeletConfiguration) ---
     cpuManagerPolicy: Literal["none", "static"] = "none"
     cpuManagerPolicyOptions: dict[str, str] = Field(default_factory=dict)
@@ -194,7 +243,7 @@ def parse_config(text: str, source: str = "<config>") -> Config:
     """Parse YAML text into a :class:`Config`. Raises :class:`ConfigError` (one line, naming
     the key) for YAML errors, unknown keys and invalid values."""
     try:
-        doc = yaml.safe_load(text) if text.strip() else {}
+        doc = yaml.load(text, Loader=_UniqueKeyLoader) if text.strip() else {}  # noqa: S506
     except yaml.YAMLError as e:
         raise ConfigError(f"invalid config {source}: not YAML: {str(e).splitlines()[0]}") from None
     if doc is None:
@@ -213,7 +262,9 @@ def load_config(path: str | Path | None) -> Config:
         return Config()
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"cannot read config {p}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"invalid config {p}: not UTF-8 text") from None
     return parse_config(text, str(p))

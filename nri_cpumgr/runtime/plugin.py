@@ -115,19 +115,29 @@ def build_memory_manager(config: Config, machine: Machine) -> MemoryManager | No
 
 
 def restore_state(
-    policy: StaticPolicy | NonePolicy, body: dict[str, Any] | None
+    policy: StaticPolicy | NonePolicy, body: dict[str, Any] | None, path: Any = ""
 ) -> CPUManagerState:
-    """CPU manager state from a checkpoint body (``None``: fresh), validated by the policy."""
+    """CPU manager state from a checkpoint body (``None``: fresh), validated by the policy.
+
+    Raises :class:`ConfigError` when the checkpoint was written by another policy: like the
+    kubelet ("configured policy differs from state checkpoint"), the plugin refuses to start
+    rather than silently drop the node's assignments. A state the policy rejects (it does
+    not fit the topology or the reservation) is logged and rebuilt from Synchronize.
+    """
     state = CPUManagerState(assignments={}, default_set=CPUSet())
     name = "static" if isinstance(policy, StaticPolicy) else "none"
-    if body and body.get("policyName") == name:
+    if body and body.get("policyName") not in (None, name):
+        raise ConfigError(
+            f"checkpoint {path} was written by cpuManagerPolicy {body.get('policyName')!r} but "
+            f"the config says {name!r}: drain the node and remove the checkpoint to change "
+            f"policy (the kubelet refuses the same)"
+        )
+    if body:
         state.default_set = CPUSet.parse(body.get("defaultCpuSet", ""))
         state.assignments = {
-            uid: {name: CPUSet.parse(c) for name, c in conts.items()}
+            uid: {n: CPUSet.parse(c) for n, c in conts.items()}
             for uid, conts in body.get("entries", {}).items()
         }
-    elif body:
-        log.warning("checkpoint was written by policy %r: starting fresh", body.get("policyName"))
     try:
         policy.start(state)
     except Exception as e:
@@ -162,9 +172,15 @@ class Plugin:
         self._save_scheduled = False
         self._writer: BackgroundWriter | None = None
         self.synchronized = False
-        self._setup(config)
+        # launched by the runtime, the real config arrives with Configure: until then the
+        # setup is provisional and touches no checkpoint
+        self.provisional = accept_runtime_config
+        self._setup(config, provisional=self.provisional)
 
-    def _setup(self, config: Config) -> None:
+    def _setup(self, config: Config, provisional: bool = False) -> None:
+        """Build the managers for ``config`` and restore their checkpoints. Raises
+        :class:`ConfigError` (bad config, checkpoint of another policy, unwritable state
+        directory)."""
         policy = build_policy(config, self.machine)
         tm = build_topology_manager(config, self.machine)
         memory = build_memory_manager(config, self.machine)
@@ -172,21 +188,38 @@ class Plugin:
         self.policy = policy
         self.checkpoint = Checkpoint(config.state_path(CHECKPOINT_NAME))
         self.memory_checkpoint = Checkpoint(config.state_path(MEMORY_CHECKPOINT_NAME))
-        try:
-            body = self.checkpoint.load()
-        except CheckpointError as e:
-            log.error("%s; rebuilding the state from the runtime's Synchronize", e)
-            body = None
+        body = None
+        if not provisional:
+            try:
+                body = self.checkpoint.load()
+            except CheckpointError as e:
+                log.error("%s; rebuilding the state from the runtime's Synchronize", e)
+        state = restore_state(self.policy, body, self.checkpoint.path)
         if memory is not None:
-            restore_memory_state(memory, self.memory_checkpoint)
+            if provisional:
+                memory.start(MemoryState())
+            else:
+                restore_memory_state(memory, self.memory_checkpoint)
         self.manager = ContainerManager(
             self.policy,
-            restore_state(self.policy, body),
+            state,
             topology_manager=tm,
             memory=memory,
             align_mems_with_cpus=config.alignMemoryWithExclusiveCPUs,
         )
-        self.save()
+        if provisional:
+            return
+        for cp, snapshot in self._snapshots():
+            try:
+                cp.save(snapshot)
+            except OSError as e:
+                raise ConfigError(
+                    f"invalid config: stateDirectory {config.stateDirectory}: cannot write "
+                    f"{cp.path.name}: {e.strerror or e}"
+                ) from None
+        if config.cpuManagerPolicy == "none" and config.memoryManagerPolicy == "None":
+            log.warning("cpuManagerPolicy none and memoryManagerPolicy None: containers are "
+                        "tracked but nothing is pinned")
         log.info(
             "policy=%s reserved=%s shared-pool=%s cpus=%s topology-manager=%s/%s memory=%s",
             self.config.cpuManagerPolicy,
@@ -217,7 +250,9 @@ class Plugin:
         return out
 
     def save(self) -> None:
-        """Write the checkpoints now (start, disconnect, shutdown)."""
+        """Write the checkpoints now (disconnect, shutdown)."""
+        if self.provisional:
+            return
         if self._writer is not None:
             self._writer.flush()
         for cp, body in self._snapshots():
@@ -258,14 +293,18 @@ class Plugin:
 
     # ------------------------------------------------------------------ NRI handlers
     def configure(self, req: nri_pb2.ConfigureRequest) -> None:
-        if self.accept_runtime_config and req.config.strip():
+        if self.accept_runtime_config:
             try:
-                cfg = parse_config(req.config, "(from the runtime's Configure)")
-                self._setup(cfg.model_copy(update=self.overrides))
+                if req.config.strip():
+                    cfg = parse_config(req.config, "(from the runtime's Configure)")
+                    self._setup(cfg.model_copy(update=self.overrides))
+                    log.info("configuration taken from the runtime's Configure request")
+                elif self.provisional:
+                    self._setup(self.config)
+                self.provisional = False
             except ConfigError as e:
                 log.error("%s", e)
                 raise PluginError(str(e)) from None
-            log.info("configuration taken from the runtime's Configure request")
         extra = ""
         if req.request_timeout:
             extra = f" registration-timeout={req.registration_timeout}ms " \

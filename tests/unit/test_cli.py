@@ -1,6 +1,8 @@
 import json
 from pathlib import Path
 
+import pytest
+
 from nri_cpumgr.cli import main
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs"
@@ -74,3 +76,57 @@ def test_status_table_from_checkpoint(tmp_path, capsys):
     assert rows[2] == ["ns/be", "app", "BestEffort", "0,2-3", "-", "0", "no", "live"]
     assert main(["status", "--json", "--state-dir", str(tmp_path)]) == 0
     assert '"reservedCpuSet": "0"' in capsys.readouterr().out
+
+
+def _run(tmp_path, text, *extra):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return main(["run", "--config", str(cfg), "--sysfs-root", str(FIXTURES / "this-machine"),
+                 "--state-dir", str(tmp_path / "s"), *extra])
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        (b"\xff\xfe\x00garbage", "not UTF-8"),
+        ("cpuManagerPolicy: static\ncpuManagerPolicy: none\n", "duplicate key"),
+        ("featureGates: {NoSuchGate: true}\n", "NoSuchGate"),
+        ("metricsAddress: ':99999'\n", "out of range"),
+    ],
+)
+def test_more_bad_configs(tmp_path, capsys, text, words):
+    assert _run(tmp_path, text) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and len(err.splitlines()) == 1
+
+
+def test_checkpoint_of_another_policy_refuses_start(tmp_path, capsys):
+    from nri_cpumgr.checkpoint import Checkpoint
+
+    (tmp_path / "s").mkdir()
+    Checkpoint(tmp_path / "s" / "cpu_manager_state").save(
+        {"policyName": "static", "defaultCpuSet": "0", "entries": {"u": {"c": "1"}}})
+    assert _run(tmp_path, "cpuManagerPolicy: none\n") == 2
+    assert "written by cpuManagerPolicy 'static'" in capsys.readouterr().err
+    # nothing was overwritten
+    assert Checkpoint(tmp_path / "s" / "cpu_manager_state").load()["entries"] == {"u": {"c": "1"}}
+
+
+def test_unwritable_state_directory_refuses_start(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"stateDirectory: {tmp_path / 'file' / 'sub'}\n")
+    assert main(["run", "--config", str(cfg), "--sysfs-root", str(FIXTURES / "this-machine")]) == 2
+    assert "stateDirectory" in capsys.readouterr().err
+
+
+def test_metrics_port_in_use(tmp_path, capsys):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert _run(tmp_path, f"metricsAddress: '127.0.0.1:{port}'\n",
+                    "--socket", str(tmp_path / "none.sock")) == 2
+    assert "metricsAddress" in capsys.readouterr().err

@@ -203,3 +203,19 @@ def test_update_container_keeps_pinning(workdir):
         assert resp.update[0].linux.resources.cpu.quota.value == -1
 
     run(workdir, body)
+
+
+def test_launched_plugin_leaves_the_checkpoint_alone_until_configure(workdir):
+    state = workdir / "state"
+    Checkpoint(state / CHECKPOINT_NAME).save(
+        {"policyName": "static", "defaultCpuSet": "0", "entries": {"g": {"app": "1"}}})
+
+    async def body(conn, plugin):
+        # started with defaults (policy none) while the checkpoint says static: provisional
+        assert plugin.provisional
+        assert Checkpoint(state / CHECKPOINT_NAME).load()["entries"] == {"g": {"app": "1"}}
+        await conn.handshake(config=STATIC, pods=[pod("g")], containers=[ctr("g", 1000, "1")])
+        assert not plugin.provisional
+        assert plugin.manager.state.assignments == {"g": {"app": {1}}}
+
+    run(workdir, body, config="", accept_runtime_config=True)
