@@ -14,8 +14,25 @@ from nri_cpumgr.topology import CPUTopology
 REPO = Path(__file__).resolve().parent.parent
 
 
+def shared_dir() -> Path:
+    """The steering repository's shared/ (``$NRI_CPUMGR_SHARED``; else the parent of
+    ``$NRI_CPUMGR_CONFORMANCE``; else ``../shared`` beside the repository)."""
+    if "NRI_CPUMGR_SHARED" in os.environ:
+        return Path(os.environ["NRI_CPUMGR_SHARED"])
+    if "NRI_CPUMGR_CONFORMANCE" in os.environ:
+        return Path(os.environ["NRI_CPUMGR_CONFORMANCE"]).parent
+    return REPO.parent / "shared"
+
+
 def conformance_dir() -> Path:
-    return Path(os.environ.get("NRI_CPUMGR_CONFORMANCE", REPO.parent / "shared" / "conformance"))
+    if "NRI_CPUMGR_CONFORMANCE" in os.environ:
+        return Path(os.environ["NRI_CPUMGR_CONFORMANCE"])
+    return shared_dir() / "conformance"
+
+
+def nri_examples_dir() -> Path:
+    """Decoded real NRI requests (shared/docs/nri-examples)."""
+    return shared_dir() / "docs" / "nri-examples"
 
 
 def load_group(rel: str) -> list[dict[str, Any]]:

@@ -1,7 +1,6 @@
 """The pod model built from decoded real NRI requests (../shared/docs/nri-examples)."""
 
 import json
-from pathlib import Path
 
 import pytest
 from google.protobuf import json_format
@@ -14,8 +13,9 @@ from nri_cpumgr.podmodel.nri import (
     qos_from_cgroup_parent,
     resources_from_nri,
 )
+from tests.conformance_data import nri_examples_dir
 
-EXAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "docs" / "nri-examples"
+EXAMPLES = nri_examples_dir()
 
 
 def _example(name: str) -> dict:

@@ -23,6 +23,7 @@ from nri_cpumgr.sysfs import (
 )
 from nri_cpumgr.topology import CPUInfo, CPUTopology
 from nri_cpumgr.topology.render import format_table, page_size_name, to_json
+from tests.conformance_data import conformance_dir
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "sysfs"
@@ -579,7 +580,7 @@ def test_to_json_round_trip() -> None:
 
 
 def test_to_json_has_corpus_shape() -> None:
-    corpus = REPO.parent / "shared" / "conformance" / "topologies" / "dual-socket-ht.json"
+    corpus = conformance_dir() / "topologies" / "dual-socket-ht.json"
     ref = json.loads(corpus.read_text())
     doc = to_json(discover(fixture("dual-socket-smt")), "dual-socket-smt")
     assert set(ref["declared"]) == set(doc["declared"])
