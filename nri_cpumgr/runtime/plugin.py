@@ -27,7 +27,7 @@ from nri_cpumgr.config import Config, ConfigError, parse_config
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.metrics import Metrics
 from nri_cpumgr.podmodel import QOSClass
-from nri_cpumgr.podmodel.nri import ContainerInfo, container_info
+from nri_cpumgr.podmodel.nri import ContainerInfo, container_info, qos_from_resources
 from nri_cpumgr.sysfs import device_numa_node
 from nri_cpumgr.topology import Machine
 from nri_cpumgr.transport.stub import PluginError
@@ -340,6 +340,14 @@ class Plugin:
     ) -> nri_pb2.CreateContainerResponse:
         t0 = time.perf_counter()
         info = container_info(req.pod, req.container)
+        if info.qos is QOSClass.GUARANTEED and _contradicts_guaranteed(info):
+            log.warning(
+                "pod %s/%s container %s: the kubelet's cgroup parent says Guaranteed but the "
+                "resources say %s (cpu request %sm, limit %sm, memory limit %s); following the "
+                "cgroup parent", info.namespace, info.pod_name, info.name,
+                qos_from_resources(info.resources), info.resources.cpu_request_milli,
+                info.resources.cpu_limit_milli, info.resources.memory_limit,
+            )
         if info.pod_resources is not None and log.isEnabledFor(logging.DEBUG):
             log.debug("pod %s/%s pod-resources=%s overhead=%s", info.namespace,
                       info.pod_name, info.pod_resources, info.pod_overhead)
@@ -466,6 +474,20 @@ def _update(
         if t.mems:
             cpu.mems = str(t.mems)
     return u
+
+
+def _contradicts_guaranteed(info: ContainerInfo) -> bool:
+    """The resources contradict a Guaranteed cgroup parent: a CPU limit that differs from
+    the request, or no memory limit. (No CPU quota at all is not a contradiction: the
+    kubelet's ``cpuCFSQuota: false`` drops every limit.)"""
+    r = info.resources
+    if r.memory_limit is None:
+        return True
+    return (
+        r.cpu_limit_milli is not None
+        and r.cpu_request_milli is not None
+        and abs(r.cpu_limit_milli - r.cpu_request_milli) > 1
+    )
 
 
 def _write_failed(cp: Checkpoint, e: OSError) -> None:

@@ -288,7 +288,10 @@ class Stub:
     def _before_sleep(self, state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None
         wait = state.next_action.sleep if state.next_action else 0.0
-        level = logging.WARNING if state.attempt_number == 1 else logging.DEBUG
+        # every attempt is visible with its reason; after 10 only every 10th (backoff is long)
+        n = state.attempt_number
+        level = logging.WARNING if n == 1 else logging.INFO if n <= 10 or n % 10 == 0 else \
+            logging.DEBUG
         what = "lost the runtime" if isinstance(exc, _SessionFailed) else "cannot reach the runtime"
         self._log.log(level, "NRI: %s at %s (%s); reconnect attempt %d in %.1fs",
                       what, self.socket_path, exc, state.attempt_number, wait)
