@@ -43,8 +43,8 @@ ANNOTATION_RESTART_COUNT = "io.kubernetes.container.restartCount"
 MIN_SHARES = 2
 SHARES_PER_CPU = 1024
 
-_CGROUPFS = re.compile(r"(?:^|/)kubepods(?:/(burstable|besteffort))?/pod[0-9a-fA-F_-]+/?$")
-_SYSTEMD = re.compile(r"kubepods(?:-(burstable|besteffort))?-pod[0-9a-fA-F_]+\.slice/?$")
+_CGROUPFS = re.compile(r"(?:^|/)kubepods(?:/(burstable|besteffort))?/pod[0-9A-Za-z_-]+/?$")
+_SYSTEMD = re.compile(r"kubepods(?:-(burstable|besteffort))?-pod[0-9A-Za-z_]+\.slice/?$")
 
 
 def qos_from_cgroup_parent(parent: str) -> QOSClass | None:

@@ -224,11 +224,11 @@ def test_launched_plugin_leaves_the_checkpoint_alone_until_configure(workdir):
 def test_qos_cross_check_warns_on_contradiction(workdir, caplog):
     async def body(conn, plugin):
         await conn.handshake()
-        c = ctr("x", 500)  # request 500m ...
+        c = ctr("ab1", 500)  # request 500m ...
         c.linux.resources.cpu.quota.value = 100000  # ... limit 1 CPU, under a Guaranteed parent
         with caplog.at_level(logging.WARNING):
             resp = await conn.call("CreateContainer", nri_pb2.CreateContainerRequest(
-                pod=pod("x"), container=c), nri_pb2.CreateContainerResponse)
+                pod=pod("ab1"), container=c), nri_pb2.CreateContainerResponse)
         assert resp.adjust.linux.resources.cpu.cpus == "0-1"  # shared pool: not an integer
         assert "cgroup parent says Guaranteed but the resources say Burstable" in caplog.text
         caplog.clear()
