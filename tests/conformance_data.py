@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from nri_cpumgr.podmodel import ContainerSpec, Pod, parse_quantity
 from nri_cpumgr.topology import CPUTopology
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,3 +53,29 @@ def topology(name: str) -> CPUTopology:
 
 def case_id(case: dict[str, Any]) -> str:
     return case["name"]
+
+
+def _quantities(raw: dict[str, str] | None) -> dict[str, int]:
+    return {n: parse_quantity(q, milli=(n == "cpu")) for n, q in (raw or {}).items()}
+
+
+def corpus_container(raw: dict[str, Any]) -> ContainerSpec:
+    """A corpus container (``requests``/``limits`` at the top, as in cpumanager/, or under
+    ``resources``, as in memorymanager/) as the pod model's ContainerSpec."""
+    res = raw.get("resources") or raw
+    return ContainerSpec(
+        name=raw["name"],
+        requests=_quantities(res.get("requests")),
+        limits=_quantities(res.get("limits")),
+        restartable=raw.get("restart_policy") == "Always",
+    )
+
+
+def corpus_pod(raw: dict[str, Any]) -> Pod:
+    """A corpus pod as the pod model's Pod (QoS derived from the containers)."""
+    return Pod(
+        uid=raw["uid"],
+        name=raw.get("name") or "",
+        containers=tuple(corpus_container(c) for c in raw.get("containers") or []),
+        init_containers=tuple(corpus_container(c) for c in raw.get("init_containers") or []),
+    )

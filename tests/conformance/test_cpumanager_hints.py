@@ -10,8 +10,7 @@ import pytest
 from nri_cpumgr.cm.cpumanager import CPUManagerState, StaticPolicy
 from nri_cpumgr.cm.topologymanager.hint import TopologyHint
 from nri_cpumgr.cpuset import CPUSet
-from tests.conformance.test_cpumanager_static_policy import corpus_pod
-from tests.conformance_data import case_id, load_group, topology
+from tests.conformance_data import case_id, corpus_pod, load_group, topology
 
 CASES = load_group("cpumanager/hints.json")
 

@@ -19,38 +19,12 @@ from nri_cpumgr.cm.cpumanager import (
 from nri_cpumgr.cm.cpumanager.errors import CPUManagerError
 from nri_cpumgr.cm.topologymanager.hint import TopologyHint
 from nri_cpumgr.cpuset import CPUSet
-from nri_cpumgr.podmodel import ContainerSpec, Pod, parse_quantity
-from tests.conformance_data import case_id, load_group, topology
+from tests.conformance_data import case_id, corpus_pod, load_group, topology
 
 CASES = load_group("cpumanager/static_policy.json")
 
 
 # ---- corpus -> model helpers (also used by test_cpumanager_hints.py) -------------------------
-def _resources(raw: dict[str, str] | None) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for name, qty in (raw or {}).items():
-        out[name] = parse_quantity(qty, milli=(name == "cpu"))
-    return out
-
-
-def corpus_container(raw: dict[str, Any]) -> ContainerSpec:
-    return ContainerSpec(
-        name=raw["name"],
-        requests=_resources(raw.get("requests")),
-        limits=_resources(raw.get("limits")),
-        restartable=raw.get("restart_policy") == "Always",
-    )
-
-
-def corpus_pod(raw: dict[str, Any]) -> Pod:
-    return Pod(
-        uid=raw["uid"],
-        name=raw.get("name") or "",
-        containers=tuple(corpus_container(c) for c in raw.get("containers", [])),
-        init_containers=tuple(corpus_container(c) for c in raw.get("init_containers", [])),
-    )
-
-
 def corpus_state(case: dict[str, Any]) -> CPUManagerState:
     state = CPUManagerState(default_set=CPUSet.parse(case.get("default_set", "")))
     for key, cpus in (case.get("assignments") or {}).items():

@@ -28,35 +28,12 @@ from nri_cpumgr.cm.memorymanager.state import (
     machine_states_equal,
 )
 from nri_cpumgr.cm.topologymanager.hint import TopologyHint
-from nri_cpumgr.podmodel import ContainerSpec, Pod, parse_quantity
 from nri_cpumgr.topology import NUMANodeInfo
-from tests.conformance_data import case_id, load_group
+from tests.conformance_data import case_id, corpus_pod, load_group
 
 CASES = load_group("memorymanager/static.json")
 
 # --- corpus -> model ---------------------------------------------------------------------
-
-
-def _quantities(d: dict[str, str] | None) -> dict[str, int]:
-    return {name: parse_quantity(text, milli=(name == "cpu")) for name, text in (d or {}).items()}
-
-
-def _container(c: dict[str, Any]) -> ContainerSpec:
-    res = c.get("resources") or {}
-    return ContainerSpec(
-        name=c["name"],
-        requests=_quantities(res.get("requests")),
-        limits=_quantities(res.get("limits")),
-        restartable=c.get("restart_policy") == "Always",
-    )
-
-
-def _pod(p: dict[str, Any]) -> Pod:
-    return Pod(
-        uid=p["uid"],
-        init_containers=tuple(_container(c) for c in p.get("init_containers") or []),
-        containers=tuple(_container(c) for c in p.get("containers") or []),
-    )
 
 
 def _machine(m: dict[str, Any] | None) -> list[NUMANodeInfo] | None:
@@ -112,7 +89,7 @@ def _policy(case: dict[str, Any]) -> Policy:
 
 
 def _manager(case: dict[str, Any]) -> MemoryManager:
-    active = [_pod(p) for p in case.get("active_pods") or []]
+    active = [corpus_pod(p) for p in case.get("active_pods") or []]
     return MemoryManager(_policy(case), state=_state(case), active_pods=lambda: active)
 
 
@@ -226,7 +203,7 @@ def _allocate_and_check(
 
 
 def op_allocate(case: dict[str, Any]) -> None:
-    pod = _pod(case["pod"])
+    pod = corpus_pod(case["pod"])
     container = pod.container(case["container"])
     assert container is not None
 
@@ -237,7 +214,7 @@ def op_allocate(case: dict[str, Any]) -> None:
 
 
 def op_allocate_pod_containers(case: dict[str, Any]) -> None:
-    pod = _pod(case["pod"])
+    pod = corpus_pod(case["pod"])
 
     def run(policy: StaticPolicy, state: MemoryState, hint: TopologyHint | None) -> None:
         for c in pod.init_containers + pod.containers:
@@ -253,7 +230,7 @@ def op_remove_container(case: dict[str, Any]) -> None:
 
 
 def op_get_topology_hints(case: dict[str, Any]) -> None:
-    pod = _pod(case["pod"])
+    pod = corpus_pod(case["pod"])
     container = pod.container(case["container"])
     assert container is not None
     hints = _static(case).get_topology_hints(_state(case), pod, container)
@@ -261,7 +238,7 @@ def op_get_topology_hints(case: dict[str, Any]) -> None:
 
 
 def op_pod_requested_resources(case: dict[str, Any]) -> None:
-    assert pod_requested_resources(_pod(case["pod"])) == case["expect"]["requested"]
+    assert pod_requested_resources(corpus_pod(case["pod"])) == case["expect"]["requested"]
 
 
 def op_manager_remove_stale_state(case: dict[str, Any]) -> None:
@@ -272,7 +249,7 @@ def op_manager_remove_stale_state(case: dict[str, Any]) -> None:
 
 def op_manager_allocate_and_add_container(case: dict[str, Any]) -> None:
     mgr = _manager(case)
-    pod = _pod(case["pod"])
+    pod = corpus_pod(case["pod"])
     container = pod.container(case["container"])
     assert container is not None
     hint = _hint(case.get("numa_hint"))
@@ -300,7 +277,7 @@ def op_manager_remove_container(case: dict[str, Any]) -> None:
 
 def op_manager_get_topology_hints(case: dict[str, Any]) -> None:
     mgr = _manager(case)
-    pod = _pod(case["pod"])
+    pod = corpus_pod(case["pod"])
     container = pod.container(case["container"])
     assert container is not None
     assert _hints_json(mgr.get_topology_hints(pod, container)) == case["expect_hints"]
@@ -308,7 +285,7 @@ def op_manager_get_topology_hints(case: dict[str, Any]) -> None:
 
 def op_manager_allocate_and_add_pod(case: dict[str, Any]) -> None:
     mgr = _manager(case)
-    pod = _pod(case["pod"])
+    pod = corpus_pod(case["pod"])
     hint = _hint(case.get("numa_hint"))
     assert case.get("expect_error") is None
     ordered = pod.init_containers + pod.containers
