@@ -72,6 +72,7 @@ def test_reconnects_after_containerd_restart(containerd, cri, e2e_workdir):
         since = plugin.log_offset()
         containerd.restart()
         plugin.wait_for_log(r"registered as", timeout=30, since=since)
+        plugin.wait_for_log(r"synchronize pods=", timeout=10, since=since)
         text = plugin.log_text(since)
         assert "disconnected" in text and "synchronize pods=" in text
         time.sleep(0.2)

@@ -36,6 +36,7 @@ import psutil
 
 from . import images as images_mod
 from .cri import CRIClient
+from .logs import LogFile
 from .paths import RUNC, containerd_bin_dir
 
 NRI_REGISTRATION_TIMEOUT = "5s"
@@ -387,23 +388,15 @@ class Containerd:
     # -- log
     def log_offset(self) -> int:
         """Current size of the log in bytes: pass as ``since`` to only look at later lines."""
-        try:
-            return self.log_path.stat().st_size
-        except FileNotFoundError:
-            return 0
+        return LogFile(self.log_path).offset()
 
     def log_text(self, since: int = 0) -> str:
         """The log from byte offset ``since`` on."""
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(since)
-                return f.read().decode(errors="replace")
-        except FileNotFoundError:
-            return ""
+        return LogFile(self.log_path).text(since)
 
     def log_tail(self, lines: int = 40) -> str:
         """The last ``lines`` lines of the log (for error messages)."""
-        return "\n".join(self.log_text().splitlines()[-lines:])
+        return LogFile(self.log_path).tail(lines)
 
     def wait_for_log(self, pattern: str | re.Pattern[str], timeout: float = 10.0,
                      since: int = 0) -> re.Match[str]:
@@ -411,19 +404,9 @@ class Containerd:
 
         Raises ContainerdError on timeout or if the daemon dies meanwhile.
         """
-        rx = re.compile(pattern) if isinstance(pattern, str) else pattern
-        deadline = time.monotonic() + timeout
-        while True:
-            m = rx.search(self.log_text(since))
-            if m:
-                return m
-            if not self.running:
-                raise ContainerdError(f"containerd died while waiting for {rx.pattern!r}:\n"
-                                      + self.log_tail())
-            if time.monotonic() > deadline:
-                raise ContainerdError(f"{rx.pattern!r} not in containerd log after {timeout}s:\n"
-                                      + self.log_tail())
-            time.sleep(0.05)
+        return LogFile(self.log_path).wait_for(
+            pattern, timeout, since, lambda: self.running,
+            lambda why: ContainerdError(f"containerd: {why}"))
 
     def wait_plugin_ready(self, name: str, index: str | int | None = None, timeout: float = 10.0,
                           since: int = 0) -> re.Match[str]:

@@ -12,9 +12,10 @@ import os
 import re
 import signal
 import subprocess
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from .logs import LogFile
 
 
 class PluginError(RuntimeError):
@@ -92,19 +93,11 @@ class PluginProcess:
 
     def log_offset(self) -> int:
         """Current log size in bytes (a ``since`` for :meth:`wait_for_log`)."""
-        try:
-            return self.log_path.stat().st_size
-        except FileNotFoundError:
-            return 0
+        return LogFile(self.log_path).offset()
 
     def log_text(self, since: int = 0) -> str:
         """The log from byte offset ``since`` on."""
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(since)
-                return f.read().decode(errors="replace")
-        except FileNotFoundError:
-            return ""
+        return LogFile(self.log_path).text(since)
 
     def wait_for_log(self, pattern: str | re.Pattern[str], timeout: float = 10.0,
                      since: int = 0, allow_exit: bool = False) -> re.Match[str]:
@@ -113,23 +106,9 @@ class PluginProcess:
         Raises PluginError on timeout, or when the process exits first (unless ``allow_exit``,
         for lines written just before a deliberate exit).
         """
-        rx = re.compile(pattern) if isinstance(pattern, str) else pattern
-        deadline = time.monotonic() + timeout
-        while True:
-            m = rx.search(self.log_text(since))
-            if m:
-                return m
-            if not self.running and not allow_exit:
-                # one last look: the line may have been written just before exiting
-                m = rx.search(self.log_text(since))
-                if m:
-                    return m
-                raise PluginError(f"plugin exited ({self.returncode}) before {rx.pattern!r}:\n"
-                                  + self.log_text()[-4000:])
-            if time.monotonic() > deadline:
-                raise PluginError(f"{rx.pattern!r} not in plugin log after {timeout}s:\n"
-                                  + self.log_text()[-4000:])
-            time.sleep(0.05)
+        return LogFile(self.log_path).wait_for(
+            pattern, timeout, since, lambda: allow_exit or self.running,
+            lambda why: PluginError(f"plugin ({self.returncode}): {why}"))
 
     def __enter__(self) -> PluginProcess:
         return self.start()
