@@ -89,21 +89,40 @@ def run_version(version: str, args: argparse.Namespace) -> list[str]:
     plugin: PluginProcess | None = None
     try:
         c.start()
-        samples = measure(c, args.n, args.warmup, args.qos, args.cpu, args.memory)
-        lines.append(report(f"containerd {version}, no plugin", samples))
-        print(lines[-1], flush=True)
-        if args.plugin_cmd:
+        rounds = max(1, args.rounds) if args.plugin_cmd else 1
+        per = max(1, args.n // rounds)
+        without: list[float] = []
+        with_plugin: list[float] = []
+        diffs: list[float] = []
+        for r in range(rounds):
+            a = measure(c, per, args.warmup if r == 0 else 1, args.qos, args.cpu, args.memory)
+            without += a
+            if not args.plugin_cmd:
+                break
             cmd = args.plugin_cmd.format(nri_socket=c.nri_socket, workdir=workdir,
                                          python=sys.executable, version=version)
             since = c.log_offset()
             plugin = PluginProcess(shlex.split(cmd), workdir / "plugin.log", cwd=TOP).start()
             c.wait_plugin_ready(args.plugin_name, args.plugin_index,
                                 timeout=args.plugin_timeout, since=since)
-            samples = measure(c, args.n, args.warmup, args.qos, args.cpu, args.memory)
+            b = measure(c, per, 1, args.qos, args.cpu, args.memory)
             if not plugin.running:
                 raise RuntimeError("plugin exited during the measurement:\n"
                                    + plugin.log_text()[-2000:])
-            lines.append(report(f"containerd {version}, {args.plugin_name}", samples))
+            plugin.stop()
+            plugin = None
+            with_plugin += b
+            diffs.append(statistics.median(b) - statistics.median(a))
+        lines.append(report(f"containerd {version}, no plugin", without))
+        print(lines[-1], flush=True)
+        if args.plugin_cmd:
+            lines.append(report(f"containerd {version}, {args.plugin_name}", with_plugin))
+            print(lines[-1], flush=True)
+            lines.append(
+                f"{'':32} added by {args.plugin_name}: median of {rounds} interleaved rounds' "
+                f"median differences = {statistics.median(diffs):+.2f} ms "
+                f"(rounds: {', '.join(f'{d:+.2f}' for d in diffs)})"
+            )
             print(lines[-1], flush=True)
     finally:
         if plugin is not None:
@@ -134,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="plugin name as registered (to wait for it in containerd's log)")
     ap.add_argument("--plugin-index", type=int, default=None)
     ap.add_argument("--plugin-timeout", type=float, default=15.0)
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="with --plugin-cmd: alternate this many blocks without and with the "
+                         "plugin on the same daemon (n/rounds creations each), so drift of the "
+                         "machine does not land on one side")
     ap.add_argument("--keep", action="store_true", help="keep the daemon work dirs")
     args = ap.parse_args(argv)
     versions = args.version or ["1.7", "2.1"]

@@ -6,7 +6,9 @@ import argparse
 import asyncio
 import json
 import logging
+import logging.handlers
 import os
+import queue
 import signal
 import sys
 from pathlib import Path
@@ -16,18 +18,41 @@ from nri_cpumgr.config import Config, ConfigError, load_config
 log = logging.getLogger("nri_cpumgr")
 
 
-def _setup_logging(config: Config, launched: bool, verbose: bool) -> None:
+class _DeferredQueueHandler(logging.handlers.QueueHandler):
+    """Queues the record as it is: formatting (timestamps, %-args) and the write happen on
+    the listener's thread, not on the event loop that answers the runtime. The arguments
+    we log are immutable (strings, numbers, CPU sets)."""
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        if record.exc_info:  # tracebacks refer to live frames: render them now
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+            record.exc_info = None
+        return record
+
+
+def _setup_logging(config: Config, launched: bool, verbose: bool) -> logging.handlers.QueueListener:
+    """Log through a queue to stderr, or to a file (``logFile``; launched by the runtime:
+    ``<stateDirectory>/nri-cpumgr.log`` since stdio is /dev/null). Returns the started
+    listener (stop it at exit to flush)."""
     level = logging.DEBUG if verbose else logging.INFO
-    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     log_file = config.logFile
     if launched and not log_file:
-        # launched by the runtime: stdio is /dev/null
         log_file = str(Path(config.stateDirectory) / "nri-cpumgr.log")
+    target: logging.Handler
     if log_file:
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
-        logging.basicConfig(level=level, format=fmt, filename=log_file)
+        target = logging.FileHandler(log_file)
     else:
-        logging.basicConfig(level=level, format=fmt, stream=sys.stderr)
+        target = logging.StreamHandler(sys.stderr)
+    target.setFormatter(fmt)
+    q: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+    listener = logging.handlers.QueueListener(q, target)
+    listener.start()
+    root = logging.getLogger()
+    root.handlers[:] = [_DeferredQueueHandler(q)]
+    root.setLevel(level)
+    return listener
 
 
 def _discover(sysfs_root: str):
@@ -49,51 +74,54 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides["stateDirectory"] = args.state_dir
     if overrides:
         config = config.model_copy(update=overrides)
-    _setup_logging(config, launched, args.verbose)
-    machine = _discover(args.sysfs_root)
-    from nri_cpumgr.metrics import Metrics
-
-    metrics = Metrics()
-    plugin = Plugin(
-        config, machine, accept_runtime_config=launched and args.config is None,
-        sysfs_root=args.sysfs_root, metrics=metrics, overrides=overrides,
-    )
-
-    if launched:
-        stub = Stub.from_env(plugin, events=EVENTS, logger=logging.getLogger("nri_cpumgr.nri"))
-    else:
-        stub = Stub(
-            plugin,
-            name=config.pluginName,
-            idx=config.pluginIndex,
-            socket_path=config.socketPath,
-            events=EVENTS,
-            logger=logging.getLogger("nri_cpumgr.nri"),
-        )
-    plugin.request_update = stub.request_update
-    server = None
-    if config.metricsAddress:
-        try:
-            server = metrics.serve(config.metricsAddress, ready=lambda: stub.registered)
-        except (OSError, ValueError) as e:
-            raise ConfigError(f"metricsAddress {config.metricsAddress}: {e}") from None
-        log.info("metrics, /healthz and /readyz on %s", config.metricsAddress)
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stub.stop)
-        await stub.run()
-
-    log.info("nri-cpumgr starting: plugin %s-%s, socket %s", config.pluginIndex,
-             config.pluginName, "fd" if launched else config.socketPath)
+    listener = _setup_logging(config, launched, args.verbose)
     try:
-        asyncio.run(main())
+        machine = _discover(args.sysfs_root)
+        from nri_cpumgr.metrics import Metrics
+
+        metrics = Metrics()
+        plugin = Plugin(
+            config, machine, accept_runtime_config=launched and args.config is None,
+            sysfs_root=args.sysfs_root, metrics=metrics, overrides=overrides,
+        )
+
+        if launched:
+            stub = Stub.from_env(plugin, events=EVENTS, logger=logging.getLogger("nri_cpumgr.nri"))
+        else:
+            stub = Stub(
+                plugin,
+                name=config.pluginName,
+                idx=config.pluginIndex,
+                socket_path=config.socketPath,
+                events=EVENTS,
+                logger=logging.getLogger("nri_cpumgr.nri"),
+            )
+        plugin.request_update = stub.request_update
+        server = None
+        if config.metricsAddress:
+            try:
+                server = metrics.serve(config.metricsAddress, ready=lambda: stub.registered)
+            except (OSError, ValueError) as e:
+                raise ConfigError(f"metricsAddress {config.metricsAddress}: {e}") from None
+            log.info("metrics, /healthz and /readyz on %s", config.metricsAddress)
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stub.stop)
+            await stub.run()
+
+        log.info("nri-cpumgr starting: plugin %s-%s, socket %s", config.pluginIndex,
+                 config.pluginName, "fd" if launched else config.socketPath)
+        try:
+            asyncio.run(main())
+        finally:
+            plugin.close()
+            if server is not None:
+                server.close()
+            log.info("nri-cpumgr stopped")
     finally:
-        plugin.close()
-        if server is not None:
-            server.close()
-    log.info("nri-cpumgr stopped")
+        listener.stop()  # flush what is queued
     return 0
 
 

@@ -44,6 +44,9 @@ def start_plugin(
     try:
         containerd.wait_plugin_ready(PLUGIN_NAME, PLUGIN_INDEX, timeout=15, since=since)
         p.wait_for_log("registered as", timeout=10)
+        # an external plugin always gets a Synchronize; its log line is written by the
+        # logging thread, possibly just after containerd logged the plugin as connected
+        p.wait_for_log("synchronize pods=", timeout=10)
     except Exception:
         p.stop()
         raise AssertionError("plugin did not register:\n" + p.log_text()[-3000:]) from None
