@@ -338,8 +338,8 @@ class Stub:
                 raise _SessionFailed(f"registration failed: {exc!r}") from None
             self._client = client
             self._registered = True
-            self._log.info("NRI: registered as %s-%s with %s %s", self.idx, self.name,
-                           self.runtime_name or "the runtime", self.runtime_version)
+            runtime = f"{self.runtime_name} {self.runtime_version}".strip() or "the runtime"
+            self._log.info("NRI: registered as %s-%s with %s", self.idx, self.name, runtime)
             if self._pending_updates:
                 self._schedule_flush()
             assert mux.lost is not None
