@@ -113,13 +113,6 @@ class ContainerManager:
             pool = self.policy.reserved_cpus
         return pool
 
-    def exclusive_cpus(self) -> CPUSet:
-        out: set[int] = set()
-        for conts in self.state.assignments.values():
-            for cpus in conts.values():
-                out |= cpus
-        return CPUSet(out)
-
     def rows(self) -> list[dict[str, Any]]:
         """One row per tracked container (for logs and the status command)."""
         out = []
@@ -357,10 +350,9 @@ class ContainerManager:
         """Take over an exclusive cpuset the runtime reports for a container the state does
         not know (created while the state was lost), if those CPUs are free and not
         reserved."""
-        free = self.state.default_set - self.policy.reserved_cpus
-        if not cpus <= free:
+        if not cpus <= self.policy.available_cpus(self.state):
             return False
-        self.state.assignments.setdefault(i.pod_uid, {})[i.name] = cpus
+        self.state.set_cpuset(i.pod_uid, i.name, cpus)
         self.state.default_set = self.state.default_set - cpus
         return True
 

@@ -30,7 +30,7 @@ from nri_cpumgr.podmodel import QOSClass
 from nri_cpumgr.podmodel.nri import ContainerInfo, container_info, qos_from_resources
 from nri_cpumgr.sysfs import device_numa_node
 from nri_cpumgr.topology import Machine
-from nri_cpumgr.transport.stub import PluginError
+from nri_cpumgr.transport.stub import PluginError, event_mask
 
 log = logging.getLogger("nri_cpumgr.plugin")
 
@@ -42,13 +42,13 @@ CHECKPOINT_LINGER = 0.2
 
 # Events we subscribe to (bit 1 << (event - 1)); no POST_* events: each adds a round trip to
 # every CRI call.
-EVENTS = (
-    (1 << (nri_pb2.STOP_POD_SANDBOX - 1))
-    | (1 << (nri_pb2.REMOVE_POD_SANDBOX - 1))
-    | (1 << (nri_pb2.CREATE_CONTAINER - 1))
-    | (1 << (nri_pb2.UPDATE_CONTAINER - 1))
-    | (1 << (nri_pb2.STOP_CONTAINER - 1))
-    | (1 << (nri_pb2.REMOVE_CONTAINER - 1))
+EVENTS = event_mask(
+    nri_pb2.STOP_POD_SANDBOX,
+    nri_pb2.REMOVE_POD_SANDBOX,
+    nri_pb2.CREATE_CONTAINER,
+    nri_pb2.UPDATE_CONTAINER,
+    nri_pb2.STOP_CONTAINER,
+    nri_pb2.REMOVE_CONTAINER,
 )
 
 _LIVE_STATES = (
@@ -331,7 +331,7 @@ class Plugin:
         log.info(
             "synchronize pods=%d containers=%d updates=%d shared-pool=%s exclusive=%s (%.2f ms)",
             len(pods), len(infos), len(updates), self.manager.shared_pool(),
-            self.manager.exclusive_cpus(), (time.perf_counter() - t0) * 1e3,
+            self.manager.state.assigned_cpus(), (time.perf_counter() - t0) * 1e3,
         )
         return [_update(cid, cpus, self.manager) for cid, cpus in updates.items()]
 
@@ -442,7 +442,7 @@ class Plugin:
             self.metrics.admission(ok, (time.perf_counter() - t0) * 1e3)
         if ok and self.manager.static:
             pool = self.manager.shared_pool()
-            self.metrics.set_pools(len(pool) * 1000, len(self.manager.exclusive_cpus()))
+            self.metrics.set_pools(len(pool) * 1000, len(self.manager.state.assigned_cpus()))
 
     # ------------------------------------------------------------------ logging
     def _log_decision(self, what: str, info: Any, d: Decision) -> None:
