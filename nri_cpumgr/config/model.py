@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -143,6 +144,24 @@ class Config(BaseModel):
     # --- the plugin's own: with memoryManagerPolicy None, pin an exclusive container's
     # cpuset.mems to the NUMA nodes of its CPUs (off by default, as in the kubelet) ---
     alignMemoryWithExclusiveCPUs: bool = False
+    # --- the plugin's own: moving shared-pool containers after the reply (nri_cpumgr.poolsync).
+    # Durations as the kubelet writes them ("100ms", "1s", "1m30s"). ---
+    # the longest a shrink of the shared pool waits (for the new exclusive container's start
+    # and a quiet moment) before shared containers are moved off the new exclusive CPUs
+    sharedPoolShrinkDelay: str = "1s"
+    # how long CPUs released by an exclusive container wait before shared containers get
+    # them back (the kubelet's cpuManagerReconcilePeriod default); an allocation within that
+    # time that takes them again costs no update at all
+    sharedPoolGrowDelay: str = "10s"
+    # container updates per UpdateContainers call: the runtime holds its NRI lock for the
+    # whole call (about 10 ms per container), other containers' operations wait that long
+    sharedPoolUpdateBatchSize: int = Field(10, ge=1, le=1000)
+
+    @field_validator("sharedPoolShrinkDelay", "sharedPoolGrowDelay")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        parse_duration(v)
+        return v
 
     @field_validator("reservedSystemCPUs")
     @classmethod
@@ -224,8 +243,35 @@ class Config(BaseModel):
             out["memory"] = out.get("memory", 0) + parse_quantity(ev)
         return out
 
+    def duration(self, key: str) -> float:
+        """A duration key's value in seconds (``sharedPoolShrinkDelay``, ...)."""
+        return parse_duration(getattr(self, key))
+
     def state_path(self, name: str) -> Path:
         return Path(self.stateDirectory) / name
+
+
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h)")
+_DURATION_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0,
+                  "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds of a duration written as the kubelet's metav1.Duration (Go's
+    ``time.ParseDuration``: "0", "250ms", "1.5s", "1m30s"; no sign). Raises ValueError."""
+    s = str(text).strip()
+    if s == "0":
+        return 0.0
+    pos, total = 0, 0.0
+    while pos < len(s):
+        m = _DURATION_PART.match(s, pos)
+        if m is None:
+            break
+        total += float(m.group(1)) * _DURATION_UNIT[m.group(2)]
+        pos = m.end()
+    if not s or pos != len(s):
+        raise ValueError(f"invalid duration {text!r} (for example \"500ms\", \"1s\", \"1m30s\")")
+    return total
 
 
 def _one_line(err: ValidationError) -> str:
