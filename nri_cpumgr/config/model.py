@@ -16,20 +16,14 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
 
 from nri_cpumgr.cpuset import CPUSet, CPUSetError
 from nri_cpumgr.podmodel import parse_quantity
@@ -48,6 +42,13 @@ KNOWN_FEATURE_GATES = frozenset({
     "TopologyManagerPolicyBetaOptions",
     "TopologyManagerPolicyOptions",
 })
+
+_PLUGIN_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+_PLUGIN_INDEX = re.compile(r"[0-9]{2}")
+_ADDRESS = re.compile(r"[^\s:]*:([0-9]{1,5})")
+# YAML strings a boolean key takes besides true/false (what the Go/pydantic parsers accept)
+_TRUE = frozenset({"true", "yes", "on", "1", "t", "y"})
+_FALSE = frozenset({"false", "no", "off", "0", "f", "n"})
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -71,142 +72,101 @@ _UniqueKeyLoader.add_constructor(
 )
 
 
-class ReservedMemory(BaseModel):
+class _Invalid(Exception):
+    """One invalid value: ``key`` (dotted path) and the message."""
+
+    def __init__(self, key: str, msg: str) -> None:
+        super().__init__(f"{key}: {msg}")
+        self.key = key
+        self.msg = msg
+
+
+@dataclasses.dataclass(frozen=True)
+class ReservedMemory:
     """One ``reservedMemory`` entry (KubeletConfiguration MemoryReservation): memory and
-    hugepages reserved for the system on ``numaNode``."""
+    hugepages (bytes as Kubernetes quantities, e.g. ``1Gi``) reserved for the system on
+    NUMA node ``numaNode``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    numaNode: int = Field(ge=0)
+    numaNode: int
     limits: dict[str, str]
 
-    @field_validator("limits", mode="before")
-    @classmethod
-    def _limits(cls, v: Any) -> Any:
-        if isinstance(v, dict):
-            out = {}
-            for k, x in v.items():
-                try:
-                    parse_quantity(str(x))
-                except ValueError:
-                    raise ValueError(f"{k}: invalid quantity {x!r}") from None
-                out[k] = str(x)
-            return out
-        return v
 
-
-class Config(BaseModel):
-    """The whole plugin configuration (all keys optional)."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The whole plugin configuration (all keys optional). Build it with
+    :func:`parse_config` / :meth:`model_validate`, which check every key; ``Config()`` is all
+    defaults."""
 
     # --- the plugin's own keys ---
-    pluginName: str = Field("cpumgr", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
-    pluginIndex: str = Field("90", pattern=r"^[0-9]{2}$")
+    pluginName: str = "cpumgr"
+    pluginIndex: str = "90"
     socketPath: str = "/var/run/nri/nri.sock"
     stateDirectory: str = "/var/lib/nri-cpumgr"
     logFile: str | None = None
     # HTTP listen address for /metrics, /healthz and /readyz ("host:port"; "" = off)
-    metricsAddress: str = Field("", pattern=r"^$|^[^\s:]*:[0-9]{1,5}$")
-
-    @field_validator("metricsAddress")
-    @classmethod
-    def _port(cls, v: str) -> str:
-        if v and int(v.rsplit(":", 1)[1]) > 65535:
-            raise ValueError(f"port of {v!r} out of range (0-65535)")
-        return v
-
-    @field_validator("featureGates")
-    @classmethod
-    def _gates(cls, v: dict[str, bool]) -> dict[str, bool]:
-        unknown = sorted(set(v) - KNOWN_FEATURE_GATES)
-        if unknown:
-            raise ValueError(
-                f"unknown feature gate(s) {unknown}; known: {sorted(KNOWN_FEATURE_GATES)}"
-            )
-        return v
+    metricsAddress: str = ""
     # --- CPU manager (KubeletConfiguration) ---
-    cpuManagerPolicy: Literal["none", "static"] = "none"
-    cpuManagerPolicyOptions: dict[str, str] = Field(default_factory=dict)
+    cpuManagerPolicy: str = "none"
+    cpuManagerPolicyOptions: dict[str, str] = dataclasses.field(default_factory=dict)
     reservedSystemCPUs: str = ""
-    kubeReserved: dict[str, str] = Field(default_factory=dict)
-    systemReserved: dict[str, str] = Field(default_factory=dict)
-    featureGates: dict[str, bool] = Field(default_factory=dict)
+    kubeReserved: dict[str, str] = dataclasses.field(default_factory=dict)
+    systemReserved: dict[str, str] = dataclasses.field(default_factory=dict)
+    featureGates: dict[str, bool] = dataclasses.field(default_factory=dict)
     # --- Topology / Memory manager (KubeletConfiguration) ---
-    topologyManagerPolicy: Literal["none", "best-effort", "restricted", "single-numa-node"] = (
-        "none"
-    )
-    topologyManagerScope: Literal["container", "pod"] = "container"
-    topologyManagerPolicyOptions: dict[str, str] = Field(default_factory=dict)
-    memoryManagerPolicy: Literal["None", "Static"] = "None"
-    reservedMemory: list[ReservedMemory] = Field(default_factory=list)
-    evictionHard: dict[str, str] = Field(default_factory=lambda: {"memory.available": "100Mi"})
+    topologyManagerPolicy: str = "none"
+    topologyManagerScope: str = "container"
+    topologyManagerPolicyOptions: dict[str, str] = dataclasses.field(default_factory=dict)
+    memoryManagerPolicy: str = "None"
+    reservedMemory: list[ReservedMemory] = dataclasses.field(default_factory=list)
+    evictionHard: dict[str, str] = dataclasses.field(
+        default_factory=lambda: {"memory.available": "100Mi"})
     # --- the plugin's own: with memoryManagerPolicy None, pin an exclusive container's
     # cpuset.mems to the NUMA nodes of its CPUs (off by default, as in the kubelet) ---
     alignMemoryWithExclusiveCPUs: bool = False
-    # --- the plugin's own: moving shared-pool containers after the reply (nri_cpumgr.poolsync).
-    # Durations as the kubelet writes them ("100ms", "1s", "1m30s"). ---
-    # the longest a shrink of the shared pool waits (for the new exclusive container's start
-    # and a quiet moment) before shared containers are moved off the new exclusive CPUs
+    # --- the plugin's own: moving shared-pool containers after the pool changes
+    # (nri_cpumgr.poolsync; durations as the kubelet writes them, "500ms", "1s") ---
     sharedPoolShrinkDelay: str = "1s"
-    # how long CPUs released by an exclusive container wait before shared containers get
-    # them back (the kubelet's cpuManagerReconcilePeriod default); an allocation within that
-    # time that takes them again costs no update at all
     sharedPoolGrowDelay: str = "10s"
-    # container updates per UpdateContainers call: the runtime holds its NRI lock for the
-    # whole call (about 10 ms per container), other containers' operations wait that long
-    sharedPoolUpdateBatchSize: int = Field(10, ge=1, le=1000)
+    sharedPoolUpdateBatchSize: int = 10
 
-    @field_validator("sharedPoolShrinkDelay", "sharedPoolGrowDelay")
     @classmethod
-    def _duration(cls, v: str) -> str:
-        parse_duration(v)
-        return v
+    def model_validate(cls, doc: Any) -> Config:
+        """Check the mapping ``doc`` (the parsed YAML) key by key. Raises
+        :class:`ConfigError`: ``invalid config: <key>: <what is wrong>[; ...]``, every
+        invalid key named (dotted path for nested keys, e.g. ``reservedMemory.0.numaNode``)."""
+        if not isinstance(doc, dict):
+            raise ConfigError("invalid config: (top level): expected a mapping of keys")
+        errors: list[str] = []
+        values: dict[str, Any] = {}
+        for key, raw in doc.items():
+            check = _CHECKS.get(key) if isinstance(key, str) else None
+            if check is None:
+                errors.append(f"{key}: unknown key")
+                continue
+            try:
+                values[key] = check(key, raw)
+            except _Invalid as e:
+                errors.append(str(e))
+        if errors:
+            raise ConfigError("invalid config: " + "; ".join(errors))
+        config = cls(**values)
+        config._check_reserved_list_matches_count()
+        return config
 
-    @field_validator("reservedSystemCPUs")
-    @classmethod
-    def _cpulist(cls, v: str) -> str:
-        try:
-            CPUSet.parse(v)
-        except CPUSetError as e:
-            raise ValueError(str(e)) from None
-        return v
+    def model_copy(self, update: dict[str, Any] | None = None) -> Config:
+        """A copy with the keys of ``update`` replaced (values taken as they are)."""
+        return dataclasses.replace(self, **(update or {}))
 
-    @field_validator("cpuManagerPolicyOptions", "topologyManagerPolicyOptions", mode="before")
-    @classmethod
-    def _option_values(cls, v: Any) -> Any:
-        # YAML turns `full-pcpus-only: true` into a bool; the kubelet takes strings.
-        if isinstance(v, dict):
-            return {k: (str(x).lower() if isinstance(x, bool) else str(x)) for k, x in v.items()}
-        return v
-
-    @field_validator("kubeReserved", "systemReserved", mode="before")
-    @classmethod
-    def _quantities(cls, v: Any) -> Any:
-        if isinstance(v, dict):
-            out = {}
-            for k, x in v.items():
-                s = str(x)
-                try:
-                    parse_quantity(s, milli=True)
-                except ValueError:
-                    raise ValueError(f"{k}: invalid quantity {s!r}") from None
-                out[k] = s
-            return out
-        return v
-
-    @model_validator(mode="after")
-    def _reserved_list_matches_count(self) -> Config:
+    def _check_reserved_list_matches_count(self) -> None:
         """reservedSystemCPUs and a kubeReserved/systemReserved cpu count must agree when
         both are given (the static policy reserves exactly that many CPUs)."""
         explicit = self.reserved_cpus()
         count = self._reserved_cpu_count_from_quantities()
         if explicit and count is not None and count != len(explicit):
-            raise ValueError(
-                f"reservedSystemCPUs {self.reservedSystemCPUs!r} names {len(explicit)} CPUs but "
-                f"kubeReserved.cpu + systemReserved.cpu reserve {count}"
+            raise ConfigError(
+                f"invalid config: reservedSystemCPUs {self.reservedSystemCPUs!r} names "
+                f"{len(explicit)} CPUs but kubeReserved.cpu + systemReserved.cpu reserve {count}"
             )
-        return self
 
     def _reserved_cpu_count_from_quantities(self) -> int | None:
         given = [r["cpu"] for r in (self.kubeReserved, self.systemReserved) if "cpu" in r]
@@ -274,32 +234,218 @@ def parse_duration(text: str) -> float:
     return total
 
 
-def _one_line(err: ValidationError) -> str:
-    parts = []
-    for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        msg = e["msg"]
-        if e["type"] == "extra_forbidden":
-            msg = "unknown key"
-        parts.append(f"{key}: {msg}")
-    return "invalid config: " + "; ".join(parts)
+# --- value checks: each takes (key, raw YAML value), returns the value or raises _Invalid ---
+
+def _type_name(v: Any) -> str:
+    return {bool: "a boolean", int: "a number", float: "a number", list: "a list",
+            dict: "a mapping", type(None): "empty"}.get(type(v), type(v).__name__)
+
+
+def _string(key: str, v: Any) -> str:
+    if not isinstance(v, str):
+        raise _Invalid(key, f"expected a string, got {_type_name(v)} ({v!r}); quote it")
+    return v
+
+
+def _optional_string(key: str, v: Any) -> str | None:
+    return None if v is None else _string(key, v)
+
+
+def _boolean(key: str, v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int) and v in (0, 1):
+        return bool(v)
+    if isinstance(v, str) and v.lower() in _TRUE | _FALSE:
+        return v.lower() in _TRUE
+    raise _Invalid(key, f"expected true or false, got {v!r}")
+
+
+def _one_of(*allowed: str) -> Callable[[str, Any], str]:
+    def check(key: str, v: Any) -> str:
+        if v not in allowed:
+            raise _Invalid(key, f"{v!r} is not one of {', '.join(repr(a) for a in allowed)}")
+        return v
+    return check
+
+
+def _mapping(key: str, v: Any) -> dict[Any, Any]:
+    if not isinstance(v, dict):
+        raise _Invalid(key, f"expected a mapping, got {_type_name(v)} ({v!r})")
+    for k in v:
+        if not isinstance(k, str):
+            raise _Invalid(f"{key}.{k}", "expected a string key")
+    return v
+
+
+def _plugin_name(key: str, v: Any) -> str:
+    v = _string(key, v)
+    if not _PLUGIN_NAME.fullmatch(v):
+        raise _Invalid(key, f"{v!r}: expected letters, digits, '_', '.' or '-' (at least one)")
+    return v
+
+
+def _plugin_index(key: str, v: Any) -> str:
+    v = _string(key, v)
+    if not _PLUGIN_INDEX.fullmatch(v):
+        raise _Invalid(key, f"{v!r}: expected two digits (00-99)")
+    return v
+
+
+def _metrics_address(key: str, v: Any) -> str:
+    v = _string(key, v)
+    if not v:
+        return v
+    m = _ADDRESS.fullmatch(v)
+    if m is None:
+        raise _Invalid(key, f"{v!r}: expected host:port (e.g. ':9109' or '127.0.0.1:9109'), "
+                            "or '' for no endpoint")
+    if int(m.group(1)) > 65535:
+        raise _Invalid(key, f"port of {v!r} out of range (0-65535)")
+    return v
+
+
+def _cpu_list(key: str, v: Any) -> str:
+    if isinstance(v, int) and not isinstance(v, bool):
+        v = str(v)  # `reservedSystemCPUs: 0` is the CPU list "0"
+    v = _string(key, v)
+    try:
+        CPUSet.parse(v)
+    except CPUSetError as e:
+        raise _Invalid(key, str(e)) from None
+    return v
+
+
+def _options(key: str, v: Any) -> dict[str, str]:
+    # YAML turns `full-pcpus-only: true` into a bool; the kubelet takes strings.
+    out = {}
+    for k, x in _mapping(key, v).items():
+        if isinstance(x, dict | list) or x is None:
+            raise _Invalid(f"{key}.{k}", f"expected a string, got {_type_name(x)}")
+        out[k] = str(x).lower() if isinstance(x, bool) else str(x)
+    return out
+
+
+def _quantities(milli: bool) -> Callable[[str, Any], dict[str, str]]:
+    def check(key: str, v: Any) -> dict[str, str]:
+        out = {}
+        for k, x in _mapping(key, v).items():
+            s = str(x)
+            try:
+                parse_quantity(s, milli=milli)
+            except ValueError:
+                raise _Invalid(key, f"{k}: invalid quantity {s!r}") from None
+            out[k] = s
+        return out
+    return check
+
+
+def _feature_gates(key: str, v: Any) -> dict[str, bool]:
+    gates = {k: _boolean(f"{key}.{k}", x) for k, x in _mapping(key, v).items()}
+    unknown = sorted(set(gates) - KNOWN_FEATURE_GATES)
+    if unknown:
+        raise _Invalid(
+            key, f"unknown feature gate(s) {unknown}; known: {sorted(KNOWN_FEATURE_GATES)}")
+    return gates
+
+
+def _string_map(key: str, v: Any) -> dict[str, str]:
+    return {k: _string(f"{key}.{k}", x) for k, x in _mapping(key, v).items()}
+
+
+def _reserved_memory(key: str, v: Any) -> list[ReservedMemory]:
+    if not isinstance(v, list):
+        raise _Invalid(key, f"expected a list, got {_type_name(v)} ({v!r})")
+    out = []
+    for i, entry in enumerate(v):
+        where = f"{key}.{i}"
+        entry = _mapping(where, entry)
+        unknown = sorted(set(entry) - {"numaNode", "limits"})
+        if unknown:
+            raise _Invalid(f"{where}.{unknown[0]}", "unknown key")
+        for required in ("numaNode", "limits"):
+            if required not in entry:
+                raise _Invalid(f"{where}.{required}", "required")
+        node = entry["numaNode"]
+        if isinstance(node, str) and node.isdigit():
+            node = int(node)
+        if not isinstance(node, int) or isinstance(node, bool):
+            raise _Invalid(f"{where}.numaNode", f"expected a NUMA node number, got {node!r}")
+        if node < 0:
+            raise _Invalid(f"{where}.numaNode", f"{node} is negative")
+        limits = _quantities(milli=False)(f"{where}.limits", entry["limits"])
+        out.append(ReservedMemory(node, limits))
+    return out
+
+
+def _duration(key: str, v: Any) -> str:
+    if isinstance(v, int) and not isinstance(v, bool) and v == 0:
+        v = "0"
+    v = _string(key, v)
+    try:
+        parse_duration(v)
+    except ValueError as e:
+        raise _Invalid(key, str(e)) from None
+    return v
+
+
+def _positive_int(key: str, v: Any) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise _Invalid(key, f"expected a whole number >= 1, got {v!r}")
+    return v
+
+
+_CHECKS: dict[str, Callable[[str, Any], Any]] = {
+    "pluginName": _plugin_name,
+    "pluginIndex": _plugin_index,
+    "socketPath": _string,
+    "stateDirectory": _string,
+    "logFile": _optional_string,
+    "metricsAddress": _metrics_address,
+    "cpuManagerPolicy": _one_of("none", "static"),
+    "cpuManagerPolicyOptions": _options,
+    "reservedSystemCPUs": _cpu_list,
+    "kubeReserved": _quantities(milli=True),
+    "systemReserved": _quantities(milli=True),
+    "featureGates": _feature_gates,
+    "topologyManagerPolicy": _one_of("none", "best-effort", "restricted", "single-numa-node"),
+    "topologyManagerScope": _one_of("container", "pod"),
+    "topologyManagerPolicyOptions": _options,
+    "memoryManagerPolicy": _one_of("None", "Static"),
+    "reservedMemory": _reserved_memory,
+    "evictionHard": _string_map,
+    "alignMemoryWithExclusiveCPUs": _boolean,
+    "sharedPoolShrinkDelay": _duration,
+    "sharedPoolGrowDelay": _duration,
+    "sharedPoolUpdateBatchSize": _positive_int,
+}
+
+
+def _yaml_error(e: yaml.YAMLError, source: str) -> str:
+    """``<source>:<line>:<column>: not YAML: <problem> (<context>)``, 1-based positions."""
+    mark = getattr(e, "problem_mark", None)
+    where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    context = getattr(e, "context", None)
+    return f"invalid config {where}: not YAML: {problem}" + (f" ({context})" if context else "")
 
 
 def parse_config(text: str, source: str = "<config>") -> Config:
     """Parse YAML text into a :class:`Config`. Raises :class:`ConfigError` (one line, naming
-    the key) for YAML errors, unknown keys and invalid values."""
+    the key, or the line:column of a YAML error) for YAML errors, unknown keys and invalid
+    values."""
     try:
         doc = yaml.load(text, Loader=_UniqueKeyLoader) if text.strip() else {}  # noqa: S506
     except yaml.YAMLError as e:
-        raise ConfigError(f"invalid config {source}: not YAML: {str(e).splitlines()[0]}") from None
+        raise ConfigError(_yaml_error(e, source)) from None
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):
         raise ConfigError(f"invalid config {source}: expected a mapping of keys")
     try:
         return Config.model_validate(doc)
-    except ValidationError as e:
-        raise ConfigError(_one_line(e) + f" ({source})") from None
+    except ConfigError as e:
+        raise ConfigError(f"{e} ({source})") from None
 
 
 def load_config(path: str | Path | None) -> Config:
