@@ -14,14 +14,16 @@ Life cycle (kubelet semantics, cpu_manager.go and policy_static.go):
   keeps the assignment of terminated containers of active pods). They are released when the
   container is removed, when its pod sandbox is stopped or removed, or when another container of
   the same pod needs CPUs (the kubelet's reuse of finished init containers' CPUs).
-* When the shared pool changes, every running shared-pool container is updated.
+* The manager decides the shared pool; moving the running shared-pool containers onto it
+  is not its business (nri_cpumgr.poolsync does that after the replies), so no event costs
+  work over all tracked containers.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from nri_cpumgr.cm.cpumanager import CPUManagerState, NonePolicy, StaticPolicy
@@ -46,24 +48,30 @@ class Decision:
 
     ``cpus``: the container's cpuset (never empty; ``None`` = leave it alone, as the ``none``
     policy does). ``exclusive``: the CPUs are the container's alone (clear its CFS quota).
-    ``updates``: other containers' new cpusets (container id -> cpus), because the shared pool
-    changed.
+    ``mems``: its cpuset.mems (``None``: left alone). ``quota``: a CFS quota (microseconds
+    per period) to restore because the container left exclusive CPUs (``None``: unchanged).
     """
 
     container_id: str
     cpus: CPUSet | None
     exclusive: bool = False
     mems: CPUSet | None = None
-    updates: dict[str, CPUSet] = field(default_factory=dict)
+    quota: int | None = None
 
 
 @dataclass(slots=True)
 class _Tracked:
     info: ContainerInfo
     exclusive: bool
-    applied: CPUSet | None  # the cpuset we last gave it (None: we never set one)
+    # exclusive: the cpuset we gave it; shared: None (it follows the shared pool);
+    # None also when we never set one (policy none)
+    applied: CPUSet | None
     stopped: bool = False
     mems: CPUSet | None = None  # the cpuset.mems we gave it (None: left alone)
+
+    @property
+    def shared(self) -> bool:
+        return not self.exclusive and self.applied is None
 
 
 class ContainerManager:
@@ -76,6 +84,10 @@ class ContainerManager:
     for ``memoryManagerPolicy: None``); ``align_mems_with_cpus`` pins an exclusive
     container's ``cpuset.mems`` to the NUMA nodes of its CPUs when no Memory Manager decides
     them (as nri-plugins can); ``numa_nodes`` are the machine's NUMA node ids (device hints).
+
+    Every event costs work proportional to the pod it concerns, not to the node: containers
+    are indexed by pod, and shared-pool containers are not enumerated (they follow
+    :meth:`shared_pool`; see nri_cpumgr.poolsync).
     """
 
     def __init__(
@@ -91,6 +103,7 @@ class ContainerManager:
         self.policy = policy
         self.state = state
         self.containers: dict[str, _Tracked] = {}
+        self._by_pod: dict[str, set[str]] = {}  # pod uid -> container ids
         self._owner: dict[tuple[str, str], str] = {}  # (pod uid, name) -> container id
         self.static = isinstance(policy, StaticPolicy)
         self.memory = memory
@@ -113,13 +126,30 @@ class ContainerManager:
             pool = self.policy.reserved_cpus
         return pool
 
+    def is_shared(self, container_id: str) -> bool:
+        """The container runs on the shared pool (static policy, not exclusive, running)."""
+        t = self.containers.get(container_id)
+        return self.static and t is not None and t.shared and not t.stopped
+
+    def pod_container_ids(self, pod_uid: str) -> list[str]:
+        """Ids of the tracked containers of a pod."""
+        return list(self._by_pod.get(pod_uid, ()))
+
+    def shared_containers(self) -> list[str]:
+        """Ids of the running shared-pool containers (O(tracked): Synchronize, status)."""
+        if not self.static:
+            return []
+        return [cid for cid, t in self.containers.items() if t.shared and not t.stopped]
+
     def rows(self) -> list[dict[str, Any]]:
         """One row per tracked container (for logs and the status command)."""
         out = []
         details = self.policy.topology.details
+        pool = self.shared_pool() if self.static else None
         for cid, t in sorted(self.containers.items(), key=lambda kv: kv[1].info.key):
             i = t.info
-            numa = CPUSet(details[c].numa for c in (t.applied or ()) if c in details)
+            cpus = t.applied if not t.shared else pool
+            numa = CPUSet(details[c].numa for c in (cpus or ()) if c in details)
             out.append(
                 {
                     "id": cid,
@@ -128,7 +158,7 @@ class ContainerManager:
                     "container": i.name,
                     "qos": str(i.qos),
                     "exclusive": t.exclusive,
-                    "cpus": str(t.applied) if t.applied is not None else "",
+                    "cpus": str(cpus) if cpus is not None else "",
                     "mems": str(t.mems) if t.mems is not None else "",
                     "numa": str(numa),
                     "stopped": t.stopped,
@@ -136,17 +166,36 @@ class ContainerManager:
             )
         return out
 
+    # ------------------------------------------------------------------ tracking
+    def _track(self, cid: str, t: _Tracked) -> None:
+        self.containers[cid] = t
+        self._by_pod.setdefault(t.info.pod_uid, set()).add(cid)
+
+    def _untrack(self, cid: str) -> _Tracked | None:
+        t = self.containers.pop(cid, None)
+        if t is not None:
+            ids = self._by_pod.get(t.info.pod_uid)
+            if ids is not None:
+                ids.discard(cid)
+                if not ids:
+                    del self._by_pod[t.info.pod_uid]
+        return t
+
+    def _pod_containers(self, pod_uid: str) -> list[tuple[str, _Tracked]]:
+        return [(cid, self.containers[cid]) for cid in self._by_pod.get(pod_uid, ())]
+
     # ------------------------------------------------------------------ events
     def admit(self, info: ContainerInfo, device_numa: frozenset[int] = frozenset()) -> Decision:
         """Decide the cpuset (and mems) of a container being created: the Topology Manager
         merges the providers' hints and admits, then the CPU and memory managers allocate
         with the chosen affinity. ``device_numa``: NUMA nodes of the container's devices.
-        Raises :class:`AdmissionError` (TopologyAffinityError, SMTAlignmentError,
-        NotEnoughCPUsError, memory errors); nothing changes then."""
+        A container whose (pod, name) already holds CPUs (a restart of a crashed container)
+        gets them back. Raises :class:`AdmissionError` (TopologyAffinityError,
+        SMTAlignmentError, NotEnoughCPUsError, memory errors); nothing changes then.
+        The caller moves the shared-pool containers when :meth:`shared_pool` changed."""
         if not self.managed:
-            self.containers[info.id] = _Tracked(info, False, None)
+            self._track(info.id, _Tracked(info, False, None))
             return Decision(info.id, None)
-        before = self.shared_pool()
         self._release_stopped_of_pod(info.pod_uid, keep=info.name)
         key = info.key
         had_cpus = self.state.get_cpuset(*key) is not None
@@ -164,28 +213,25 @@ class ContainerManager:
                 self.memory.policy.remove_container(self.memory.state, *key)
             self.devices.current.pop(key, None)
             if result.reason == ERROR_TOPOLOGY_AFFINITY or result.error is None:
-                raise AdmissionError(f"{result.reason}: {result.message}")
+                raise AdmissionError(_admission_text_reason(result.reason, result.message))
             raise AdmissionError(_admission_text(result.error))
         self.tm.add_container(pod, info.name, info.id)
         if self.memory is not None:
             self.memory.container_map[info.id] = key
         old = self._owner.get(key)
         if old is not None and old != info.id:
-            self.containers.pop(old, None)  # a restart replaces the stopped container
+            self._untrack(old)  # a restart replaces the stopped container
         cpus = CPUSet(allocated) if allocated else None
         mems = self._mems(key, cpus)
         if cpus:
             self._owner[key] = info.id
-            self.containers[info.id] = _Tracked(info, True, cpus, mems=mems)
-            updates = self._shared_updates(before)
-            return Decision(info.id, cpus, exclusive=True, mems=mems, updates=updates)
-        pool = self.shared_pool() if self.static else None
+            self._track(info.id, _Tracked(info, True, cpus, mems=mems))
+            return Decision(info.id, cpus, exclusive=True, mems=mems)
         if mems is not None:
             self._owner[key] = info.id
-        self.containers[info.id] = _Tracked(info, False, pool, mems=mems)
-        return Decision(
-            info.id, pool, mems=mems, updates=self._shared_updates(before, skip=info.id)
-        )
+        self._track(info.id, _Tracked(info, False, None, mems=mems))
+        pool = self.shared_pool() if self.static else None
+        return Decision(info.id, pool, mems=mems, quota=_restored_quota(info))
 
     def _admission_pod(self, info: ContainerInfo) -> Pod:
         """The pod as admission sees it: this container, plus (pod scope) the pod's other
@@ -194,8 +240,8 @@ class ContainerManager:
         if self.tm.scope_name == "pod":
             specs += [
                 t.info.spec()
-                for t in self.containers.values()
-                if t.info.pod_uid == info.pod_uid and t.info.name != info.name and not t.stopped
+                for _, t in self._pod_containers(info.pod_uid)
+                if t.info.name != info.name and not t.stopped
             ]
         return Pod(
             uid=info.pod_uid,
@@ -219,35 +265,35 @@ class ContainerManager:
         """An UpdateContainer (CRI UpdateContainerResources) for a tracked container: the
         cpuset it must keep, so an update cannot silently drop the pinning."""
         t = self.containers.get(container_id)
-        if t is None or (t.applied is None and t.mems is None):
+        if t is None:
             return None
-        return Decision(container_id, t.applied, exclusive=t.exclusive, mems=t.mems)
+        cpus = self.shared_pool() if t.shared and self.static else t.applied
+        if cpus is None and t.mems is None:
+            return None
+        return Decision(container_id, cpus, exclusive=t.exclusive, mems=t.mems)
 
-    def stop(self, container_id: str) -> dict[str, CPUSet]:
+    def stop(self, container_id: str) -> None:
         """A container stopped: it keeps its exclusive CPUs (for a restart) until removal."""
         t = self.containers.get(container_id)
         if t is not None:
             t.stopped = True
-        return {}
 
-    def remove(self, container_id: str) -> dict[str, CPUSet]:
-        """A container was removed (or its creation failed): release its CPUs. Returns the
-        shared-pool updates."""
-        t = self.containers.pop(container_id, None)
+    def remove(self, container_id: str) -> None:
+        """A container was removed (or its creation failed): release its CPUs (the shared
+        pool grows; the caller moves the shared containers)."""
+        t = self._untrack(container_id)
         if t is None:
-            return {}
-        before = self.shared_pool()
+            return
         self.tm.remove_container(container_id)
         if self._owner.get(t.info.key) == container_id:
             del self._owner[t.info.key]
             self._release(t.info.pod_uid, t.info.name)
-        return self._shared_updates(before)
 
-    def remove_pod(self, pod_uid: str) -> dict[str, CPUSet]:
+    def remove_pod(self, pod_uid: str) -> None:
         """A pod sandbox stopped or was removed: release every container of the pod."""
-        before = self.shared_pool()
-        for cid in [c for c, t in self.containers.items() if t.info.pod_uid == pod_uid]:
-            t = self.containers.pop(cid)
+        for cid, _ in self._pod_containers(pod_uid):
+            t = self._untrack(cid)
+            assert t is not None
             if self._owner.get(t.info.key) == cid:
                 del self._owner[t.info.key]
             self.tm.remove_container(cid)
@@ -256,38 +302,61 @@ class ContainerManager:
             names |= set(self.memory.state.get_memory_assignments().get(pod_uid, {}))
         for name in names:
             self._release(pod_uid, name)
-        return self._shared_updates(before)
 
     def synchronize(
-        self, infos: Iterable[ContainerInfo], device_numa: dict[str, frozenset[int]] | None = None
-    ) -> dict[str, CPUSet]:
+        self,
+        infos: Iterable[ContainerInfo],
+        device_numa: dict[str, frozenset[int]] | None = None,
+        *,
+        live_pods: Iterable[str] | None = None,
+        stopped: Iterable[ContainerInfo] = (),
+    ) -> dict[str, Decision]:
         """Reconcile with the runtime's list of existing containers (the runtime's truth wins).
 
-        Exclusive assignments of the restored state whose containers still exist are kept;
-        a Guaranteed container running on an exclusive-looking cpuset that the state does not
-        know is adopted when those CPUs are free; assignments of vanished containers are
-        forgotten; Guaranteed containers without CPUs get them now; every shared container is
-        set to the shared pool. Returns the updates to send (container id -> cpus).
+        ``infos``: the live (created, running, paused) containers; ``live_pods``: uids of the
+        pod sandboxes the runtime still has (``None``: the pods of ``infos``); ``stopped``:
+        exited containers the runtime still lists. Assignments of containers of live pods
+        are kept whether or not the container is running (the kubelet keeps them for every
+        container of an active pod, so a crashed container restarts on its CPUs); those of
+        pods that are gone are forgotten. Exclusive cpusets the runtime reports for
+        Guaranteed containers the state does not know are adopted first when those CPUs are
+        free and not reserved; then the remaining Guaranteed containers are admitted; every
+        shared container is set to the shared pool. Returns the updates to send (container
+        id -> decision: cpus, exclusive, mems, and a CFS quota to restore for a container
+        that lost its exclusive CPUs).
         """
-        infos = [i for i in infos]
+        infos = list(infos)
         self.containers.clear()
+        self._by_pod.clear()
         self._owner.clear()
         if not self.managed:
             for i in infos:
-                self.containers[i.id] = _Tracked(i, False, None)
+                self._track(i.id, _Tracked(i, False, None))
             return {}
-        live = {i.key for i in infos}
+        pods = set(live_pods) if live_pods is not None else {i.pod_uid for i in infos}
+        pods |= {i.pod_uid for i in infos}
         for uid in list(self.state.assignments):
-            for name in list(self.state.assignments[uid]):
-                if (uid, name) not in live:
+            if uid not in pods:
+                for name in list(self.state.assignments[uid]):
                     self.policy.remove_container(self.state, uid, name)
         if self.memory is not None:
             self.memory.container_map.clear()
             for uid, conts in list(self.memory.state.get_memory_assignments().items()):
-                for name in list(conts):
-                    if (uid, name) not in live:
+                if uid not in pods:
+                    for name in list(conts):
                         self.memory.policy.remove_container(self.memory.state, uid, name)
-        updates: dict[str, CPUSet] = {}
+        live_keys = {i.key for i in infos}
+        for i in stopped:  # exited, pod alive: keep what it holds for its restart
+            if i.key in live_keys or i.pod_uid not in pods:
+                continue
+            cpus = self.state.assignments.get(i.pod_uid, {}).get(i.name)
+            mem = self.memory.get_memory(*i.key) if self.memory is not None else None
+            if cpus is None and mem is None:
+                continue
+            self._owner[i.key] = i.id
+            self._track(i.id, _Tracked(i, cpus is not None, CPUSet(cpus) if cpus else None,
+                                       stopped=True, mems=mems_for(mem) if mem else None))
+        updates: dict[str, Decision] = {}
         pending: list[ContainerInfo] = []
         for i in infos:
             assigned = self.state.assignments.get(i.pod_uid, {}).get(i.name)
@@ -298,38 +367,49 @@ class ContainerManager:
             if assigned is not None or mems is not None:
                 self._owner[i.key] = i.id
                 cpus = CPUSet(assigned) if assigned is not None else None
-                self.containers[i.id] = _Tracked(i, cpus is not None, cpus, mems=mems)
+                self._track(i.id, _Tracked(i, cpus is not None, cpus, mems=mems))
                 if cpus is not None and CPUSet.parse(i.cpus) != cpus:
-                    updates[i.id] = cpus
+                    updates[i.id] = Decision(i.id, cpus, exclusive=True, mems=mems)
             else:
                 pending.append(i)
-        # containers that may need exclusive CPUs first: a shared container's cpuset is only
-        # known once every exclusive one is settled
-        pending.sort(key=lambda i: 0 if i.qos is QOSClass.GUARANTEED else 1)
+        # adopt exclusive cpusets the runtime already applied before admitting anybody, so
+        # an admission never takes the CPUs a running container holds
+        rest: list[ContainerInfo] = []
         for i in pending:
             want = i.spec().guaranteed_cpus() if i.qos is QOSClass.GUARANTEED else 0
             current = CPUSet.parse(i.cpus) if i.cpus else CPUSet()
             if self.static and want and len(current) == want and self._adopt(i, current):
                 self._owner[i.key] = i.id
-                self.containers[i.id] = _Tracked(i, True, current, mems=self._mems(i.key,
-                                                                               current))
-                continue
+                self._track(i.id, _Tracked(i, True, current, mems=self._mems(i.key, current)))
+            else:
+                rest.append(i)
+        # containers that may need exclusive CPUs first: a shared container's cpuset is only
+        # known once every exclusive one is settled
+        rest.sort(key=lambda i: 0 if i.qos is QOSClass.GUARANTEED else 1)
+        for i in rest:
+            current = CPUSet.parse(i.cpus) if i.cpus else CPUSet()
             try:
                 d = self.admit(i, (device_numa or {}).get(i.id, frozenset()))
             except AdmissionError as e:
                 log.warning("synchronize: cannot pin %s/%s: %s", i.pod_name, i.name, e)
-                self.containers[i.id] = _Tracked(i, False, None)
+                self._track(i.id, _Tracked(i, False, None))
+                q = _restored_quota(i)
+                if self.static and q is not None:
+                    updates[i.id] = Decision(i.id, None, quota=q)
                 continue
-            if d.cpus is not None and d.cpus != current:
-                updates[i.id] = d.cpus
+            if d.exclusive and d.cpus != current:
+                updates[i.id] = d
+            elif not d.exclusive and d.quota is not None:
+                updates[i.id] = d
         if not self.static:
             return updates
         pool = self.shared_pool()
         for cid, t in self.containers.items():
-            if not t.exclusive:
-                t.applied = pool
-                if CPUSet.parse(t.info.cpus) != pool:
-                    updates[cid] = pool
+            if t.shared and not t.stopped:
+                prev = updates.get(cid)
+                if CPUSet.parse(t.info.cpus) != pool or (prev is not None and prev.quota):
+                    updates[cid] = Decision(cid, pool, mems=t.mems,
+                                            quota=prev.quota if prev is not None else None)
                 else:
                     updates.pop(cid, None)  # already right: drop any earlier, staler update
         return updates
@@ -357,25 +437,14 @@ class ContainerManager:
         return True
 
     def _release_stopped_of_pod(self, pod_uid: str, keep: str) -> None:
-        for cid, t in list(self.containers.items()):
+        for cid, t in self._pod_containers(pod_uid):
             i = t.info
             pinned = t.exclusive or t.mems is not None
-            if i.pod_uid == pod_uid and t.stopped and pinned and i.name != keep:
-                self.containers.pop(cid)
+            if t.stopped and pinned and i.name != keep:
+                self._untrack(cid)
                 if self._owner.get(i.key) == cid:
                     del self._owner[i.key]
                     self._release(pod_uid, i.name)
-
-    def _shared_updates(self, before: CPUSet, skip: str | None = None) -> dict[str, CPUSet]:
-        pool = self.shared_pool()
-        if pool == before:
-            return {}
-        out: dict[str, CPUSet] = {}
-        for cid, t in self.containers.items():
-            if not t.exclusive and not t.stopped and cid != skip:
-                t.applied = pool
-                out[cid] = pool
-        return out
 
     def checkpoint(self) -> dict[str, Any]:
         """The state to persist: the kubelet's cpu_manager_state keys plus container rows."""
@@ -392,7 +461,29 @@ class ContainerManager:
         }
 
 
+def _restored_quota(info: ContainerInfo) -> int | None:
+    """The CFS quota (microseconds per period) a container that is not exclusive must get
+    back when the runtime reports it unlimited (``-1``, as we set it for exclusive CPUs):
+    its CPU limit x period, the kubelet's MilliCPUToQuota (kubelet cm/helpers_linux.go;
+    minimum 1000 us). For a Guaranteed container the limit equals the request, which the
+    runtime still reports through cpu.shares. ``None``: nothing to restore."""
+    r = info.resources
+    if r.cpu_quota is None or r.cpu_quota >= 0 or info.qos is not QOSClass.GUARANTEED:
+        return None
+    milli = r.cpu_limit_milli or (r.integer_cpus * 1000) or r.cpu_request_milli
+    if not milli:
+        return None
+    period = r.cpu_period or 100000
+    return max(1000, milli * period // 1000)
+
+
 def _admission_text(e: Exception) -> str:
     name = type(e).__name__
     text = str(e)
-    return text if name in text else f"{name}: {text}"
+    return text if text.startswith(name) else f"{name}: {text}"
+
+
+def _admission_text_reason(reason: str, message: str) -> str:
+    """``reason: message`` with the kubelet's error name once, whether or not the message
+    already starts with it."""
+    return message if reason and message.startswith(reason) else f"{reason}: {message}"

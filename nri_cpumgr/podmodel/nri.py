@@ -90,7 +90,9 @@ class Resources:
     ``cpu_request_milli``: from ``cpu.shares`` (None for the minimum 2 shares, i.e. no
     request); ``cpu_limit_milli``: from quota/period (None without a quota);
     ``memory_limit``: bytes (None when unset); ``hugepages``: resource name -> bytes.
-    ``shares`` is kept to tell whether the request is a whole number of CPUs.
+    ``shares`` is kept to tell whether the request is a whole number of CPUs;
+    ``cpu_quota`` / ``cpu_period`` (microseconds) as the runtime reports them (None: unset;
+    a quota of -1 means unlimited, as we set it for exclusive CPUs).
     """
 
     shares: int | None
@@ -98,6 +100,8 @@ class Resources:
     cpu_limit_milli: int | None
     memory_limit: int | None
     hugepages: dict[str, int]
+    cpu_quota: int | None = None
+    cpu_period: int | None = None
 
     @property
     def integer_cpus(self) -> int:
@@ -135,6 +139,8 @@ def resources_from_nri(res: Any) -> Resources:
         cpu_limit_milli=lim,
         memory_limit=mem if mem and mem > 0 else None,
         hugepages=huge,
+        cpu_quota=quota,
+        cpu_period=period,
     )
 
 

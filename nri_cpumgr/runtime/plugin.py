@@ -4,6 +4,11 @@ Each handler copies what it needs out of the request (:func:`container_info`), a
 :class:`~nri_cpumgr.cm.container_manager.ContainerManager` for a decision, turns it into NRI
 messages, logs one line, and schedules a checkpoint write for after the reply (the runtime's
 Synchronize is the truth after a crash, so the write is off the critical path).
+
+A reply carries what the container being created needs, never updates of other containers:
+when the shared pool changes, :class:`~nri_cpumgr.poolsync.SharedPoolSync` moves the
+shared-pool containers later, coalesced, through the plugin's own UpdateContainers calls
+(``sharedPoolShrinkDelay``, ``sharedPoolGrowDelay``, ``sharedPoolUpdateBatchSize``).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from nri_cpumgr.api import nri_pb2
@@ -28,6 +33,7 @@ from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.metrics import Metrics
 from nri_cpumgr.podmodel import QOSClass
 from nri_cpumgr.podmodel.nri import ContainerInfo, container_info, qos_from_resources
+from nri_cpumgr.poolsync import SharedPoolSync
 from nri_cpumgr.sysfs import device_numa_node
 from nri_cpumgr.topology import Machine
 from nri_cpumgr.transport.stub import PluginError, event_mask
@@ -40,12 +46,14 @@ MEMORY_CHECKPOINT_NAME = "memory_manager_state"
 # window: the runtime's Synchronize restores the truth on restart)
 CHECKPOINT_LINGER = 0.2
 
-# Events we subscribe to (bit 1 << (event - 1)); no POST_* events: each adds a round trip to
-# every CRI call.
+# Events we subscribe to (bit 1 << (event - 1)). Each adds a round trip to the CRI call it
+# belongs to; PostStartContainer is the one POST_* event: a shrink of the shared pool waits for
+# the new exclusive container's start, so it never holds the runtime's lock during it.
 EVENTS = event_mask(
     nri_pb2.STOP_POD_SANDBOX,
     nri_pb2.REMOVE_POD_SANDBOX,
     nri_pb2.CREATE_CONTAINER,
+    nri_pb2.POST_START_CONTAINER,
     nri_pb2.UPDATE_CONTAINER,
     nri_pb2.STOP_CONTAINER,
     nri_pb2.REMOVE_CONTAINER,
@@ -57,6 +65,10 @@ _LIVE_STATES = (
     nri_pb2.CONTAINER_PAUSED,
     nri_pb2.CONTAINER_UNKNOWN,
 )
+
+#: ``async (UpdateContainersRequest bytes) -> failed container ids`` (the stub's
+#: ``update_containers``).
+Sender = Callable[[bytes], Awaitable[set[str]]]
 
 
 def build_policy(config: Config, machine: Machine) -> StaticPolicy | NonePolicy:
@@ -168,7 +180,9 @@ class Plugin:
         self.metrics = metrics if metrics is not None else Metrics()
         self.accept_runtime_config = accept_runtime_config
         self.overrides = dict(overrides or {})
-        self.request_update: Callable[[list[nri_pb2.ContainerUpdate]], None] | None = None
+        #: How shared-pool updates reach the runtime (set by whoever owns the connection).
+        self.sender: Sender | None = None
+        self.pool_sync: SharedPoolSync | None = None
         self._save_scheduled = False
         self._writer: BackgroundWriter | None = None
         self.synchronized = False
@@ -206,6 +220,15 @@ class Plugin:
             topology_manager=tm,
             memory=memory,
             align_mems_with_cpus=config.alignMemoryWithExclusiveCPUs,
+        )
+        if self.pool_sync is not None:
+            self.pool_sync.close()
+        self.pool_sync = SharedPoolSync(
+            shrink_delay=config.duration("sharedPoolShrinkDelay"),
+            grow_delay=config.duration("sharedPoolGrowDelay"),
+            batch_size=config.sharedPoolUpdateBatchSize,
+            on_sent=self.metrics.shared_pool_updates
+            if hasattr(self.metrics, "shared_pool_updates") else None,
         )
         if provisional:
             return
@@ -281,7 +304,7 @@ class Plugin:
             return
         self._save_scheduled = True
         if self._writer is None:
-            self._writer = BackgroundWriter(_write_failed, linger=CHECKPOINT_LINGER)
+            self._writer = BackgroundWriter(_write_failed)
 
         def snapshot() -> None:
             self._save_scheduled = False
@@ -289,7 +312,8 @@ class Plugin:
                 for cp, body in self._snapshots():
                     self._writer.submit(cp, body)
 
-        loop.call_soon(snapshot)
+        # one snapshot per burst: taking it costs O(tracked containers) on the event loop
+        loop.call_later(CHECKPOINT_LINGER, snapshot)
 
     # ------------------------------------------------------------------ NRI handlers
     def configure(self, req: nri_pb2.ConfigureRequest) -> None:
@@ -317,14 +341,17 @@ class Plugin:
     ) -> list[nri_pb2.ContainerUpdate]:
         t0 = time.perf_counter()
         by_id = {p.id: p for p in pods}
-        infos = [
-            container_info(by_id[c.pod_sandbox_id], c)
-            for c in containers
-            if c.pod_sandbox_id in by_id and c.state in _LIVE_STATES
-        ]
+        infos, stopped = [], []
+        for c in containers:
+            p = by_id.get(c.pod_sandbox_id)
+            if p is not None:
+                (infos if c.state in _LIVE_STATES else stopped).append(container_info(p, c))
+        live_pods = {p.uid or p.id for p in pods}
         devices = {i.id: self._device_numa(i) for i in infos if i.devices}
-        updates = self.manager.synchronize(infos, devices)
+        updates = self.manager.synchronize(infos, devices, live_pods=live_pods, stopped=stopped)
         self.synchronized = True
+        reply = [_update(d) for d in updates.values()]
+        self._connect_pool_sync()
         self._changed()
         self._observe("Synchronize", t0)
         self.metrics.connection(True, True)
@@ -333,7 +360,22 @@ class Plugin:
             len(pods), len(infos), len(updates), self.manager.shared_pool(),
             self.manager.state.assigned_cpus(), (time.perf_counter() - t0) * 1e3,
         )
-        return [_update(cid, cpus, self.manager) for cid, cpus in updates.items()]
+        return reply
+
+    def _connect_pool_sync(self) -> None:
+        """After a Synchronize reply every shared container is on the shared pool."""
+        if self.pool_sync is None or self.sender is None or not self.manager.static:
+            return
+        pool = self.manager.shared_pool()
+        shared = {}
+        for cid in self.manager.shared_containers():
+            t = self.manager.containers[cid]
+            shared[cid] = (pool, str(t.mems) if t.mems else "")
+        self.pool_sync.connected(self.sender, pool, shared)
+
+    def _pool_changed(self) -> None:
+        if self.pool_sync is not None and self.manager.static:
+            self.pool_sync.set_target(self.manager.shared_pool())
 
     def create_container(
         self, req: nri_pb2.CreateContainerRequest
@@ -369,8 +411,14 @@ class Plugin:
                 cpu.quota.value = -1  # exclusive CPUs: no CFS quota (kubelet >= 1.32)
         if d.mems:
             cpu.mems = str(d.mems)
-        for cid, cpus in d.updates.items():
-            resp.update.append(_update(cid, cpus, self.manager))
+        ps = self.pool_sync
+        if ps is not None and self.manager.static:
+            if d.exclusive:
+                ps.discard(info.id)
+                ps.allocated(info.id)
+            elif d.cpus is not None:
+                ps.add(info.id, d.cpus, str(d.mems) if d.mems else "")
+            self._pool_changed()
         self._log_decision("create", info, d)
         self._changed()
         self._observe("CreateContainer", t0)
@@ -381,19 +429,22 @@ class Plugin:
     ) -> nri_pb2.UpdateContainerResponse:
         t0 = time.perf_counter()
         resp = nri_pb2.UpdateContainerResponse()
-        d = self.manager.update(req.container.id)
+        cid = req.container.id
+        d = self.manager.update(cid)
         if d is not None:
-            resp.update.append(_update(d.container_id, d.cpus, self.manager))
+            resp.update.append(_update(d))
+            if self.pool_sync is not None and self.manager.is_shared(cid) and d.cpus:
+                self.pool_sync.add(cid, d.cpus, str(d.mems) if d.mems else "")
         self._observe("UpdateContainer", t0)
         return resp
 
     def stop_container(self, req: nri_pb2.StopContainerRequest) -> nri_pb2.StopContainerResponse:
         t0 = time.perf_counter()
-        resp = nri_pb2.StopContainerResponse()
-        for cid, cpus in self.manager.stop(req.container.id).items():
-            resp.update.append(_update(cid, cpus, self.manager))
+        self.manager.stop(req.container.id)
+        if self.pool_sync is not None:
+            self.pool_sync.discard(req.container.id)
         self._observe("StopContainer", t0)
-        return resp
+        return nri_pb2.StopContainerResponse()
 
     def state_change(self, req: nri_pb2.StateChangeEvent) -> None:
         t0 = time.perf_counter()
@@ -403,26 +454,37 @@ class Plugin:
             self._observe("StateChange", t0)
 
     def _state_change(self, req: nri_pb2.StateChangeEvent) -> None:
+        ps = self.pool_sync
+        if req.event == nri_pb2.POST_START_CONTAINER:
+            if ps is not None:
+                ps.started(req.container.id)
+            return
+        before = self.manager.shared_pool()
         if req.event == nri_pb2.REMOVE_CONTAINER:
-            updates = self.manager.remove(req.container.id)
+            self.manager.remove(req.container.id)
+            if ps is not None:
+                ps.discard(req.container.id)
             what = f"remove container={req.container.name}"
         elif req.event in (nri_pb2.STOP_POD_SANDBOX, nri_pb2.REMOVE_POD_SANDBOX):
-            updates = self.manager.remove_pod(req.pod.uid)
+            uid = req.pod.uid
+            if ps is not None:
+                for cid in self.manager.pod_container_ids(uid):
+                    ps.discard(cid)
+            self.manager.remove_pod(uid)
             what = f"{nri_pb2.Event.Name(req.event).lower()} pod={req.pod.namespace}/{req.pod.name}"
         else:
             return
-        if updates or what.startswith("remove container"):
+        after = self.manager.shared_pool()
+        if after != before or req.event == nri_pb2.REMOVE_CONTAINER:
             self._changed()
-        if updates:
-            log.info(
-                "%s released: shared-pool=%s updating %d shared containers",
-                what, self.manager.shared_pool(), len(updates),
-            )
-            if self.request_update is not None:
-                self.request_update([_update(c, s, self.manager) for c, s in updates.items()])
+        if after != before:
+            log.info("%s released: shared-pool=%s (shared containers follow)", what, after)
+            self._pool_changed()
 
     def disconnected(self) -> None:
         self.synchronized = False
+        if self.pool_sync is not None:
+            self.pool_sync.disconnected()
         self.metrics.connection(False, False)
         log.warning("disconnected from the runtime; state will be rebuilt on reconnect")
         self.save()
@@ -450,29 +512,26 @@ class Plugin:
             return
         pool = self.manager.shared_pool()
         log.info(
-            "%s pod=%s/%s container=%s qos=%s cpus=%s exclusive=%s shared-pool=%s (%d cpus) "
-            "updates=%d",
+            "%s pod=%s/%s container=%s qos=%s cpus=%s exclusive=%s shared-pool=%s (%d cpus)",
             what, info.namespace, info.pod_name, info.name, info.qos,
             d.cpus if d.cpus is not None else "-", str(d.exclusive).lower(), pool, len(pool),
-            len(d.updates),
         )
 
 
-def _update(
-    cid: str, cpus: CPUSet | None, manager: ContainerManager
-) -> nri_pb2.ContainerUpdate:
-    """An update keeping everything we decided for the container: cpus, no quota when
-    exclusive, mems when pinned."""
-    u = nri_pb2.ContainerUpdate(container_id=cid, ignore_failure=True)
+def _update(d: Decision) -> nri_pb2.ContainerUpdate:
+    """An update keeping everything we decided for the container: cpus, no CFS quota when
+    exclusive (or the kubelet's quota restored when it left exclusive CPUs), mems when
+    pinned."""
+    u = nri_pb2.ContainerUpdate(container_id=d.container_id, ignore_failure=True)
     cpu = u.linux.resources.cpu
-    if cpus:
-        cpu.cpus = str(cpus)
-    t = manager.containers.get(cid)
-    if t is not None:
-        if t.exclusive:
-            cpu.quota.value = -1
-        if t.mems:
-            cpu.mems = str(t.mems)
+    if d.cpus:
+        cpu.cpus = str(d.cpus)
+    if d.exclusive:
+        cpu.quota.value = -1
+    elif d.quota is not None:
+        cpu.quota.value = d.quota
+    if d.mems:
+        cpu.mems = str(d.mems)
     return u
 
 

@@ -253,6 +253,23 @@ class Stub:
         if not self._in_handler:
             self._schedule_flush()
 
+    async def update_containers(self, payload: bytes) -> set[str]:
+        """Send one serialized ``UpdateContainersRequest`` now, outside any handler, and
+        return the ids of the containers the runtime failed to update. The runtime applies
+        the whole call under its NRI lock (containerd ``updateFromPlugin``), so callers keep
+        calls small. Raises ConnectionError when not registered (or the connection drops),
+        TtrpcError / TimeoutError when the runtime refuses or does not answer in time."""
+        client = self._client
+        if client is None or not self._registered:
+            raise ConnectionError("not registered with the runtime")
+        data = await client.call(RUNTIME_SERVICE, "UpdateContainers", payload,
+                                 timeout=self._update_timeout)
+        try:
+            failed = nri_pb2.UpdateContainersResponse.FromString(data).failed
+        except DecodeError as exc:
+            raise TtrpcError(UNKNOWN, f"malformed UpdateContainersResponse: {exc}") from None
+        return {u.container_id for u in failed}
+
     async def run(self) -> None:
         """Connect, register and serve until :meth:`stop` (external mode reconnects with
         backoff; launched mode returns after its one connection ends)."""

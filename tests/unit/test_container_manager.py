@@ -40,23 +40,25 @@ def test_docs_scenario_on_two_cpus():
     be = m.admit(info("be", "p-be"))
     assert (be.cpus, be.exclusive) == (CPUSet({0, 1}), False)
     bu = m.admit(info("bu", "p-bu", qos=QOSClass.BURSTABLE, cpus_m=500))
-    assert bu.cpus == CPUSet({0, 1}) and not bu.updates
+    assert bu.cpus == CPUSet({0, 1})
     frac = m.admit(info("g15", "p-g15", qos=QOSClass.GUARANTEED, cpus_m=1500, limit_m=1500))
     assert (frac.cpus, frac.exclusive) == (CPUSet({0, 1}), False)
     g1 = m.admit(guaranteed("g1", "p-g1", 1))
     assert (g1.cpus, g1.exclusive) == (CPUSet({1}), True)
-    # every shared container moves to the shrunken pool, in the same reply
-    assert g1.updates == {"be": CPUSet({0}), "bu": CPUSet({0}), "g15": CPUSet({0})}
+    # the shared pool shrinks; the shared containers follow it (poolsync), not the reply
+    assert m.shared_pool() == CPUSet({0})
+    assert sorted(m.shared_containers()) == ["be", "bu", "g15"]
     with pytest.raises(AdmissionError, match=r"requested=1, available=0"):
         m.admit(guaranteed("g2", "p-g2", 1))
     # a refused container leaves nothing behind
-    assert m.remove("g2") == {}
+    m.remove("g2")
     assert m.shared_pool() == CPUSet({0})
     # stop keeps the CPUs (a restart may follow), removal releases them
-    assert m.stop("g1") == {}
+    m.stop("g1")
     assert m.shared_pool() == CPUSet({0})
-    ups = m.remove("g1")
-    assert ups == {"be": CPUSet({0, 1}), "bu": CPUSet({0, 1}), "g15": CPUSet({0, 1})}
+    m.remove("g1")
+    assert m.shared_pool() == CPUSet({0, 1})
+    assert {r["id"]: r["cpus"] for r in m.rows()} == {"be": "0-1", "bu": "0-1", "g15": "0-1"}
     g2 = m.admit(guaranteed("g2", "p-g2", 1))
     assert g2.cpus == CPUSet({1})
 
@@ -71,7 +73,8 @@ def test_restart_keeps_cpus_and_pod_removal_releases():
     m.remove("a1")  # the old container's removal must not free the restarted one's CPUs
     assert m.state.assignments == {"p": {"c": CPUSet({1})}}
     m.admit(info("be", "q"))
-    assert m.remove_pod("p") == {"be": CPUSet({0, 1})}
+    m.remove_pod("p")
+    assert m.shared_pool() == CPUSet({0, 1}) and m.shared_containers() == ["be"]
     assert m.state.assignments == {}
 
 
@@ -107,17 +110,18 @@ def test_synchronize_adopts_forgets_and_fixes():
     # our state), a BestEffort container on the wrong cpuset; "gone" no longer exists
     ups = m.synchronize([guaranteed("g", "p", 1, current="1"), info("be", "q", current="0-1")])
     assert m.state.assignments == {"p": {"c": CPUSet({1})}}
-    assert ups == {"be": CPUSet({0})}
+    assert {c: d.cpus for c, d in ups.items()} == {"be": CPUSet({0})}
     # a Guaranteed container created while we were away on the shared pool gets CPUs
     m2 = manager()
     ups2 = m2.synchronize([guaranteed("g", "p", 1, current="0-1"), info("be", "q", current="")])
-    assert ups2 == {"g": CPUSet({1}), "be": CPUSet({0})}
+    assert {c: d.cpus for c, d in ups2.items()} == {"g": CPUSet({1}), "be": CPUSet({0})}
+    assert ups2["g"].exclusive and not ups2["be"].exclusive
 
 
 def test_none_policy_makes_no_adjustment():
     m = ContainerManager(NonePolicy(TWO_CPUS), CPUManagerState())
     d = m.admit(guaranteed("g", "p", 1))
-    assert d.cpus is None and d.updates == {}
+    assert d.cpus is None and d.quota is None
     assert m.synchronize([guaranteed("g", "p", 1)]) == {}
 
 
@@ -140,8 +144,8 @@ def test_synchronize_without_state_never_overlaps_exclusive_cpus(order):
     infos = [be, g] if order == "shared-first" else [g, be]
     assert m.synchronize(infos) == {}
     assert m.state.assignments == {"p": {"c": CPUSet({1})}}
-    assert m.containers["be"].applied == CPUSet({0})
+    assert m.is_shared("be") and m.shared_pool() == CPUSet({0})
     # and a shared container on the wrong set is still fixed
     m2 = manager()
     ups = m2.synchronize([info("be", "q", current="0-1"), guaranteed("g", "p", 1, current="1")])
-    assert ups == {"be": CPUSet({0})}
+    assert {c: d.cpus for c, d in ups.items()} == {"be": CPUSet({0})}

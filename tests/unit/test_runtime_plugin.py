@@ -66,7 +66,7 @@ def run(workdir: Path, body, config: str = STATIC, **plugin_kw) -> Plugin:
         await rt.start()
         stub = Stub(plugin, name="cpumgr", idx="90", socket_path=str(workdir / "nri.sock"),
                     events=EVENTS)
-        plugin.request_update = stub.request_update
+        plugin.sender = stub.update_containers
         task = asyncio.create_task(stub.run())
         try:
             await body(await rt.next_conn(), plugin)
@@ -109,14 +109,15 @@ def test_sync_create_refuse_release(workdir):
         assert resp.adjust.linux.resources.cpu.cpus == "0"
         assert not resp.adjust.linux.resources.cpu.HasField("quota")
         # the Guaranteed container is removed: CPU 1 goes back to every shared container,
-        # as an unsolicited update after the StateChange reply
+        # as an unsolicited update after the StateChange reply (sharedPoolGrowDelay 0s)
         ev = nri_pb2.StateChangeEvent(event=nri_pb2.REMOVE_CONTAINER, pod=pod("g"),
                                       container=ctr("g"))
         await conn.call("StateChange", ev, nri_pb2.Empty)
         upd = await asyncio.wait_for(conn.updates.get(), 5)
         assert cpus_of(upd.update) == {"c-be": "0-1", "c-bu": "0-1"}
+        assert all(u.ignore_failure for u in upd.update)
 
-    plugin = run(workdir, body)
+    plugin = run(workdir, body, STATIC + "sharedPoolGrowDelay: 0s\n")
     body = Checkpoint(workdir / "state" / CHECKPOINT_NAME).load()
     assert body["policyName"] == "static"
     assert body["defaultCpuSet"] == "0-1"

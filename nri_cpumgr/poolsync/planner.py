@@ -1,0 +1,210 @@
+"""When to move which shared-pool containers: pure bookkeeping, no I/O, no clock of its own.
+
+Why this exists: every container update the plugin sends becomes one ``runc update`` in the
+runtime (about 10 ms), applied while the runtime holds the NRI lock that every other
+container operation on the node also takes (containerd ``pkg/nri/nri.go``: the plugin's
+UpdateContainers goes through ``updateFromPlugin`` -> ``applyUpdates`` under ``l.Lock()``). So
+the number of updates is the cost, and when they are sent decides who waits for them.
+
+Rules (the kubelet re-pins shared containers lazily, every ``cpuManagerReconcilePeriod``;
+we do better on both lag and cost):
+
+* A shared container is *stale* when the cpuset the runtime has for it differs from the
+  shared pool now. Staleness is judged when a batch is planned, never per event, so an
+  allocation and a release that leave the pool as it was cost no update at all.
+* *Shrink* (a stale container still has CPUs that are now exclusive) is urgent: a pass starts
+  once no newly exclusive container is still waiting for its start and nothing changed for
+  ``quiet`` seconds, and at the latest ``shrink_delay`` after the first such change (so a
+  burst of allocations is coalesced into one pass, and the pass does not hold the runtime's
+  lock while the new container starts). After a pass, the next one waits ``shrink_delay``
+  (at most one pass per ``shrink_delay`` in a long burst).
+* *Grow* (stale containers only lack CPUs that were released) waits ``grow_delay``; a shrink
+  pass in the meantime takes the growth along.
+* A pass sends batches of at most ``batch_size`` updates, the containers longest stale first;
+  each container is updated at most once per pass, to the pool as it is when its batch
+  is planned.
+* A container the runtime failed to update stays stale and is retried by the next pass; after
+  ``max_failures`` failures it is dropped (it is most likely gone; the next Synchronize
+  repairs the rest).
+
+Times are seconds on the caller's monotonic clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nri_cpumgr.cpuset import CPUSet
+
+
+@dataclass(slots=True)
+class _Shared:
+    applied: CPUSet  # the cpuset the runtime has for the container (as we last set it)
+    mems: str  # cpuset.mems to keep in the update ("" = leave alone)
+    since: float  # when it last became stale (or was added)
+    failures: int = 0
+
+
+@dataclass(slots=True)
+class Batch:
+    """Updates to send now: ``ids`` all go to ``cpus``; ``mems`` per id ("" = none)."""
+
+    cpus: CPUSet
+    ids: list[str]
+    mems: dict[str, str]
+    shrink: bool  # part of a shrink pass (some container was on exclusive CPUs)
+
+
+@dataclass(slots=True)
+class PoolPlanner:
+    """Bookkeeping of the shared-pool containers and the target pool.
+
+    ``shrink_delay``, ``grow_delay``, ``quiet``: seconds (see the module docstring);
+    ``batch_size``: updates per UpdateContainers call (>= 1).
+    """
+
+    shrink_delay: float = 1.0
+    grow_delay: float = 10.0
+    batch_size: int = 10
+    quiet: float = 0.25
+    max_failures: int = 3
+    target: CPUSet = field(default_factory=CPUSet)
+    shared: dict[str, _Shared] = field(default_factory=dict)
+    pending_start: set[str] = field(default_factory=set)
+    last_event: float = float("-inf")
+    shrink_since: float | None = None
+    grow_since: float | None = None
+    last_pass: float = float("-inf")
+    in_pass: set[str] = field(default_factory=set)  # ids already updated in this pass
+    passes: int = 0
+    sent: int = 0  # container updates handed out so far
+
+    # ------------------------------------------------------------------ events (O(1))
+    def reset(self, target: CPUSet, shared: dict[str, tuple[CPUSet, str]], now: float) -> None:
+        """Start over after a Synchronize: ``shared`` maps container id -> (cpuset the runtime
+        has after the Synchronize reply, mems)."""
+        self.target = target
+        self.shared = {cid: _Shared(cpus, mems, now) for cid, (cpus, mems) in shared.items()}
+        self.pending_start.clear()
+        self.in_pass.clear()
+        self.shrink_since = self.grow_since = None
+        self._note_staleness(now)
+
+    def add(self, cid: str, cpus: CPUSet, mems: str, now: float) -> None:
+        """A shared container was created with ``cpus`` in its reply."""
+        self.shared[cid] = _Shared(cpus, mems, now)
+
+    def discard(self, cid: str) -> None:
+        """A container stopped, was removed, or became exclusive."""
+        self.shared.pop(cid, None)
+        self.in_pass.discard(cid)
+        self.pending_start.discard(cid)
+
+    def allocated(self, cid: str, now: float) -> None:
+        """An exclusive container was admitted; a shrink waits for its start."""
+        self.pending_start.add(cid)
+        self.last_event = now
+
+    def started(self, cid: str, now: float) -> None:
+        """A container started (PostStartContainer)."""
+        if cid in self.pending_start:
+            self.pending_start.discard(cid)
+            self.last_event = now
+
+    def set_target(self, pool: CPUSet, now: float) -> None:
+        """The shared pool is now ``pool``."""
+        if pool == self.target:
+            return
+        lost, gained = self.target - pool, pool - self.target
+        self.target = pool
+        self.last_event = now
+        if lost and self.shrink_since is None:
+            self.shrink_since = now
+        if gained and self.grow_since is None:
+            self.grow_since = now
+
+    # ------------------------------------------------------------------ planning
+    def _note_staleness(self, now: float) -> None:
+        for s in self.shared.values():
+            if s.applied != self.target:
+                if s.applied - self.target and self.shrink_since is None:
+                    self.shrink_since = now
+                elif self.grow_since is None:
+                    self.grow_since = now
+
+    def _due(self, urgent: bool) -> float:
+        if urgent:
+            since = self.shrink_since if self.shrink_since is not None else self.last_event
+            due = since + self.shrink_delay
+            if not self.pending_start:
+                due = min(due, self.last_event + self.quiet)
+            return max(due, self.last_pass + self.shrink_delay)
+        since = self.grow_since if self.grow_since is not None else self.last_event
+        return since + self.grow_delay
+
+    def plan(self, now: float) -> tuple[Batch | None, float | None]:
+        """``(batch, None)``: send it now; ``(None, t)``: nothing before time ``t``;
+        ``(None, None)``: nothing to do until the next event. O(shared containers)."""
+        stale = [(s.since, cid) for cid, s in self.shared.items()
+                 if s.applied != self.target and cid not in self.in_pass]
+        if not stale:
+            if self.in_pass:
+                self._end_pass(now)
+                return self.plan(now)
+            if not any(s.applied != self.target for s in self.shared.values()):
+                self.shrink_since = self.grow_since = None
+            return None, None
+        target = self.target
+        urgent = any(self.shared[cid].applied - target for _, cid in stale)
+        if not self.in_pass:
+            due = self._due(urgent)
+            if now < due:
+                return None, due
+            self.passes += 1
+            self.shrink_since = self.grow_since = None
+        stale.sort()
+        ids = [cid for _, cid in stale[: self.batch_size]]
+        self.in_pass.update(ids)
+        self.sent += len(ids)
+        return Batch(target, ids, {c: self.shared[c].mems for c in ids}, urgent), None
+
+    def _end_pass(self, now: float) -> None:
+        self.in_pass.clear()
+        self.last_pass = now
+        # whatever is still stale changed during the pass: it is due from now on
+        for s in self.shared.values():
+            if s.applied != self.target:
+                s.since = now
+        self._note_staleness(now)
+
+    def done(self, batch: Batch, failed: set[str], now: float) -> list[str]:
+        """The runtime answered ``batch``; ``failed``: ids it could not update. Returns the
+        ids dropped after too many failures."""
+        dropped = []
+        for cid in batch.ids:
+            s = self.shared.get(cid)
+            if s is None:
+                continue
+            if cid in failed:
+                s.failures += 1
+                if s.failures >= self.max_failures:
+                    dropped.append(cid)
+                    self.discard(cid)
+                continue
+            s.failures = 0
+            s.applied = batch.cpus
+            s.since = now
+        return dropped
+
+    def abandon(self, batch: Batch) -> None:
+        """``batch`` could not be sent (connection lost): nothing was applied."""
+        for cid in batch.ids:
+            self.in_pass.discard(cid)
+
+    # ------------------------------------------------------------------ queries
+    def stale_count(self) -> int:
+        return sum(1 for s in self.shared.values() if s.applied != self.target)
+
+    def overlapping(self, cpus: CPUSet) -> list[str]:
+        """Shared containers the runtime still has on any of ``cpus``."""
+        return [cid for cid, s in self.shared.items() if s.applied & cpus]

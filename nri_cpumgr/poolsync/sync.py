@@ -1,0 +1,219 @@
+"""Sends the shared-pool updates after the replies: the plugin's own UpdateContainers calls.
+
+:class:`SharedPoolSync` drives a :class:`~nri_cpumgr.poolsync.planner.PoolPlanner` on the
+event loop. The runtime glue tells it what happened (a shared container created, a container
+stopped or removed, the shared pool changed, an exclusive container admitted or started) in
+O(1) each; one task wakes when the planner says so and sends each batch through ``send`` (an
+``async (payload: bytes) -> set[str]`` of failed container ids, raising ``ConnectionError``
+when the runtime is gone), given by whoever owns the connection: this module never imports
+the transport.
+
+One serialized update body per (cpuset, mems) serves every container of a batch: the
+``UpdateContainersRequest`` is assembled from the body and each container id (protobuf
+fields may come in any order, so ``container_id`` is prepended to a pre-serialized
+``ContainerUpdate`` that carries everything else).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from nri_cpumgr.api import nri_pb2
+from nri_cpumgr.cpuset import CPUSet
+from nri_cpumgr.poolsync.planner import Batch, PoolPlanner
+
+log = logging.getLogger("nri_cpumgr.poolsync")
+
+_UPDATE_FIELD = nri_pb2.UpdateContainersRequest.DESCRIPTOR.fields_by_name["update"].number
+_ID_FIELD = nri_pb2.ContainerUpdate.DESCRIPTOR.fields_by_name["container_id"].number
+_LEN = 2  # protobuf wire type of length-delimited fields
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+_UPDATE_TAG = _varint(_UPDATE_FIELD << 3 | _LEN)
+_ID_TAG = _varint(_ID_FIELD << 3 | _LEN)
+
+
+def update_body(cpus: CPUSet, mems: str = "") -> bytes:
+    """A serialized ``ContainerUpdate`` without its ``container_id``: cpuset ``cpus``
+    (and ``mems`` when given), ``ignore_failure`` set (a container that vanished must not
+    fail the others)."""
+    u = nri_pb2.ContainerUpdate(ignore_failure=True)
+    u.linux.resources.cpu.cpus = str(cpus)
+    if mems:
+        u.linux.resources.cpu.mems = mems
+    return u.SerializeToString()
+
+
+def encode_updates(items: list[tuple[str, bytes]]) -> bytes:
+    """A serialized ``UpdateContainersRequest`` of ``(container id, update_body(...))``."""
+    parts = []
+    for cid, body in items:
+        b = cid.encode()
+        one = _ID_TAG + _varint(len(b)) + b + body
+        parts.append(_UPDATE_TAG + _varint(len(one)) + one)
+    return b"".join(parts)
+
+
+Sender = Callable[[bytes], Awaitable[set[str]]]
+
+
+class SharedPoolSync:
+    """Keeps every shared-pool container on the shared pool, outside the runtime's calls.
+
+    ``shrink_delay``, ``grow_delay`` (seconds) and ``batch_size`` as in
+    :class:`PoolPlanner`; ``on_sent(n, shrink)`` is told how many container updates each
+    batch carried (metrics). Call everything on the event loop thread.
+    """
+
+    def __init__(
+        self,
+        *,
+        shrink_delay: float = 1.0,
+        grow_delay: float = 10.0,
+        batch_size: int = 10,
+        quiet: float = 0.25,
+        on_sent: Callable[[int, bool], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.planner = PoolPlanner(shrink_delay=shrink_delay, grow_delay=grow_delay,
+                                   batch_size=batch_size, quiet=min(quiet, shrink_delay))
+        self._clock = clock
+        self._send: Sender | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._wake: asyncio.Event | None = None
+        self._bodies: dict[tuple[CPUSet, str], bytes] = {}
+        self._on_sent = on_sent
+        self._pass_t0: float | None = None
+        self._pass_n = 0
+        self._pass_calls = 0
+
+    # ------------------------------------------------------------------ connection
+    def connected(self, send: Sender, target: CPUSet,
+                  shared: dict[str, tuple[CPUSet, str]]) -> None:
+        """The runtime synchronized: ``shared`` = container id -> (cpuset the runtime has
+        after the Synchronize reply, mems). Starts the sender task (needs a running loop)."""
+        self.planner.reset(target, shared, self._clock())
+        self._send = send
+        self._kick()
+
+    def disconnected(self) -> None:
+        """Stop sending; what is still stale is rebuilt by the next Synchronize."""
+        self._send = None
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    def close(self) -> None:
+        self.disconnected()
+
+    # ------------------------------------------------------------------ events
+    def add(self, cid: str, cpus: CPUSet, mems: str = "") -> None:
+        self.planner.add(cid, cpus, mems, self._clock())
+
+    def discard(self, cid: str) -> None:
+        self.planner.discard(cid)
+
+    def allocated(self, cid: str) -> None:
+        self.planner.allocated(cid, self._clock())
+
+    def started(self, cid: str) -> None:
+        if cid in self.planner.pending_start:
+            self.planner.started(cid, self._clock())
+            self._kick()
+
+    def set_target(self, pool: CPUSet) -> None:
+        if pool != self.planner.target:
+            self.planner.set_target(pool, self._clock())
+            self._kick()
+
+    # ------------------------------------------------------------------ the sender task
+    def _kick(self) -> None:
+        if self._send is None:
+            return
+        if self._task is None or self._task.done():
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return  # no loop (tests driving the glue synchronously): nothing is sent
+            self._wake = asyncio.Event()
+            self._task = loop.create_task(self._run(), name="shared-pool-sync")
+        elif self._wake is not None:
+            self._wake.set()
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        wake = self._wake
+        while self._send is not None:
+            batch, at = self.planner.plan(self._clock())
+            if batch is None:
+                if self._pass_t0 is not None and not self.planner.in_pass:
+                    self._log_pass()
+                wake.clear()
+                timeout = None if at is None else max(0.0, at - self._clock())
+                try:
+                    await asyncio.wait_for(wake.wait(), timeout)
+                except TimeoutError:
+                    pass
+                continue
+            await self._send_batch(batch)
+
+    async def _send_batch(self, batch: Batch) -> None:
+        send = self._send
+        if send is None:
+            self.planner.abandon(batch)
+            return
+        if self._pass_t0 is None:
+            self._pass_t0, self._pass_n, self._pass_calls = self._clock(), 0, 0
+        items = []
+        for cid in batch.ids:
+            key = (batch.cpus, batch.mems.get(cid, ""))
+            body = self._bodies.get(key)
+            if body is None:
+                if len(self._bodies) > 64:
+                    self._bodies.clear()
+                body = self._bodies[key] = update_body(*key)
+            items.append((cid, body))
+        try:
+            failed = await send(encode_updates(items))
+        except ConnectionError as e:
+            log.warning("shared pool: UpdateContainers not sent (%s); the next Synchronize "
+                        "repairs it", e)
+            self.planner.abandon(batch)
+            self._send = None
+            return
+        except Exception as e:  # a refused or timed-out call: retried by the next pass
+            log.warning("shared pool: UpdateContainers of %d containers failed: %s",
+                        len(batch.ids), e)
+            failed = set(batch.ids)
+        dropped = self.planner.done(batch, failed, self._clock())
+        self._pass_n += len(batch.ids) - len(failed & set(batch.ids))
+        self._pass_calls += 1
+        if self._on_sent is not None:
+            self._on_sent(len(batch.ids), batch.shrink)
+        if failed:
+            log.warning("shared pool: the runtime could not update %s", sorted(failed))
+        if dropped:
+            log.warning("shared pool: giving up on %s after repeated failures (gone?)",
+                        sorted(dropped))
+
+    def _log_pass(self) -> None:
+        assert self._pass_t0 is not None
+        log.info("shared pool: %d containers moved to %s in %d UpdateContainers calls "
+                 "(%.0f ms)", self._pass_n, self.planner.target, self._pass_calls,
+                 (self._clock() - self._pass_t0) * 1e3)
+        self._pass_t0 = None

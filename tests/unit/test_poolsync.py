@@ -1,0 +1,195 @@
+"""Shared-pool updates after the replies: the planner's rules on a fake clock, the wire
+encoding, and the whole plugin against the fake runtime (tests/unit/nri_peer.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from nri_cpumgr.api import nri_pb2
+from nri_cpumgr.cpuset import CPUSet
+from nri_cpumgr.poolsync import PoolPlanner, encode_updates, update_body
+
+from .test_runtime_plugin import STATIC, cpus_of, ctr, pod, run, workdir  # noqa: F401
+
+ALL, SHRUNK = CPUSet({0, 1, 2, 3}), CPUSet({0, 1, 2})
+
+
+def planner(n: int = 5, **kw) -> PoolPlanner:
+    p = PoolPlanner(shrink_delay=1.0, grow_delay=10.0, batch_size=2, quiet=0.25, **kw)
+    p.reset(ALL, {f"s{i}": (ALL, "") for i in range(n)}, now=0.0)
+    return p
+
+
+def drain(p: PoolPlanner, now: float) -> list[list[str]]:
+    """Every batch due at ``now`` (each answered at once)."""
+    out = []
+    while True:
+        b, _ = p.plan(now)
+        if b is None:
+            return out
+        p.done(b, set(), now)
+        out.append(b.ids)
+
+
+def test_encoding_is_an_update_containers_request():
+    body = update_body(CPUSet({0, 2, 3}), "1")
+    data = encode_updates([("a", body), ("ctr-" + "x" * 200, body)])
+    req = nri_pb2.UpdateContainersRequest.FromString(data)
+    assert [u.container_id for u in req.update] == ["a", "ctr-" + "x" * 200]
+    for u in req.update:
+        assert u.ignore_failure
+        assert (u.linux.resources.cpu.cpus, u.linux.resources.cpu.mems) == ("0,2-3", "1")
+        assert not u.linux.resources.cpu.HasField("quota")
+    assert encode_updates([]) == b""
+
+
+def test_shrink_waits_for_the_start_then_quiet_and_goes_in_batches():
+    p = planner()
+    p.allocated("g", 0.0)
+    p.set_target(SHRUNK, 0.0)
+    assert p.plan(0.1) == (None, 1.0)  # waiting for g's start, at most shrink_delay
+    p.started("g", 0.2)
+    assert p.plan(0.3) == (None, 0.45)  # started: a quiet moment, then go
+    batches = drain(p, 0.45)
+    assert [len(b) for b in batches] == [2, 2, 1] and p.stale_count() == 0
+    assert p.passes == 1 and p.sent == 5
+    assert all(s.applied == SHRUNK for s in p.shared.values())
+
+
+def test_a_container_that_never_starts_delays_the_shrink_by_the_bound_only():
+    p = planner()
+    p.allocated("g", 0.0)
+    p.set_target(SHRUNK, 0.0)
+    assert p.plan(0.99)[0] is None
+    assert sum(map(len, drain(p, 1.0))) == 5
+
+
+def test_release_then_allocation_of_the_same_cpus_costs_nothing():
+    p = planner()
+    p.set_target(SHRUNK, 0.0)  # e.g. a shrink already applied
+    drain(p, 5.0)
+    sent = p.sent
+    p.set_target(ALL, 6.0)  # a release: growth is lazy
+    assert p.plan(6.5) == (None, 16.0)
+    p.allocated("g2", 7.0)
+    p.set_target(SHRUNK, 7.0)  # the next pod takes the same CPU
+    assert p.plan(20.0) == (None, None)
+    assert p.sent == sent
+
+
+def test_growth_waits_grow_delay_and_a_shrink_pass_takes_it_along():
+    p = planner(n=3)
+    p.set_target(CPUSet({0, 1}), 0.0)
+    drain(p, 1.0)
+    p.set_target(CPUSet({0, 1, 2}), 2.0)  # release of 2
+    assert p.plan(3.0) == (None, 12.0)
+    assert sum(map(len, drain(p, 12.0))) == 3
+    assert all(s.applied == CPUSet({0, 1, 2}) for s in p.shared.values())
+
+
+def test_burst_of_ten_allocations_is_at_most_three_updates_per_container():
+    """Pods arriving every 0.2 s for 2 s; batches take 0.1 s of runtime time each."""
+    p = planner(n=40)
+    p.batch_size = 10
+    counts: dict[str, int] = {}
+    now, pool = 0.0, set(ALL | CPUSet(range(4, 16)))
+    p.reset(CPUSet(pool), {f"s{i}": (CPUSet(pool), "") for i in range(40)}, now)
+    arrivals = [0.2 * k for k in range(10)]
+    while now < 30.0:
+        while arrivals and arrivals[0] <= now:
+            t = arrivals.pop(0)
+            cpu = 15 - len(arrivals)
+            pool.discard(cpu)
+            p.allocated(f"g{cpu}", t)
+            p.set_target(CPUSet(pool), t)
+            p.started(f"g{cpu}", t + 0.07)
+        b, _ = p.plan(now)
+        if b is None:
+            now += 0.01
+            continue
+        now += 0.1
+        p.done(b, set(), now)
+        for cid in b.ids:
+            counts[cid] = counts.get(cid, 0) + 1
+    assert p.stale_count() == 0
+    assert all(s.applied == CPUSet(pool) for s in p.shared.values())
+    assert max(counts.values()) <= 3, counts
+
+
+def test_failures_are_retried_then_dropped():
+    p = planner(n=1)
+    p.set_target(SHRUNK, 0.0)
+    for attempt in range(3):
+        b, _ = p.plan(100.0 * (attempt + 1))
+        assert b is not None and b.ids == ["s0"]
+        dropped = p.done(b, {"s0"}, 100.0 * (attempt + 1))
+        p.plan(100.0 * (attempt + 1))  # ends the pass
+    assert dropped == ["s0"] and "s0" not in p.shared
+
+
+def test_discarded_and_abandoned():
+    p = planner(n=2)
+    p.set_target(SHRUNK, 0.0)
+    b, _ = p.plan(1.0)
+    assert b is not None
+    p.abandon(b)  # connection lost: nothing applied, still stale
+    assert p.stale_count() == 2
+    p.discard("s0")
+    assert p.stale_count() == 1 and p.overlapping(CPUSet({3})) == ["s1"]
+
+
+# ---------------------------------------------------------------- through the plugin
+
+FAST = STATIC + "sharedPoolShrinkDelay: 2s\n"
+
+
+def _guaranteed(uid: str) -> nri_pb2.CreateContainerRequest:
+    return nri_pb2.CreateContainerRequest(pod=pod(uid), container=ctr(uid, 1000))
+
+
+def test_reply_carries_no_other_container_and_the_shrink_follows_the_start(workdir):  # noqa: F811
+    async def body(conn, plugin):
+        await conn.handshake(pods=[pod("be", "besteffort"), pod("bu", "burstable")],
+                             containers=[ctr("be", 0, "0-1"), ctr("bu", 0, "0-1")])
+        resp = await conn.call("CreateContainer", _guaranteed("g"),
+                               nri_pb2.CreateContainerResponse)
+        assert resp.adjust.linux.resources.cpu.cpus == "1"
+        assert len(resp.update) == 0
+        await asyncio.sleep(0.5)  # waiting for the container's start (bound: 2 s)
+        assert conn.updates.empty()
+        t0 = time.monotonic()
+        ev = nri_pb2.StateChangeEvent(event=nri_pb2.POST_START_CONTAINER, pod=pod("g"),
+                                      container=ctr("g"))
+        await conn.call("StateChange", ev, nri_pb2.Empty)
+        upd = await asyncio.wait_for(conn.updates.get(), 5)
+        assert time.monotonic() - t0 < 1.5  # quiet period, not the 2 s bound
+        assert cpus_of(upd.update) == {"c-be": "0", "c-bu": "0"}
+        # the release is lazy (10 s) and the next allocation takes the CPU again: no update
+        ev = nri_pb2.StateChangeEvent(event=nri_pb2.REMOVE_CONTAINER, pod=pod("g"),
+                                      container=ctr("g"))
+        await conn.call("StateChange", ev, nri_pb2.Empty)
+        resp = await conn.call("CreateContainer", _guaranteed("g2"),
+                               nri_pb2.CreateContainerResponse)
+        assert resp.adjust.linux.resources.cpu.cpus == "1"
+        await asyncio.sleep(2.5)
+        assert conn.updates.empty()
+        assert plugin.pool_sync is not None and plugin.pool_sync.planner.stale_count() == 0
+
+    run(workdir, body, FAST)
+
+
+def test_new_shared_container_gets_the_pool_and_stopped_ones_are_left_alone(workdir):  # noqa: F811
+    async def body(conn, plugin):
+        await conn.handshake(pods=[pod("be", "besteffort"), pod("st", "besteffort")],
+                             containers=[ctr("be", 0, "0-1"), ctr("st", 0, "0-1")])
+        ev = nri_pb2.StopContainerRequest(pod=pod("st"), container=ctr("st"))
+        await conn.call("StopContainer", ev, nri_pb2.StopContainerResponse)
+        await conn.call("CreateContainer", _guaranteed("g"), nri_pb2.CreateContainerResponse)
+        req = nri_pb2.CreateContainerRequest(pod=pod("new", "besteffort"), container=ctr("new"))
+        resp = await conn.call("CreateContainer", req, nri_pb2.CreateContainerResponse)
+        assert resp.adjust.linux.resources.cpu.cpus == "0"
+        upd = await asyncio.wait_for(conn.updates.get(), 5)  # after the 2 s bound
+        assert cpus_of(upd.update) == {"c-be": "0"}
+
+    run(workdir, body, FAST)
