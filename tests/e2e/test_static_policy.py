@@ -67,7 +67,10 @@ def test_docs_static_policy_scenario(containerd, cri, e2e_workdir):
     online = cgroups.host_online_cpus()
     assert online == "0-1", f"this scenario needs a 2-CPU host, have {online}"
     port = free_port()
-    plugin = start_plugin(containerd, e2e_workdir, metricsAddress=f"127.0.0.1:{port}")
+    # CPUs released by an exclusive container come back to the shared containers after
+    # sharedPoolGrowDelay (default 10 s): 1 s here
+    plugin = start_plugin(containerd, e2e_workdir, metricsAddress=f"127.0.0.1:{port}",
+                          sharedPoolGrowDelay="1s")
     ready = urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5)
     assert ready.status == 200
     try:
