@@ -14,8 +14,13 @@ from itertools import combinations
 
 from nri_cpumgr.cm.cpumanager import CPUManagerState, NonePolicy, StaticPolicy
 from nri_cpumgr.cm.memorymanager.manager import MemoryManager
+from nri_cpumgr.cm.memorymanager.policy_static import (
+    container_requested_resources,
+    pod_requested_resources,
+)
 from nri_cpumgr.cm.topologymanager import TopologyHint, TopologyManager
 from nri_cpumgr.cm.topologymanager.merge import ProviderHints
+from nri_cpumgr.cm.topologymanager.policy import POLICY_RESTRICTED, POLICY_SINGLE_NUMA_NODE
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.podmodel import Pod
 
@@ -53,18 +58,47 @@ class CPUProvider:
 
 
 class MemoryProvider:
-    """Resources ``memory`` and ``hugepages-*``: the Memory Manager (Static policy)."""
+    """Resources ``memory`` and ``hugepages-*``: the Memory Manager (Static policy).
+
+    Where we differ from the kubelet (kubernetes #128708, #138495): when no NUMA set can hold
+    a Guaranteed container's memory now, the kubelet's Memory Manager answers an empty hint
+    map, which the Topology Manager reads as "no preference"; restricted and
+    single-numa-node then admit the pod and the Memory Manager fails afterwards in Allocate
+    (``ExtendHintError``: failed to find NUMA nodes to extend), after the CPU manager has
+    already allocated. Here, under those two policies, the provider answers an empty hint
+    list for every requested memory type instead ("cannot be satisfied"), so the pod is
+    refused at admission with a TopologyAffinityError before any manager allocates.
+    best-effort and none keep the kubelet's answer (they admit whatever the hints say).
+    """
+
+    #: Topology Manager policies that refuse a pod whose best hint is not preferred.
+    STRICT_POLICIES = frozenset({POLICY_RESTRICTED, POLICY_SINGLE_NUMA_NODE})
 
     def __init__(self, manager: MemoryManager, tm: TopologyManager) -> None:
         self.manager = manager
         self.tm = tm
 
+    def _unsatisfiable(self, hints: ProviderHints, requested: dict[str, int]) -> ProviderHints:
+        """``{type: []}`` for every requested type when the policy found no NUMA set at all
+        and the Topology Manager's policy refuses unaligned pods; else ``hints``."""
+        if hints or not requested or self.tm.policy_name not in self.STRICT_POLICIES:
+            return hints
+        return {name: [] for name in requested}
+
     def get_topology_hints(self, pod: Pod, container_name: str) -> ProviderHints:
         c = pod.container(container_name)
-        return None if c is None else self.manager.get_topology_hints(pod, c)
+        if c is None:
+            return None
+        hints = self.manager.get_topology_hints(pod, c)
+        if hints is None:
+            return None
+        return self._unsatisfiable(hints, container_requested_resources(c))
 
     def get_pod_topology_hints(self, pod: Pod) -> ProviderHints:
-        return self.manager.get_pod_topology_hints(pod)
+        hints = self.manager.get_pod_topology_hints(pod)
+        if hints is None:
+            return None
+        return self._unsatisfiable(hints, pod_requested_resources(pod))
 
     def allocate(self, pod: Pod, container_name: str) -> None:
         c = pod.container(container_name)

@@ -434,6 +434,7 @@ def _distributed(
     group: int,
     spread: bool,
     align_by_socket: bool,
+    min_numas_from_hint: int = 0,
 ) -> int:
     if group <= 0:
         group = 1
@@ -455,6 +456,11 @@ def _distributed(
     groups_needed = (count - 1) // group + 1
     min_numas = (groups_needed - 1) // groups_per_numa + 1
     max_numas = min(groups_needed, len(numas))
+    # kubernetes PR #139456: the Topology Manager's affinity is a floor on how many NUMA
+    # nodes the request is spread over (ignored when it names more nodes than have free CPUs
+    # or than there are groups to place)
+    if min_numas < min_numas_from_hint <= max_numas:
+        min_numas = min_numas_from_hint
 
     def same_socket(combo: Sequence[int]) -> bool:
         sockets: set[int] = set()
@@ -571,12 +577,16 @@ def take_distributed(
     *,
     spread: bool = False,
     align_by_socket: bool = False,
+    min_numas_from_hint: int = 0,
 ) -> CPUSet:
     """Take ``count`` CPUs spread evenly over NUMA nodes in groups of ``cpu_group_size`` CPUs
     (kubelet cpu_assignment.go, takeByTopologyNUMADistributed; distribute-cpus-across-numa,
     with ``cpu_group_size`` = CPUs per core under full-pcpus-only).
 
-    Tries 1, 2, ... NUMA nodes (starting at the minimum that can hold the request) and picks
+    Tries 1, 2, ... NUMA nodes (starting at the minimum that can hold the request, raised to
+    ``min_numas_from_hint`` = the number of NUMA nodes of the Topology Manager's affinity when
+    that many nodes have free CPUs and the request has at least that many groups: kubernetes
+    PR #139456, newer than the kubelet the conformance corpus follows) and picks
     the combination whose leftover free CPUs have the lowest standard deviation; with
     ``align_by_socket`` a combination inside one socket wins over a cross-socket one. Each node
     share is taken with the packed strategy. When ``count`` is not a multiple of
@@ -586,7 +596,14 @@ def take_distributed(
     avail = available if isinstance(available, CPUSet) else CPUSet(available)
     idx = topology_index(topo)
     mask = _distributed(
-        idx, cpus_to_mask(avail), count, len(avail), cpu_group_size, spread, align_by_socket
+        idx,
+        cpus_to_mask(avail),
+        count,
+        len(avail),
+        cpu_group_size,
+        spread,
+        align_by_socket,
+        min_numas_from_hint,
     )
     return mask_to_cpus(mask)
 
@@ -596,17 +613,32 @@ def take_by_topology(
     available: Iterable[int],
     count: int,
     options: StaticPolicyOptions | None = None,
+    min_numas_from_hint: int = 0,
 ) -> CPUSet:
     """The static policy's take (kubelet policy_static.go, takeByTopology): distributed over
     NUMA nodes under distribute-cpus-across-numa (groups of CPUs-per-core under
     full-pcpus-only), packed otherwise; spread sorting under distribute-cpus-across-cores;
-    uncore alignment under prefer-align-cpus-by-uncorecache (packed only). align-by-socket
-    does not reach the distributed take here: the released kubelet does not pass it."""
+    uncore alignment under prefer-align-cpus-by-uncorecache (packed only).
+
+    Newer than the kubelet the conformance corpus follows, as merged upstream:
+    align-by-socket reaches the distributed take, so a NUMA combination inside one socket
+    wins (kubernetes PR #139778, fixing #114642 / #141237); ``min_numas_from_hint`` (the
+    NUMA node count of the Topology Manager's affinity, 0 = none) is the floor of the
+    distributed take (PR #139456, fixing #139430). Both only matter under
+    distribute-cpus-across-numa."""
     opts = options or StaticPolicyOptions()
     spread = opts.distribute_cpus_across_cores
     if opts.distribute_cpus_across_numa:
         group = topo.cpus_per_core() if opts.full_pcpus_only else 1
-        return take_distributed(topo, available, count, group, spread=spread)
+        return take_distributed(
+            topo,
+            available,
+            count,
+            group,
+            spread=spread,
+            align_by_socket=opts.align_by_socket,
+            min_numas_from_hint=min_numas_from_hint,
+        )
     return take_packed(
         topo,
         available,

@@ -25,6 +25,7 @@ from nri_cpumgr.cm.cpumanager.cpu_assignment import take_by_topology
 from nri_cpumgr.cm.cpumanager.errors import (
     CPUManagerError,
     InvalidStateError,
+    NotEnoughCPUsError,
     PolicyConfigError,
     SMTAlignmentError,
 )
@@ -277,19 +278,30 @@ class StaticPolicy:
         """Pick ``count`` CPUs from the available CPUs plus ``reusable`` without changing the
         state (kubelet allocateCPUs): first as many as possible from the NUMA nodes of
         ``numa_affinity`` (whole sockets of those nodes under align-by-socket), the rest from
-        everything left. Raises :class:`NotEnoughCPUsError`."""
+        everything left. Under distribute-cpus-across-numa the affinity's NUMA node count is
+        the floor of the distributed take (kubernetes PR #139456).
+
+        Raises :class:`NotEnoughCPUsError`, also (strict-cpu-reservation) when the take would
+        leave the shared pool empty: the kubelet's own state validation refuses an empty
+        default set with assignments ("default cpuset cannot be empty"), so such a state
+        could be written but never restored (kubernetes #141196; the refusal is what the open
+        PR #141197 proposes)."""
         allocatable = self.available_cpus(state) | (reusable or CPUSet())
         result = CPUSet()
         if numa_affinity is not None:
-            aligned = self._aligned_cpus(numa_affinity, allocatable)
+            nodes = set(numa_affinity)
+            aligned = self._aligned_cpus(nodes, allocatable)
+            # the affinity's node count is the distributed take's floor (PR #139456)
             result = take_by_topology(
-                self.topology, aligned, min(len(aligned), count), self.options
+                self.topology, aligned, min(len(aligned), count), self.options, len(nodes)
             )
         if count > len(result):
             rest = take_by_topology(
                 self.topology, allocatable - result, count - len(result), self.options
             )
             result = result | rest
+        if self.options.strict_cpu_reservation and not (state.default_set - result):
+            raise NotEnoughCPUsError(count, max(0, len(allocatable) - 1))
         return result
 
     def _aligned_cpus(self, numa_affinity: Iterable[int], allocatable: CPUSet) -> CPUSet:

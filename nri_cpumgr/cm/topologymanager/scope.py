@@ -55,7 +55,12 @@ class HintProvider(Protocol):
 class PodAdmitResult:
     """Admission verdict. On refusal ``reason`` is the error kind (``"TopologyAffinityError"``
     or, for a failing provider allocation, the error's ``reason`` attribute or
-    ``"UnexpectedAdmissionError"``), ``message`` its text and ``error`` the exception."""
+    ``"UnexpectedAdmissionError"``), ``message`` its text and ``error`` the exception.
+
+    For a TopologyAffinityError ``message`` is the detail without the error's name, as the
+    kubelet's admit result has it (reason "TopologyAffinityError", message "Resources cannot
+    be allocated with Topology locality"): whoever reports ``reason: message`` names the
+    error once."""
 
     admit: bool
     reason: str = ""
@@ -175,7 +180,7 @@ class ContainerScope(Scope):
                     f"Resources cannot be allocated with Topology locality "
                     f"(pod {pod.uid}, container {name})"
                 )
-                return PodAdmitResult(False, ERROR_TOPOLOGY_AFFINITY, str(err), err)
+                return PodAdmitResult(False, ERROR_TOPOLOGY_AFFINITY, err.detail, err)
             self.set_affinity(pod.uid, name, hint)
             error = self._allocate(pod, name)
             if error is not None:
@@ -205,7 +210,7 @@ class PodScope(Scope):
             err = TopologyAffinityError(
                 f"Resources cannot be allocated with Topology locality (pod {pod.uid})"
             )
-            return PodAdmitResult(False, ERROR_TOPOLOGY_AFFINITY, str(err), err)
+            return PodAdmitResult(False, ERROR_TOPOLOGY_AFFINITY, err.detail, err)
         for name in _containers(pod):
             self.set_affinity(pod.uid, name, hint)
             error = self._allocate(pod, name)
