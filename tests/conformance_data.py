@@ -1,5 +1,8 @@
-"""Loading the kubelet conformance corpus (``$NRI_CPUMGR_CONFORMANCE``,
-default ``../shared/conformance`` relative to the repository root)."""
+"""Loading the kubelet conformance corpus and the decoded NRI examples the tests use.
+
+Both live in the repository (``tests/data/conformance``, ``tests/data/nri-examples``), so a
+fresh clone needs nothing beside it. ``$NRI_CPUMGR_CONFORMANCE`` points the conformance runner
+at another corpus in the same format instead."""
 
 from __future__ import annotations
 
@@ -13,27 +16,19 @@ from nri_cpumgr.podmodel import ContainerSpec, Pod, parse_quantity
 from nri_cpumgr.topology import CPUTopology
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def shared_dir() -> Path:
-    """The steering repository's shared/ (``$NRI_CPUMGR_SHARED``; else the parent of
-    ``$NRI_CPUMGR_CONFORMANCE``; else ``../shared`` beside the repository)."""
-    if "NRI_CPUMGR_SHARED" in os.environ:
-        return Path(os.environ["NRI_CPUMGR_SHARED"])
-    if "NRI_CPUMGR_CONFORMANCE" in os.environ:
-        return Path(os.environ["NRI_CPUMGR_CONFORMANCE"]).parent
-    return REPO.parent / "shared"
+DATA = REPO / "tests" / "data"
 
 
 def conformance_dir() -> Path:
-    if "NRI_CPUMGR_CONFORMANCE" in os.environ:
+    """The corpus directory: ``$NRI_CPUMGR_CONFORMANCE`` if set, else ``tests/data/conformance``."""
+    if os.environ.get("NRI_CPUMGR_CONFORMANCE"):
         return Path(os.environ["NRI_CPUMGR_CONFORMANCE"])
-    return shared_dir() / "conformance"
+    return DATA / "conformance"
 
 
 def nri_examples_dir() -> Path:
-    """Decoded real NRI requests (shared/docs/nri-examples)."""
-    return shared_dir() / "docs" / "nri-examples"
+    """Decoded real NRI requests from containerd (``tests/data/nri-examples``)."""
+    return DATA / "nri-examples"
 
 
 def load_group(rel: str) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""The pod model built from decoded real NRI requests (../shared/docs/nri-examples)."""
+"""The pod model built from decoded real NRI requests (tests/data/nri-examples)."""
 
 import json
 
