@@ -250,6 +250,13 @@ class StaticPolicy:
         num = guaranteed_cpus(pod, container)
         if num == 0:
             return None
+        # a container already in the state (a restart of a crashed container, a plugin
+        # restart) keeps its CPUs before any check of what is free: the kubelet admits a pod
+        # once (kubernetes/kubernetes#129078 is the kubelet's own failure of this order)
+        existing = state.get_cpuset(pod.uid, container_name)
+        if existing is not None:
+            self._update_cpus_to_reuse(pod, container, existing)
+            return existing
         if self.options.full_pcpus_only:
             group = self.cpu_group_size
             if group and num % group != 0:
@@ -257,10 +264,6 @@ class StaticPolicy:
             free_physical = len(self.available_physical_cpus(state))
             if num > free_physical:
                 raise SMTAlignmentError(num, group, free_physical, True)
-        existing = state.get_cpuset(pod.uid, container_name)
-        if existing is not None:
-            self._update_cpus_to_reuse(pod, container, existing)
-            return existing
         numa = hint.numa if hint is not None else None
         cpus = self.allocate_cpus(state, num, numa, self.reusable_cpus(pod.uid))
         state.default_set = state.default_set - cpus
