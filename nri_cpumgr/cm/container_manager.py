@@ -142,14 +142,24 @@ class ContainerManager:
         return [cid for cid, t in self.containers.items() if t.shared and not t.stopped]
 
     def rows(self) -> list[dict[str, Any]]:
-        """One row per tracked container (for logs and the status command)."""
-        out = []
+        """One row per tracked container (for logs and the status command). O(tracked), with
+        the strings of each distinct cpuset computed once (the shared pool's, mostly)."""
         details = self.policy.topology.details
         pool = self.shared_pool() if self.static else None
+        text: dict[CPUSet, tuple[str, str]] = {}
+
+        def strings(cpus: CPUSet) -> tuple[str, str]:
+            got = text.get(cpus)
+            if got is None:
+                numa = CPUSet({details[c].numa for c in cpus if c in details})
+                got = text[cpus] = (str(cpus), str(numa))
+            return got
+
+        out = []
         for cid, t in sorted(self.containers.items(), key=lambda kv: kv[1].info.key):
             i = t.info
             cpus = t.applied if not t.shared else pool
-            numa = CPUSet(details[c].numa for c in (cpus or ()) if c in details)
+            cpus_s, numa_s = strings(cpus) if cpus is not None else ("", "")
             out.append(
                 {
                     "id": cid,
@@ -158,9 +168,9 @@ class ContainerManager:
                     "container": i.name,
                     "qos": str(i.qos),
                     "exclusive": t.exclusive,
-                    "cpus": str(cpus) if cpus is not None else "",
+                    "cpus": cpus_s,
                     "mems": str(t.mems) if t.mems is not None else "",
-                    "numa": str(numa),
+                    "numa": numa_s,
                     "stopped": t.stopped,
                 }
             )

@@ -20,9 +20,9 @@ we do better on both lag and cost):
   (at most one pass per ``shrink_delay`` in a long burst).
 * *Grow* (stale containers only lack CPUs that were released) waits ``grow_delay``; a shrink
   pass in the meantime takes the growth along.
-* A pass sends batches of at most ``batch_size`` updates, the containers longest stale first;
-  each container is updated at most once per pass, to the pool as it is when its batch
-  is planned.
+* A pass sends batches of at most ``batch_size`` updates, the containers longest on their
+  cpuset first; each container is updated at most once per pass, to the pool as it is when
+  its batch is planned.
 * A container the runtime failed to update stays stale and is retried by the next pass; after
   ``max_failures`` failures it is dropped (it is most likely gone; the next Synchronize
   repairs the rest).
@@ -41,7 +41,6 @@ from nri_cpumgr.cpuset import CPUSet
 class _Shared:
     applied: CPUSet  # the cpuset the runtime has for the container (as we last set it)
     mems: str  # cpuset.mems to keep in the update ("" = leave alone)
-    since: float  # when it last became stale (or was added)
     failures: int = 0
 
 
@@ -60,7 +59,9 @@ class PoolPlanner:
     """Bookkeeping of the shared-pool containers and the target pool.
 
     ``shrink_delay``, ``grow_delay``, ``quiet``: seconds (see the module docstring);
-    ``batch_size``: updates per UpdateContainers call (>= 1).
+    ``batch_size``: updates per UpdateContainers call (>= 1). Containers are grouped by the
+    cpuset the runtime has for them (a handful of groups on any node), so events are O(1)
+    and planning is O(groups + batch), never O(containers).
     """
 
     shrink_delay: float = 1.0
@@ -70,6 +71,8 @@ class PoolPlanner:
     max_failures: int = 3
     target: CPUSet = field(default_factory=CPUSet)
     shared: dict[str, _Shared] = field(default_factory=dict)
+    # applied cpuset -> container ids in the order they joined the group (oldest first)
+    groups: dict[CPUSet, dict[str, None]] = field(default_factory=dict)
     pending_start: set[str] = field(default_factory=set)
     last_event: float = float("-inf")
     shrink_since: float | None = None
@@ -84,19 +87,40 @@ class PoolPlanner:
         """Start over after a Synchronize: ``shared`` maps container id -> (cpuset the runtime
         has after the Synchronize reply, mems)."""
         self.target = target
-        self.shared = {cid: _Shared(cpus, mems, now) for cid, (cpus, mems) in shared.items()}
+        self.shared.clear()
+        self.groups.clear()
+        for cid, (cpus, mems) in shared.items():
+            self.add(cid, cpus, mems, now)
         self.pending_start.clear()
         self.in_pass.clear()
         self.shrink_since = self.grow_since = None
         self._note_staleness(now)
 
+    def _join(self, cid: str, cpus: CPUSet) -> None:
+        self.groups.setdefault(cpus, {})[cid] = None
+
+    def _leave(self, cid: str, cpus: CPUSet) -> None:
+        g = self.groups.get(cpus)
+        if g is not None:
+            g.pop(cid, None)
+            if not g:
+                del self.groups[cpus]
+
     def add(self, cid: str, cpus: CPUSet, mems: str, now: float) -> None:
-        """A shared container was created with ``cpus`` in its reply."""
-        self.shared[cid] = _Shared(cpus, mems, now)
+        """A shared container was created (or updated) with ``cpus`` in its reply."""
+        old = self.shared.get(cid)
+        if old is not None:
+            self._leave(cid, old.applied)
+        self.shared[cid] = _Shared(cpus, mems)
+        self._join(cid, cpus)
+        if cpus != self.target:
+            self._note_group(cpus, now)
 
     def discard(self, cid: str) -> None:
         """A container stopped, was removed, or became exclusive."""
-        self.shared.pop(cid, None)
+        s = self.shared.pop(cid, None)
+        if s is not None:
+            self._leave(cid, s.applied)
         self.in_pass.discard(cid)
         self.pending_start.discard(cid)
 
@@ -124,13 +148,17 @@ class PoolPlanner:
             self.grow_since = now
 
     # ------------------------------------------------------------------ planning
+    def _note_group(self, cpus: CPUSet, now: float) -> None:
+        if cpus - self.target:
+            if self.shrink_since is None:
+                self.shrink_since = now
+        elif self.grow_since is None:
+            self.grow_since = now
+
     def _note_staleness(self, now: float) -> None:
-        for s in self.shared.values():
-            if s.applied != self.target:
-                if s.applied - self.target and self.shrink_since is None:
-                    self.shrink_since = now
-                elif self.grow_since is None:
-                    self.grow_since = now
+        for cpus in self.groups:
+            if cpus != self.target:
+                self._note_group(cpus, now)
 
     def _due(self, urgent: bool) -> float:
         if urgent:
@@ -144,26 +172,37 @@ class PoolPlanner:
 
     def plan(self, now: float) -> tuple[Batch | None, float | None]:
         """``(batch, None)``: send it now; ``(None, t)``: nothing before time ``t``;
-        ``(None, None)``: nothing to do until the next event. O(shared containers)."""
-        stale = [(s.since, cid) for cid, s in self.shared.items()
-                 if s.applied != self.target and cid not in self.in_pass]
+        ``(None, None)``: nothing to do until the next event."""
+        target = self.target
+        stale = [cpus for cpus in self.groups if cpus != target]
         if not stale:
             if self.in_pass:
                 self._end_pass(now)
-                return self.plan(now)
-            if not any(s.applied != self.target for s in self.shared.values()):
-                self.shrink_since = self.grow_since = None
+            self.shrink_since = self.grow_since = None
             return None, None
-        target = self.target
-        urgent = any(self.shared[cid].applied - target for _, cid in stale)
+        ids: list[str] = []
+        urgent = False
+        for cpus in stale:  # oldest groups first
+            for cid in self.groups[cpus]:
+                if cid in self.in_pass:
+                    continue
+                if len(ids) < self.batch_size:
+                    ids.append(cid)
+                    urgent = urgent or bool(cpus - target)
+                else:
+                    break
+            if len(ids) >= self.batch_size:
+                break
+        if not ids:  # every stale container was updated in this pass: the pass is over
+            self._end_pass(now)
+            return self.plan(now)
         if not self.in_pass:
+            urgent = any(cpus - target for cpus in stale)
             due = self._due(urgent)
             if now < due:
                 return None, due
             self.passes += 1
             self.shrink_since = self.grow_since = None
-        stale.sort()
-        ids = [cid for _, cid in stale[: self.batch_size]]
         self.in_pass.update(ids)
         self.sent += len(ids)
         return Batch(target, ids, {c: self.shared[c].mems for c in ids}, urgent), None
@@ -172,9 +211,6 @@ class PoolPlanner:
         self.in_pass.clear()
         self.last_pass = now
         # whatever is still stale changed during the pass: it is due from now on
-        for s in self.shared.values():
-            if s.applied != self.target:
-                s.since = now
         self._note_staleness(now)
 
     def done(self, batch: Batch, failed: set[str], now: float) -> list[str]:
@@ -192,8 +228,9 @@ class PoolPlanner:
                     self.discard(cid)
                 continue
             s.failures = 0
+            self._leave(cid, s.applied)
             s.applied = batch.cpus
-            s.since = now
+            self._join(cid, batch.cpus)
         return dropped
 
     def abandon(self, batch: Batch) -> None:
@@ -203,8 +240,8 @@ class PoolPlanner:
 
     # ------------------------------------------------------------------ queries
     def stale_count(self) -> int:
-        return sum(1 for s in self.shared.values() if s.applied != self.target)
+        return sum(len(ids) for cpus, ids in self.groups.items() if cpus != self.target)
 
     def overlapping(self, cpus: CPUSet) -> list[str]:
         """Shared containers the runtime still has on any of ``cpus``."""
-        return [cid for cid, s in self.shared.items() if s.applied & cpus]
+        return [cid for g, ids in self.groups.items() if g & cpus for cid in ids]

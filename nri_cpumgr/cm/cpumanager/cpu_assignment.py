@@ -55,6 +55,10 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 
 
+_ID_BITS = 24  # socket, NUMA node, core and L3 ids are below 2**24 (cpuset ids: 65536)
+_ID_MASK = (1 << _ID_BITS) - 1
+
+
 def cpus_to_mask(cpus: Iterable[int]) -> int:
     """The bitmask of a set of CPU ids (bit *i* set = CPU *i*)."""
     m = 0
@@ -215,8 +219,10 @@ class _Accumulator:
 
     # ---- orderings: fewest free CPUs first, then lowest id ----
     def _sorted(self, ids: Iterable[int], masks: dict[int, int]) -> list[int]:
+        # one int per id (free count above the id's bits): sorting ints, no key calls
         avail = self.avail
-        return sorted(ids, key=lambda i: ((avail & masks[i]).bit_count(), i))
+        keyed = sorted([((avail & masks[i]).bit_count() << _ID_BITS) | i for i in ids])
+        return [k & _ID_MASK for k in keyed]
 
     def _present(self, group: Sequence[tuple[int, int]]) -> list[int]:
         avail = self.avail
@@ -337,11 +343,19 @@ class _Accumulator:
                 return
 
     def take_remaining_cpus(self) -> None:
-        order = self.sorted_cpus_spread() if self.spread else self.sorted_cpus_packed()
-        for cpu in order:
-            self.take(1 << cpu)
-            if self.satisfied():
-                return
+        """CPUs one by one in the order of :meth:`sorted_cpus_packed` (or ``_spread``),
+        expanding only the groups it reaches: a 1-CPU take on a 256-CPU machine looks at
+        one core, not 256 CPUs."""
+        if self.spread:
+            groups, masks = self.sort_sockets(), self.idx.socket_mask
+        else:
+            groups, masks = self.sort_cores(), self.idx.core_mask
+        avail = self.avail  # the order is that of the CPUs available now
+        for g in groups:
+            for cpu in mask_to_list(avail & masks[g]):
+                self.take(1 << cpu)
+                if self.satisfied():
+                    return
 
 
 # --------------------------------------------------------------------------------------------
