@@ -3,7 +3,7 @@
 #
 # Runs as root: the runtime's NRI socket (/var/run/nri/nri.sock) is created root-owned with mode
 # 0600 by containerd and CRI-O, so only uid 0 can connect. Root here carries no capabilities:
-# the DaemonSet (deploy/daemonset.yaml) drops ALL of them, forbids privilege escalation and
+# the DaemonSet (deploy/base/daemonset.yaml) drops ALL of them, forbids privilege escalation and
 # mounts the root filesystem read-only; the plugin only needs to connect to a unix socket it
 # may access as its owner, read /sys and write its state directory, none of which takes a
 # capability. It never touches cgroups itself: the runtime applies the adjustments.

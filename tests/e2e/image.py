@@ -1,6 +1,6 @@
 """The project's container image in the e2e tests: build it (scripts/build_image.sh, cached),
 import it into a test containerd, and run the plugin from it as a pod through CRI the way the
-kubelet runs deploy/daemonset.yaml (same mounts, same security context, host network).
+kubelet runs deploy/base/daemonset.yaml (same mounts, same security context, host network).
 
 The CRI ContainerConfig is built here from the harness's generated CRI stubs (the harness's
 ``CRIClient.container_config`` plus mounts, args and the security context), so the harness
@@ -29,7 +29,7 @@ IMAGE_TAG = "nri-cpumgr:dev"
 IMAGE_REF = f"docker.io/library/{IMAGE_TAG}"  # containerd's normalized name of the tag
 ARCHIVE = IMAGE_CACHE / "nri-cpumgr.tar"
 BUILD_SCRIPT = REPO / "scripts/build_image.sh"
-DEPLOY = REPO / "deploy"
+DEPLOY = REPO / "deploy" / "base"
 BUILD_TIMEOUT = 900.0
 
 
@@ -40,7 +40,7 @@ class ImageBuildError(RuntimeError):
 def image_sources() -> list[Path]:
     """Every file the image is built from (what the Dockerfile copies, and the recipe)."""
     files = [REPO / "Dockerfile", REPO / ".dockerignore", REPO / "pyproject.toml",
-             REPO / "README.md", BUILD_SCRIPT, DEPLOY / "examples/config.yaml"]
+             REPO / "README.md", BUILD_SCRIPT, REPO / "deploy" / "examples/config.yaml"]
     files += [p for p in (REPO / "nri_cpumgr").rglob("*")
               if p.is_file() and "__pycache__" not in p.parts]
     return [p for p in files if p.exists()]
@@ -88,11 +88,11 @@ def free_port() -> int:
 
 
 def daemonset_config() -> dict[str, Any]:
-    """The plugin configuration the DaemonSet runs with (deploy/configmap.yaml)."""
+    """The plugin configuration the DaemonSet runs with (deploy/base/configmap.yaml)."""
     for doc in yaml.safe_load_all((DEPLOY / "configmap.yaml").read_text()):
         if doc and doc.get("kind") == "ConfigMap":
             return dict(yaml.safe_load(doc["data"]["config.yaml"]))
-    raise KeyError("no ConfigMap in deploy/configmap.yaml")
+    raise KeyError("no ConfigMap in deploy/base/configmap.yaml")
 
 
 @dataclass
@@ -127,7 +127,7 @@ def run_plugin_pod(cri: CRIClient, containerd: Containerd, workdir: Path,
                    **config_overrides: Any) -> PluginPod:
     """Run the plugin from the image as the DaemonSet does, on ``containerd``.
 
-    Mounts (as deploy/daemonset.yaml): the test containerd's NRI socket directory at the
+    Mounts (as deploy/base/daemonset.yaml): the test containerd's NRI socket directory at the
     directory of the ConfigMap's ``socketPath``, the host's /sys read-only at /host/sys
     (``--sysfs-root /host``), ``workdir/state`` at ``stateDirectory``, ``workdir/etc`` (the
     ConfigMap's config.yaml plus ``config_overrides``) read-only at /etc/nri-cpumgr, a /tmp.

@@ -1,11 +1,15 @@
 """deploy/: every manifest is valid Kubernetes (offline JSON schemas from kubernetes-validate,
 strict: unknown fields are errors), the kustomization lists them all, and the DaemonSet is
 what the project documents (not privileged, no capabilities, probes on the metrics port, the
-mounts the plugin needs, a ConfigMap the plugin accepts)."""
+mounts the plugin needs, a ConfigMap the plugin accepts, a quota that admits
+system-node-critical), and the per-node-group overlay renders to a second DaemonSet that never
+shares a node with the base one."""
 
 from __future__ import annotations
 
 import copy
+import shutil
+import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -18,10 +22,12 @@ from nri_cpumgr.config import parse_config
 from nri_cpumgr.metrics import parse_address
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+BASE = DEPLOY / "base"
+OVERLAY = DEPLOY / "overlays" / "big-nodes"
 # oldest Kubernetes release NRI-enabled runtimes are used with (containerd 1.7) and the newest
 # schema the validator ships
 K8S_VERSIONS = ("1.26", kv.latest_version())
-MANIFESTS = sorted(p for p in DEPLOY.glob("*.yaml") if p.name != "kustomization.yaml")
+MANIFESTS = sorted(p for p in BASE.glob("*.yaml") if p.name != "kustomization.yaml")
 
 
 def _docs(path: Path) -> list[dict[str, Any]]:
@@ -43,11 +49,12 @@ def _container() -> dict[str, Any]:
 
 def _plugin_config():
     cm = _all()["ConfigMap/nri-cpumgr-config"]
-    return parse_config(cm["data"]["config.yaml"], "deploy/configmap.yaml")
+    return parse_config(cm["data"]["config.yaml"], "deploy/base/configmap.yaml")
 
 
 def test_the_expected_manifests_exist():
     assert set(_all()) == {"Namespace/nri-cpumgr", "ServiceAccount/nri-cpumgr",
+                           "ResourceQuota/nri-cpumgr-critical-pods",
                            "ConfigMap/nri-cpumgr-config", "DaemonSet/nri-cpumgr"}
 
 
@@ -73,7 +80,9 @@ def test_the_validator_rejects_what_it_should():
 
 
 def test_kustomization_lists_every_manifest():
-    k = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    top = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    assert top["resources"] == ["base"]  # kubectl apply -k deploy/ = the base
+    k = yaml.safe_load((BASE / "kustomization.yaml").read_text())
     assert k["kind"] == "Kustomization"
     assert k["apiVersion"] == "kustomize.config.k8s.io/v1beta1"
     assert sorted(k["resources"]) == [p.name for p in MANIFESTS]
@@ -183,3 +192,152 @@ def test_kind_config_enables_nri():
     (patch,) = cluster["containerdConfigPatches"]
     nri = tomllib.loads(patch)["plugins"]["io.containerd.nri.v1.nri"]
     assert nri["disable"] is False and nri["socket_path"] == _plugin_config().socketPath
+
+
+def test_quota_admits_system_node_critical_pods():
+    # clusters that limit critical priority classes by quota (ResourceQuota admission with
+    # limitedResources, e.g. GKE) admit a system-node-critical pod outside kube-system only in
+    # a namespace with a quota whose scopeSelector matches that class
+    q = _all()["ResourceQuota/nri-cpumgr-critical-pods"]
+    prio = _daemonset()["spec"]["template"]["spec"]["priorityClassName"]
+    (expr,) = q["spec"]["scopeSelector"]["matchExpressions"]
+    assert expr == {"scopeName": "PriorityClass", "operator": "In", "values": [prio]}
+    assert int(q["spec"]["hard"]["pods"]) >= 1000  # one plugin pod per node
+
+
+# --- the per-node-group overlay -------------------------------------------------------------
+# Rendered here by the kustomize features the overlay uses (resources, nameSuffix, labels,
+# patches: $patch: delete and strategic merge of maps with lists replaced), so the test needs no
+# kustomize binary; when `kubectl` is on PATH its `kubectl kustomize` rendering must agree.
+
+_RENDERED_KEYS = {"apiVersion", "kind", "resources", "nameSuffix", "labels", "patches"}
+
+
+def _key(doc: dict[str, Any]) -> tuple[str, str, str]:
+    md = doc["metadata"]
+    return doc["kind"], md["name"], md.get("namespace", "")
+
+
+def _merge(into: dict[str, Any], patch: dict[str, Any]) -> None:
+    for k, v in patch.items():
+        assert k not in ("containers", "volumes", "volumeMounts", "env"), \
+            f"{k}: a list with a merge key, which this renderer does not merge"
+        if isinstance(v, dict) and isinstance(into.get(k), dict):
+            _merge(into[k], v)
+        else:
+            into[k] = copy.deepcopy(v)
+
+
+def _base_docs() -> list[dict[str, Any]]:
+    k = yaml.safe_load((BASE / "kustomization.yaml").read_text())
+    docs = [d for r in k["resources"] for d in _docs(BASE / r)]
+    tags = {i["name"]: i["newTag"] for i in k["images"]}
+    for d in docs:
+        if d["kind"] != "Namespace":
+            d["metadata"]["namespace"] = k["namespace"]
+        for c in d.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
+            name = c["image"].split(":")[0]
+            if name in tags:
+                c["image"] = f"{name}:{tags[name]}"
+    return docs
+
+
+def _render_overlay() -> list[dict[str, Any]]:
+    k = yaml.safe_load((OVERLAY / "kustomization.yaml").read_text())
+    assert set(k) <= _RENDERED_KEYS, set(k) - _RENDERED_KEYS
+    assert k["resources"] == ["../../base"]
+    docs = _base_docs()
+    for p in k["patches"]:
+        patch = yaml.safe_load(p["patch"] if "patch" in p else (OVERLAY / p["path"]).read_text())
+        (target,) = [d for d in docs if _key(d) == _key(patch)]
+        if patch.pop("$patch", None) == "delete":
+            docs.remove(target)
+        else:
+            _merge(target, {k2: v for k2, v in patch.items() if k2 not in ("apiVersion", "kind")})
+    for lab in k.get("labels", []):
+        for d in docs:
+            d["metadata"].setdefault("labels", {}).update(lab["pairs"])
+            if lab.get("includeSelectors") and d["kind"] == "DaemonSet":
+                d["spec"]["selector"]["matchLabels"].update(lab["pairs"])
+                d["spec"]["template"]["metadata"]["labels"].update(lab["pairs"])
+    sfx = k["nameSuffix"]
+    renamed = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    for d in docs:
+        d["metadata"]["name"] += sfx
+        if d["kind"] == "DaemonSet":
+            spec = d["spec"]["template"]["spec"]
+            if ("ServiceAccount", spec["serviceAccountName"]) in renamed:
+                spec["serviceAccountName"] += sfx
+            for v in spec["volumes"]:
+                if "configMap" in v and ("ConfigMap", v["configMap"]["name"]) in renamed:
+                    v["configMap"]["name"] += sfx
+    return docs
+
+
+def _node_matches(pod_spec: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether the scheduler may place the pod on a node with these labels (nodeSelector and
+    required node affinity; operators In, NotIn, Exists, DoesNotExist)."""
+    if any(labels.get(k) != v for k, v in (pod_spec.get("nodeSelector") or {}).items()):
+        return False
+    req = (pod_spec.get("affinity", {}).get("nodeAffinity", {})
+           .get("requiredDuringSchedulingIgnoredDuringExecution"))
+    if not req:
+        return True
+
+    def expr_ok(e: dict[str, Any]) -> bool:
+        op, key = e["operator"], e["key"]
+        return {"In": lambda: labels.get(key) in e["values"],
+                "NotIn": lambda: labels.get(key) not in e["values"],
+                "Exists": lambda: key in labels,
+                "DoesNotExist": lambda: key not in labels}[op]()
+
+    return any(all(expr_ok(e) for e in t["matchExpressions"]) for t in req["nodeSelectorTerms"])
+
+
+def test_overlay_renders_valid_kubernetes():
+    docs = _render_overlay()
+    assert sorted(d["kind"] for d in docs) == ["ConfigMap", "DaemonSet", "ServiceAccount"]
+    for doc in docs:
+        assert kv.validate(doc, K8S_VERSIONS[-1], strict=True)
+
+
+def test_overlay_and_base_never_share_a_node_or_a_name():
+    base = {_key(d): d for d in _base_docs()}
+    over = {_key(d): d for d in _render_overlay()}
+    assert not set(base) & set(over)  # applying both overwrites nothing
+    (b_ds,) = [d for d in base.values() if d["kind"] == "DaemonSet"]
+    (o_ds,) = [d for d in over.values() if d["kind"] == "DaemonSet"]
+    b, o = b_ds["spec"]["template"]["spec"], o_ds["spec"]["template"]["spec"]
+    linux = {"kubernetes.io/os": "linux"}
+    nodes = {"unlabelled": linux, "big": {**linux, "nri-cpumgr/node-group": "big-nodes"},
+             "windows-big": {"kubernetes.io/os": "windows", "nri-cpumgr/node-group": "big-nodes"}}
+    placed = {n: (_node_matches(b, lab), _node_matches(o, lab)) for n, lab in nodes.items()}
+    assert placed == {"unlabelled": (True, False), "big": (False, True),
+                      "windows-big": (False, False)}
+    # the overlay's DaemonSet does not select the base's pods
+    sel = o_ds["spec"]["selector"]["matchLabels"]
+    assert not sel.items() <= b_ds["spec"]["template"]["metadata"]["labels"].items()
+    assert sel.items() <= o_ds["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_overlay_references_its_own_config():
+    over = {_key(d): d for d in _render_overlay()}
+    (ds,) = [d for d in over.values() if d["kind"] == "DaemonSet"]
+    spec = ds["spec"]["template"]["spec"]
+    (cm_name,) = [v["configMap"]["name"] for v in spec["volumes"] if "configMap" in v]
+    cm = over[("ConfigMap", cm_name, "nri-cpumgr")]
+    cfg = parse_config(cm["data"]["config.yaml"], "deploy/overlays/big-nodes/configmap.yaml")
+    assert str(cfg.reserved_cpus()) != str(_plugin_config().reserved_cpus())
+    assert ("ServiceAccount", spec["serviceAccountName"], "nri-cpumgr") in over
+    # everything else (image, probes, security) is the base's
+    assert spec["containers"] == _daemonset()["spec"]["template"]["spec"]["containers"]
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (kustomize) not on PATH")
+@pytest.mark.parametrize("where", ["base", "overlay"])
+def test_kubectl_kustomize_agrees(where: str):
+    path, ours = (DEPLOY, _base_docs()) if where == "base" else (OVERLAY, _render_overlay())
+    out = subprocess.run(["kubectl", "kustomize", str(path)], check=True, capture_output=True,
+                         text=True, timeout=60).stdout
+    theirs = {_key(d): d for d in yaml.safe_load_all(out) if d}
+    assert theirs == {_key(d): d for d in ours}
