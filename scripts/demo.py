@@ -3,7 +3,11 @@
 and the Kubernetes docs' static-policy example pods, created through CRI the way the kubelet
 creates them. Prints what each container really runs on (/proc/<pid>/status), then cleans up.
 
-Needs root, cgroup v1 (or v2 with cpuset) and the binaries from scripts/fetch-runtime.sh.
+Needs root, cgroup v1 or v2 with the cpuset controller, and the binaries from
+scripts/fetch-runtime.sh. The pods live under the harness's own cgroup parent
+(``/nri-cpumgr-test/kubepods``), all of which is removed afterwards in every hierarchy; on a
+machine that looks like a live node (a kubelet runs, or the node's /kubepods holds processes)
+it refuses to run unless NRI_E2E_ALLOW_LIVE_NODE=1.
 """
 
 from __future__ import annotations
@@ -92,7 +96,9 @@ def main() -> int:
         problems = ctrd.stop()
         if problems:
             print("cleanup:", problems, file=sys.stderr)
-        cgroups.remove_empty_kubepods()
+        left = cgroups.remove_empty_kubepods()
+        if left:
+            print("cgroups still in use:", ", ".join(map(str, left)), file=sys.stderr)
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
 

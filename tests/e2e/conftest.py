@@ -13,8 +13,11 @@
 Work dirs are ``/tmp/e2e-*`` (short: unix socket paths); set ``NRI_E2E_KEEP=1`` to keep the
 shared daemons' dirs (config, containerd.log, pod logs) after the session.
 
-Gate: these tests need root, a cgroup v1 cpuset hierarchy and the binaries from
-``scripts/fetch-runtime.sh``. When something is missing they are skipped with the reason, or,
+Gate: these tests need root, a cpuset controller (cgroup v1, or v2 with ``cpuset``), the
+binaries from ``scripts/fetch-runtime.sh`` and a machine that is not a live Kubernetes node
+(no kubelet process, no processes in the node's /kubepods; ``NRI_E2E_ALLOW_LIVE_NODE=1``
+overrides this). Pods live under ``/nri-cpumgr-test/kubepods``, removed after the session in
+every cgroup hierarchy. When something is missing they are skipped with the reason, or,
 when the ``CI`` environment variable is set, they fail with it (CI must not pass vacuously).
 Every test in this directory is marked ``e2e``.
 """

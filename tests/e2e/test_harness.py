@@ -88,9 +88,11 @@ def test_page_size_names() -> None:
 
 
 def test_cgroup_parent_by_qos() -> None:
-    assert cgroup_parent("Guaranteed", "u1") == "/kubepods/podu1"
-    assert cgroup_parent("Burstable", "u1") == "/kubepods/burstable/podu1"
-    assert cgroup_parent("BestEffort", "u1") == "/kubepods/besteffort/podu1"
+    # under the harness's own parent, never the node's /kubepods
+    assert cgroup_parent("Guaranteed", "u1") == "/nri-cpumgr-test/kubepods/podu1"
+    assert cgroup_parent("Burstable", "u1") == "/nri-cpumgr-test/kubepods/burstable/podu1"
+    assert cgroup_parent("BestEffort", "u1") == "/nri-cpumgr-test/kubepods/besteffort/podu1"
+    assert cgroup_parent("Guaranteed", "u1", kubepods="/kubepods") == "/kubepods/podu1"
     with pytest.raises(ValueError):
         cgroup_parent("Platinum", "u1")
 
@@ -146,7 +148,7 @@ def test_runtime_version(containerd: Containerd, cri: CRIClient) -> None:
 
 
 def _controller_dirs(relpath: str) -> list[Path]:
-    return [m / relpath.lstrip("/") for m in cgroups.v1_controller_mounts().values()]
+    return [m / relpath.lstrip("/") for m in cgroups.all_hierarchies().values()]
 
 
 def test_besteffort_container_cpusets(containerd: Containerd, cri: CRIClient) -> None:
@@ -155,7 +157,7 @@ def test_besteffort_container_cpusets(containerd: Containerd, cri: CRIClient) ->
     cid = cri.create_container(pod, "busybox")
     pid, spec = cri.inspect(cid)
     assert pid == 0  # created, not started
-    assert spec["linux"]["cgroupsPath"] == f"/kubepods/besteffort/pod{uid}/{cid}"
+    assert spec["linux"]["cgroupsPath"] == f"{cgroups.KUBEPODS}/besteffort/pod{uid}/{cid}"
     assert spec["linux"]["resources"]["cpu"]["shares"] == 2
     assert "quota" not in spec["linux"]["resources"]["cpu"] or \
         spec["linux"]["resources"]["cpu"]["quota"] in (0, -1)
@@ -186,8 +188,8 @@ def test_besteffort_container_cpusets(containerd: Containerd, cri: CRIClient) ->
         cri.container_status(cid)
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
     # pod cgroups survive containerd; the cleanup helper removes them everywhere
-    pod_rel = f"/kubepods/besteffort/pod{uid}"
-    assert (cgroups.CGROUP_ROOT / "cpuset" / pod_rel.lstrip("/")).is_dir()
+    pod_rel = f"{cgroups.KUBEPODS}/besteffort/pod{uid}"
+    assert cgroups.controller_dir("cpuset", pod_rel).is_dir()
     assert cri.cleanup() == []
     assert not any(d.exists() for d in _controller_dirs(pod_rel))
     assert cri.list_containers(pod) == []
@@ -207,7 +209,7 @@ def test_guaranteed_container_quota(containerd: Containerd, cri: CRIClient) -> N
                                limits={"cpu": "1500m", "memory": "96Mi"})
     cri.start_container(cid)
     _, spec = cri.inspect(cid)
-    assert spec["linux"]["cgroupsPath"].startswith("/kubepods/pod")
+    assert spec["linux"]["cgroupsPath"].startswith(f"{cgroups.KUBEPODS}/pod")
     cpu = spec["linux"]["resources"]["cpu"]
     assert (cpu["shares"], cpu["quota"], cpu["period"]) == (
         cpu_m * 1024 // 1000, cpu_m * 100000 // 1000, 100000)

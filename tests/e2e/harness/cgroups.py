@@ -1,8 +1,19 @@
 """Readers for where a container's cpuset and CPU quota show on the host, and cgroup cleanup.
 
 Three views of a cpuset (they must agree after an NRI adjustment; see docs/real-containerd.md):
-the OCI spec (``linux.resources.cpu.cpus``), the cgroup v1 ``cpuset`` controller file and the
-kernel's ``Cpus_allowed_list`` / ``Mems_allowed_list`` in ``/proc/<pid>/status``.
+the OCI spec (``linux.resources.cpu.cpus``), the cgroup's cpuset file and the kernel's
+``Cpus_allowed_list`` / ``Mems_allowed_list`` in ``/proc/<pid>/status``.
+
+cgroup v1 (one hierarchy per controller, ``/sys/fs/cgroup/<controller>/<path>``) and v2 (the
+unified hierarchy, ``/sys/fs/cgroup/<path>``, detected by ``/sys/fs/cgroup/cgroup.controllers``)
+are both read; v2 files: ``cpuset.cpus.effective``, ``cpuset.mems.effective``, ``cpu.max``
+(``"<quota> <period>"`` or ``"max <period>"``), ``cpu.weight``, ``memory.max`` (kernel
+Documentation/admin-guide/cgroup-v2.rst; runc libcontainer/cgroups/fs2).
+
+The tests and the demo put their pods under a cgroup parent of their own, :data:`KUBEPODS`
+(``/nri-cpumgr-test/kubepods/...``), never the node's ``/kubepods``, and remove everything
+under :data:`TEST_ROOT` afterwards, in every hierarchy (v1 controllers and the unified one).
+The plugin's QoS classifier recognises the kubelet's forms under any prefix.
 
 ``cgroupsPath`` forms (runc ``libcontainer/cgroups``): cgroupfs ``/kubepods/.../<id>`` (used
 by the kubelet's cgroupfs driver and by these tests) and systemd ``slice:prefix:name``, which
@@ -17,6 +28,23 @@ import os
 from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+TEST_ROOT = "/nri-cpumgr-test"
+"""The cgroup (relative to a hierarchy's root) under which all test and demo pods live."""
+KUBEPODS = f"{TEST_ROOT}/kubepods"
+"""The harness's kubepods: pod cgroups are ``KUBEPODS/pod<uid>``, ``KUBEPODS/burstable/...``."""
+ALLOW_LIVE_NODE_ENV = "NRI_E2E_ALLOW_LIVE_NODE"
+
+# cgroup v1 file -> the cgroup v2 file holding the same fact (values in the same format)
+V2_FILES = {
+    "cpuset.cpus": "cpuset.cpus.effective",
+    "cpuset.mems": "cpuset.mems.effective",
+    "memory.limit_in_bytes": "memory.max",
+}
+
+
+def cgroup_version(root: Path = CGROUP_ROOT) -> int:
+    """2 when ``root`` is the unified hierarchy (it has ``cgroup.controllers``), else 1."""
+    return 2 if (root / "cgroup.controllers").is_file() else 1
 
 
 def expand_slice(slice_name: str) -> str:
@@ -58,14 +86,51 @@ def cgroup_relpath(cgroups_path: str) -> str:
 
 
 def controller_dir(controller: str, cgroups_path: str, root: Path = CGROUP_ROOT) -> Path:
-    """``<root>/<controller><relpath>`` for a cgroup v1 controller (``cpuset``, ``cpu``...)."""
-    return root / controller / cgroup_relpath(cgroups_path).lstrip("/")
+    """The directory of ``cgroups_path`` holding ``controller``'s files (``cpuset``, ``cpu``...):
+    ``<root>/<controller><relpath>`` on cgroup v1, ``<root><relpath>`` on v2."""
+    rel = cgroup_relpath(cgroups_path).lstrip("/")
+    return root / rel if cgroup_version(root) == 2 else root / controller / rel
 
 
 def read_cgroup_file(controller: str, cgroups_path: str, name: str,
                      root: Path = CGROUP_ROOT) -> str:
-    """Stripped contents of one cgroup v1 file; raises FileNotFoundError if absent."""
-    return (controller_dir(controller, cgroups_path, root) / name).read_text().strip()
+    """Stripped contents of one cgroup file, named by its v1 name (``cpuset.cpus``,
+    ``cpuset.mems``, ``memory.limit_in_bytes``); on v2 the file of :data:`V2_FILES` is read
+    (``memory.max`` ``max`` is returned as is). Raises FileNotFoundError if absent."""
+    d = controller_dir(controller, cgroups_path, root)
+    if cgroup_version(root) == 2:
+        name = V2_FILES.get(name, name)
+    return (d / name).read_text().strip()
+
+
+def cpu_quota_us(cgroups_path: str, root: Path = CGROUP_ROOT) -> int:
+    """The CFS quota in microseconds, -1 = unlimited: v1 ``cpu.cfs_quota_us``, v2 the first
+    field of ``cpu.max`` (``max`` = -1)."""
+    d = controller_dir("cpu", cgroups_path, root)
+    if cgroup_version(root) == 2:
+        quota = (d / "cpu.max").read_text().split()[0]
+        return -1 if quota == "max" else int(quota)
+    return int((d / "cpu.cfs_quota_us").read_text())
+
+
+def shares_to_weight(shares: int) -> int:
+    """cgroup v2 ``cpu.weight`` (1-10000) for v1 ``cpu.shares`` (2-262144), as runc converts
+    it (libcontainer/cgroups utils ``ConvertCPUSharesToCgroupV2Value``); 0 = unset."""
+    if shares == 0:
+        return 0
+    return 1 + ((shares - 2) * 9999) // 262142
+
+
+def cpu_shares(cgroups_path: str, root: Path = CGROUP_ROOT) -> int:
+    """v1 ``cpu.shares``. On v2 the runtime writes ``cpu.weight`` = :func:`shares_to_weight`
+    (many shares values map to one weight): the smallest shares value of that weight is
+    returned, so compare ``shares_to_weight(result)`` with ``shares_to_weight(expected)``
+    rather than the raw numbers there."""
+    d = controller_dir("cpu", cgroups_path, root)
+    if cgroup_version(root) == 2:
+        weight = int((d / "cpu.weight").read_text())
+        return 2 + -(-(weight - 1) * 262142 // 9999)
+    return int((d / "cpu.shares").read_text())
 
 
 def proc_status_field(pid: int, field: str) -> str:
@@ -100,13 +165,31 @@ def v1_controller_mounts() -> dict[str, Path]:
     Read from ``/proc/self/mounts`` (fstype ``cgroup``); named hierarchies such as
     ``name=systemd`` are included under their directory name.
     """
-    mounts: dict[str, Path] = {}
-    for line in Path("/proc/self/mounts").read_text().splitlines():
+    return {p.name: p for p, fstype in _cgroup_mounts() if fstype == "cgroup"}
+
+
+def all_hierarchies() -> dict[str, Path]:
+    """Every mounted cgroup hierarchy, v1 and v2 (``cgroup2``: the unified one, e.g.
+    ``/sys/fs/cgroup`` on a v2 host or ``/sys/fs/cgroup/unified`` on a hybrid v1 host)."""
+    return {str(p): p for p, _ in _cgroup_mounts()}
+
+
+def _cgroup_mounts(mounts_file: Path = Path("/proc/self/mounts")) -> list[tuple[Path, str]]:
+    out = []
+    for line in mounts_file.read_text().splitlines():
         fields = line.split()
-        if len(fields) >= 3 and fields[2] == "cgroup":
-            p = Path(fields[1])
-            mounts[p.name] = p
-    return mounts
+        if len(fields) >= 3 and fields[2] in ("cgroup", "cgroup2"):
+            out.append((Path(fields[1]), fields[2]))
+    return out
+
+
+def cpuset_available(root: Path = CGROUP_ROOT) -> bool:
+    """True when containers can get a cpuset here: a v1 cpuset hierarchy at
+    ``<root>/cpuset``, or a v2 unified hierarchy at ``root`` offering the ``cpuset``
+    controller."""
+    if cgroup_version(root) == 2:
+        return "cpuset" in (root / "cgroup.controllers").read_text().split()
+    return (root / "cpuset/cpuset.cpus").is_file()
 
 
 def cgroup_v1_cpuset_available() -> bool:
@@ -114,8 +197,42 @@ def cgroup_v1_cpuset_available() -> bool:
     return (CGROUP_ROOT / "cpuset/cpuset.cpus").is_file()
 
 
+def live_node_reasons(proc: Path = Path("/proc"),
+                      hierarchies: dict[str, Path] | None = None) -> list[str]:
+    """Why this machine looks like a live Kubernetes node (empty list = it does not): a
+    ``kubelet`` process runs, or a cgroup in the node's own ``/kubepods`` / ``/kubepods.slice``
+    tree holds processes, in some hierarchy. The tests refuse to run there unless
+    ``NRI_E2E_ALLOW_LIVE_NODE=1``."""
+    reasons: list[str] = []
+    for comm in proc.glob("[0-9]*/comm"):
+        try:
+            if comm.read_text().strip() == "kubelet":
+                reasons.append(f"a kubelet process runs (pid {comm.parent.name})")
+                break
+        except OSError:
+            continue
+    for base in (hierarchies if hierarchies is not None else all_hierarchies()).values():
+        for top in ("kubepods", "kubepods.slice"):
+            d = base / top
+            if not d.is_dir():
+                continue
+            busy = [c for c in (d, *d.rglob("*")) if c.is_dir() and _has_procs(c)]
+            if busy:  # empty cgroups left behind by earlier runs do not make a node live
+                reasons.append(f"{d} holds processes (in {len(busy)} cgroups, e.g. {busy[0]})")
+                return reasons
+    return reasons
+
+
+def _has_procs(d: Path) -> bool:
+    try:
+        return bool((d / "cgroup.procs").read_text().split())
+    except OSError:
+        return False
+
+
 def remove_cgroup_tree(relpath: str, mounts: dict[str, Path] | None = None) -> list[Path]:
-    """rmdir ``relpath`` and every cgroup below it, deepest first, in every v1 hierarchy.
+    """rmdir ``relpath`` and every cgroup below it, deepest first, in every hierarchy (v1 and
+    the unified one; ``mounts`` defaults to :func:`all_hierarchies`).
 
     Only empty cgroups can be removed (the kernel refuses others with EBUSY): those are left
     and returned. Missing directories are ignored. Returns the directories that remain.
@@ -124,7 +241,7 @@ def remove_cgroup_tree(relpath: str, mounts: dict[str, Path] | None = None) -> l
     if not rel:
         raise ValueError("refusing to remove a cgroup hierarchy root")
     left: list[Path] = []
-    for base in (mounts if mounts is not None else v1_controller_mounts()).values():
+    for base in (mounts if mounts is not None else all_hierarchies()).values():
         top = base / rel
         if not top.is_dir():
             continue
@@ -143,20 +260,21 @@ def remove_cgroup_tree(relpath: str, mounts: dict[str, Path] | None = None) -> l
 
 
 def remove_pod_cgroups(cgroup_parents: list[str]) -> list[Path]:
-    """Remove pod-level cgroups (``/kubepods/.../pod<uid>``) that containerd leaves behind.
+    """Remove pod-level cgroups (``KUBEPODS/.../pod<uid>``) that containerd leaves behind.
 
     Returns what could not be removed (still holding processes).
     """
     left: list[Path] = []
-    mounts = v1_controller_mounts()
+    mounts = all_hierarchies()
     for parent in cgroup_parents:
         left += remove_cgroup_tree(cgroup_relpath(parent), mounts)
     return left
 
 
-def remove_empty_kubepods(root: str = "/kubepods") -> list[Path]:
-    """Remove the kubepods QoS tree (``/kubepods/{burstable,besteffort}``) if it is empty.
-
-    Anything still in use stays; returns what remains.
-    """
+def remove_empty_kubepods(root: str = TEST_ROOT) -> list[Path]:
+    """Remove the harness's cgroup tree (:data:`TEST_ROOT`: its kubepods and QoS cgroups) where
+    empty, in every hierarchy. Never the node's ``/kubepods``: ``root`` must be under
+    :data:`TEST_ROOT`. Anything still in use stays; returns what remains."""
+    if root.rstrip("/") != TEST_ROOT and not root.startswith(TEST_ROOT + "/"):
+        raise ValueError(f"refusing to remove {root!r}: not under {TEST_ROOT}")
     return remove_cgroup_tree(root)

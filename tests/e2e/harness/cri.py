@@ -177,14 +177,16 @@ def linux_resources(requests: dict[str, Any] | None, limits: dict[str, Any] | No
     }
 
 
-def cgroup_parent(qos: str, uid: str) -> str:
-    """The pod cgroup the kubelet's cgroupfs driver gives a pod of ``qos`` (QoS class name)."""
+def cgroup_parent(qos: str, uid: str, kubepods: str = cgroups.KUBEPODS) -> str:
+    """The pod cgroup the kubelet's cgroupfs driver gives a pod of ``qos`` (QoS class name),
+    under the harness's own ``kubepods`` (default :data:`cgroups.KUBEPODS`, not the node's
+    ``/kubepods``): ``<kubepods>/pod<uid>``, ``<kubepods>/burstable/pod<uid>``, ..."""
     if qos == "Guaranteed":
-        return f"/kubepods/pod{uid}"
+        return f"{kubepods}/pod{uid}"
     if qos == "Burstable":
-        return f"/kubepods/burstable/pod{uid}"
+        return f"{kubepods}/burstable/pod{uid}"
     if qos == "BestEffort":
-        return f"/kubepods/besteffort/pod{uid}"
+        return f"{kubepods}/besteffort/pod{uid}"
     raise ValueError(f"unknown QoS class {qos!r}; expected one of {QOS_CLASSES}")
 
 
@@ -436,20 +438,20 @@ class CRIClient:
         return _spec_cpu_field(self.inspect(cid)[1], "mems")
 
     def cgroup_cpus(self, cid: str) -> str:
-        """``cpuset.cpus`` of the container's cgroup v1 cpuset directory."""
+        """The container cgroup's cpuset (v1 ``cpuset.cpus``, v2 ``cpuset.cpus.effective``)."""
         return cgroups.read_cgroup_file("cpuset", self.cgroups_path(cid), "cpuset.cpus")
 
     def cgroup_mems(self, cid: str) -> str:
-        """``cpuset.mems`` of the container's cgroup v1 cpuset directory."""
+        """The container cgroup's mems (v1 ``cpuset.mems``, v2 ``cpuset.mems.effective``)."""
         return cgroups.read_cgroup_file("cpuset", self.cgroups_path(cid), "cpuset.mems")
 
     def cgroup_cfs_quota(self, cid: str) -> int:
         """``cpu.cfs_quota_us`` of the container's cgroup (-1 = unlimited), microseconds."""
-        return int(cgroups.read_cgroup_file("cpu", self.cgroups_path(cid), "cpu.cfs_quota_us"))
+        return cgroups.cpu_quota_us(self.cgroups_path(cid))
 
     def cgroup_cpu_shares(self, cid: str) -> int:
-        """``cpu.shares`` of the container's cgroup."""
-        return int(cgroups.read_cgroup_file("cpu", self.cgroups_path(cid), "cpu.shares"))
+        """``cpu.shares`` of the container's cgroup (v2: see :func:`cgroups.cpu_shares`)."""
+        return cgroups.cpu_shares(self.cgroups_path(cid))
 
     def _pid(self, cid: str) -> int:
         pid = self.inspect(cid)[0]
