@@ -25,6 +25,7 @@ def run(args: list[str]) -> None:
 def main() -> int:
     run([str(HERE / "take_bench.py")])
     run([str(HERE / "merge_bench.py")])
+    run([str(HERE / "footprint.py")])  # start-up time and VmRSS, beside a minimal Go plugin
     cfg = Path(tempfile.mkdtemp(prefix="bench-cfg-", dir="/tmp")) / "config.yaml"
     cfg.write_text('cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n')
     plugin = (

@@ -1,4 +1,11 @@
-"""Command line: ``nri-cpumgr run | topology | status``."""
+"""nri-cpumgr: the kubelet's CPU, Topology and Memory managers as an NRI plugin.
+
+Commands: run (the plugin), topology (the machine as the managers see it), status (the
+checkpointed assignments). Started by the runtime from its plugin_path with no arguments
+(NRI_PLUGIN_SOCKET set), it runs the plugin: configuration from the runtime's Configure
+request, else /etc/nri-cpumgr/config.yaml if present, else the defaults; log in
+<stateDirectory>/nri-cpumgr.log.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +23,38 @@ from pathlib import Path
 from nri_cpumgr.config import Config, ConfigError, load_config
 
 log = logging.getLogger("nri_cpumgr")
+
+# Read when --config is not given (run, status) and the file exists; the image ships it.
+DEFAULT_CONFIG = "/etc/nri-cpumgr/config.yaml"
+
+
+def _config_path(given: str | None) -> str | None:
+    """``--config`` when given, else :data:`DEFAULT_CONFIG` when that file exists, else None
+    (all defaults)."""
+    if given is not None:
+        return given
+    return DEFAULT_CONFIG if Path(DEFAULT_CONFIG).is_file() else None
+
+
+def _check_reserved_cpus(config: Config, machine) -> None:
+    """reservedSystemCPUs must name CPUs of this machine and leave at least one CPU
+    unreserved. The kubelet fails such a list only later, when the static policy is
+    built; here the error names the key. Raises :class:`ConfigError`."""
+    if config.cpuManagerPolicy != "static":
+        return
+    online = machine.topology.cpus()
+    reserved = config.reserved_cpus()
+    outside = reserved - online
+    if outside:
+        raise ConfigError(
+            f"invalid config: reservedSystemCPUs {config.reservedSystemCPUs!r}: CPU(s) "
+            f"{outside} not on this machine (CPUs {online})")
+    count = len(reserved) if reserved else config.reserved_cpu_count()
+    if count >= len(online):
+        raise ConfigError(
+            f"invalid config: reservedSystemCPUs/kubeReserved/systemReserved reserve {count} "
+            f"of the machine's {len(online)} CPUs: no CPU would be left for exclusive "
+            "allocation; reserve fewer")
 
 
 class _DeferredQueueHandler(logging.handlers.QueueHandler):
@@ -66,7 +105,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from nri_cpumgr.transport.stub import Stub
 
     launched = "NRI_PLUGIN_SOCKET" in os.environ
-    config = load_config(args.config)
+    config = load_config(_config_path(args.config))
     overrides = {}
     if args.socket:
         overrides["socketPath"] = args.socket
@@ -77,6 +116,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     listener = _setup_logging(config, launched, args.verbose)
     try:
         machine = _discover(args.sysfs_root)
+        _check_reserved_cpus(config, machine)
         from nri_cpumgr.metrics import Metrics
 
         metrics = Metrics()
@@ -96,7 +136,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 events=EVENTS,
                 logger=logging.getLogger("nri_cpumgr.nri"),
             )
-        plugin.request_update = stub.request_update
+        plugin.sender = stub.update_containers
         server = None
         if config.metricsAddress:
             try:
@@ -141,8 +181,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
     from nri_cpumgr.runtime.plugin import CHECKPOINT_NAME
 
-    config = load_config(args.config)
-    state_dir = Path(args.state_dir or config.stateDirectory)
+    if args.state_dir:
+        state_dir = Path(args.state_dir)
+    else:
+        state_dir = Path(load_config(_config_path(args.config)).stateDirectory)
     try:
         body = Checkpoint(state_dir / CHECKPOINT_NAME).load()
     except CheckpointError as e:
@@ -172,12 +214,38 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("nri-cpumgr")
+    except Exception:  # noqa: BLE001 - not installed (source tree)
+        from nri_cpumgr import __version__
+
+        return __version__
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: looks the version up only when asked (importlib.metadata is ~10 ms)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:  # noqa: A002
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
+        print(f"nri-cpumgr {_version()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="nri-cpumgr", description=__doc__)
+    p = argparse.ArgumentParser(prog="nri-cpumgr", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action=_VersionAction, help="print the version and exit")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     r = sub.add_parser("run", help="run the NRI plugin")
-    r.add_argument("--config", help="YAML config file (KubeletConfiguration-style keys)")
+    r.add_argument("--config", help="YAML config file (KubeletConfiguration-style keys; "
+                   f"default: {DEFAULT_CONFIG} if present, else the built-in defaults)")
     r.add_argument("--socket", help="NRI socket to dial (overrides socketPath)")
     r.add_argument("--state-dir", help="state directory (overrides stateDirectory)")
     r.add_argument("--sysfs-root", default="/", help="read topology from DIR/sys instead of /sys")
@@ -185,15 +253,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_run)
 
     t = sub.add_parser("topology", help="print the machine's CPU/NUMA/cache topology")
-    t.add_argument("--sysfs-root", default="/")
+    t.add_argument("--sysfs-root", default="/", help="read DIR/sys instead of /sys")
     t.add_argument("--json", action="store_true", help="conformance-corpus topology JSON")
     t.add_argument("--name", help="name written in the JSON")
     t.set_defaults(func=cmd_topology)
 
     s = sub.add_parser("status", help="show the checkpointed assignments")
-    s.add_argument("--config")
-    s.add_argument("--state-dir")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--config", help="the plugin's config file, read for its stateDirectory "
+                   f"(default: {DEFAULT_CONFIG} if present, else the built-in defaults)")
+    s.add_argument("--state-dir", help="read the checkpoint from DIR (overrides the config)")
+    s.add_argument("--json", action="store_true", help="print the checkpoint as JSON")
     s.set_defaults(func=cmd_status)
     return p
 
@@ -201,6 +270,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from nri_cpumgr.sysfs import SysfsError
 
+    if argv is None:
+        argv = sys.argv[1:]
+    if not argv and "NRI_PLUGIN_SOCKET" in os.environ:
+        argv = ["run"]  # launched by the runtime from plugin_path: no arguments
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -37,9 +37,6 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.exposition import choose_encoder
-
 log = logging.getLogger("nri_cpumgr.metrics")
 
 # kubelet TopologyManagerAdmissionDuration: ExponentialBuckets(.05, 2, 15), milliseconds
@@ -70,9 +67,33 @@ class Metrics:
 
     The recording methods are what the NRI glue calls; each costs about a microsecond
     (one lock-protected float add), so they sit on the request path.
+
+    prometheus_client is imported, and the registry built, on the first use of a metric
+    (in practice the first NRI request, after the plugin has registered): its import is
+    ~15 ms that need not delay the registration.
     """
 
+    _COLLECTORS = frozenset({
+        "registry", "cpu_pinning_requests", "cpu_pinning_errors", "shared_pool_millicores",
+        "exclusive_cpus", "admission_requests", "admission_errors", "admission_duration",
+        "memory_pinning_requests", "memory_pinning_errors", "request_duration", "connected",
+        "registered",
+    })
+
     def __init__(self, version: str = "") -> None:
+        self._version = version
+        self._request_children: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached for attributes not yet set: the collectors before _build
+        if name not in Metrics._COLLECTORS or "registry" in self.__dict__:
+            raise AttributeError(name)
+        self._build()
+        return self.__dict__[name]
+
+    def _build(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.cpu_pinning_requests = Counter(
             "cpu_manager_pinning_requests_total",
@@ -119,8 +140,7 @@ class Metrics:
             registry=r)
         info = Gauge("nri_cpumgr_build_info", "Always 1; the plugin's version as a label.",
                      ["version"], registry=r)
-        info.labels(version or _package_version()).set(1)
-        self._request_children: dict[str, Any] = {}
+        info.labels(self._version or _package_version()).set(1)
 
     # ------------------------------------------------------------------ recording
     def observe_request(self, method: str, seconds: float) -> None:
@@ -167,6 +187,8 @@ class Metrics:
     def exposition(self, accept: str = "") -> tuple[bytes, str]:
         """``(body, content type)`` of the current values; the format is picked from an
         HTTP ``Accept`` header (Prometheus text by default, OpenMetrics when asked)."""
+        from prometheus_client.exposition import choose_encoder
+
         encoder, content_type = choose_encoder(accept)
         return encoder(self.registry), content_type
 

@@ -130,3 +130,117 @@ def test_metrics_port_in_use(tmp_path, capsys):
         assert _run(tmp_path, f"metricsAddress: '127.0.0.1:{port}'\n",
                     "--socket", str(tmp_path / "none.sock")) == 2
     assert "metricsAddress" in capsys.readouterr().err
+
+
+def test_launched_by_the_runtime_with_no_arguments(tmp_path, monkeypatch):
+    """The runtime starts plugin_path/NN-name with no arguments and NRI_PLUGIN_SOCKET set:
+    that is `run`, configured by Configure (the default config file gives the start-up
+    state directory, hence the log file)."""
+    import asyncio
+    import socket
+    import threading
+
+    import nri_cpumgr.cli as cli
+
+    from .nri_peer import PeerConn
+
+    boot = tmp_path / "boot"
+    default = tmp_path / "config.yaml"
+    default.write_text(f"stateDirectory: {boot}\n")
+    monkeypatch.setattr(cli, "DEFAULT_CONFIG", str(default))
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    ours.set_inheritable(True)
+    monkeypatch.setenv("NRI_PLUGIN_SOCKET", str(ours.fileno()))
+    monkeypatch.setenv("NRI_PLUGIN_NAME", "cpumgr")
+    monkeypatch.setenv("NRI_PLUGIN_IDX", "90")
+    state = tmp_path / "state"
+    seen: dict[str, object] = {}
+
+    async def runtime() -> None:
+        conn = await PeerConn.from_socket(theirs)
+        reg = await asyncio.wait_for(asyncio.shield(conn.registered), 10)
+        seen["name"] = (reg.plugin_idx, reg.plugin_name)
+        events, _ = await conn.handshake(
+            config=f'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n'
+                   f"stateDirectory: {state}\n", timeout=10)
+        seen["events"] = events
+        await conn.close()
+
+    t = threading.Thread(target=lambda: asyncio.run(runtime()), daemon=True)
+    t.start()
+    rc = main([])
+    t.join(10)
+    ours.detach()  # the plugin owned (and closed) the fd
+    assert rc == 0
+    assert seen["name"] == ("90", "cpumgr")
+    assert seen["events"] != 0
+    text = (boot / "nri-cpumgr.log").read_text()
+    assert "configuration taken from the runtime" in text
+
+
+def test_no_arguments_without_the_runtime_is_a_usage_error(monkeypatch, capsys):
+    monkeypatch.delenv("NRI_PLUGIN_SOCKET", raising=False)
+    with pytest.raises(SystemExit) as ei:
+        main([])
+    assert ei.value.code == 2
+    assert "required: cmd" in capsys.readouterr().err
+
+
+def test_status_finds_the_state_directory_in_the_config(tmp_path, capsys, monkeypatch):
+    import nri_cpumgr.cli as cli
+    from nri_cpumgr.checkpoint import Checkpoint
+
+    state = tmp_path / "mine"
+    state.mkdir()
+    Checkpoint(state / "cpu_manager_state").save(
+        {"policyName": "static", "defaultCpuSet": "0-1", "reservedCpuSet": "0", "entries": {},
+         "containers": []})
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"stateDirectory: {state}\n")
+    assert main(["status", "--config", str(cfg)]) == 0
+    assert "shared pool:   0-1" in capsys.readouterr().out
+    # no --config: the default config file names it too
+    monkeypatch.setattr(cli, "DEFAULT_CONFIG", str(cfg))
+    assert main(["status"]) == 0
+    assert "reserved CPUs: 0" in capsys.readouterr().out
+    # --state-dir overrides the config
+    assert main(["status", "--config", str(cfg), "--state-dir", str(tmp_path / "none")]) == 1
+    assert "no checkpoint in" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("a: [\n", "c.yaml:2:1: not YAML"),
+        ("metricsAddress: 'localhost'\n", "expected host:port"),
+        ("cpuManagerPolicy: static\nreservedSystemCPUs: '0,7'\n", "reservedSystemCPUs '0,7'"),
+        ("cpuManagerPolicy: static\nreservedSystemCPUs: '0-1'\n", "no CPU would be left"),
+        ("cpuManagerPolicy: static\nkubeReserved: {cpu: '2'}\n", "no CPU would be left"),
+    ],
+)
+def test_config_errors_say_where_and_what(tmp_path, capsys, text, words):
+    assert _run(tmp_path, text) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err, err
+    assert len(err.splitlines()) == 1
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as ei:
+        main(["--version"])
+    assert ei.value.code == 0
+    import nri_cpumgr
+
+    assert capsys.readouterr().out.strip() == f"nri-cpumgr {nri_cpumgr.__version__}"
+
+
+def test_help_is_plain_text_and_every_status_option_has_help(capsys):
+    from nri_cpumgr.cli import build_parser
+
+    p = build_parser()
+    text = p.format_help()
+    assert "``" not in text and "nri-cpumgr" in text
+    status = next(a for a in p._subparsers._group_actions[0].choices.items()
+                  if a[0] == "status")[1]
+    for action in status._actions:
+        assert action.help, action.option_strings

@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""Start-up time and memory of nri-cpumgr, side by side with a minimal Go NRI plugin.
+
+Each launch: a fake NRI runtime (tests/unit/nri_peer.py) listens on a fresh unix socket, the
+plugin is exec'd with that socket, and the benchmark measures
+
+* launch -> registered: wall clock, ms, from just before the exec to the runtime receiving
+  the plugin's RegisterPlugin request;
+* VmRSS (MiB, /proc/<pid>/status) once the runtime has sent Configure and a Synchronize of
+  N containers (N = 0, 100, 1000: one launch each, Synchronize comes once per connection) and
+  the plugin has settled for ``--settle`` seconds.
+
+Rounds alternate the order of the two plugins (A B, B A, ...) so drift on a shared machine
+hits both. Prints median / min / max per plugin; asserts nothing.
+
+The Go plugin is the one of /work/shared/tools/go-peer (``--go-peer``; skipped when absent).
+nri-cpumgr runs as the image runs it (deploy: bytecode compiled at build time): the benchmark
+points PYTHONPYCACHEPREFIX at a private directory and discards one warm-up launch so that the
+bytecode exists; ``--cold-bytecode`` measures with no bytecode cache at all instead.
+
+    .venv/bin/python benchmarks/footprint.py [--rounds 5] [--go-peer /work/cache/go-peer]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TOP = Path(__file__).resolve().parent.parent
+if str(TOP) not in sys.path:
+    sys.path.insert(0, str(TOP))
+
+from nri_cpumgr.api import nri_pb2  # noqa: E402
+from tests.unit.nri_peer import FakeRuntime  # noqa: E402
+
+CONFIG = 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n'
+SIZES = (0, 100, 1000)
+FRAME_CHUNK = 4000
+
+
+def sync_objects(n: int) -> tuple[list[nri_pb2.PodSandbox], list[nri_pb2.Container]]:
+    """``n`` running containers in ``n`` pods as a kubelet node has them: one Guaranteed
+    container with 1 CPU (pinned to CPU 1), the rest Burstable (250m request, 1 CPU limit,
+    256 MiB)."""
+    pods: list[nri_pb2.PodSandbox] = []
+    ctrs: list[nri_pb2.Container] = []
+    for i in range(n):
+        uid = f"0000-{i:08d}"
+        qos = "" if i == 0 else "burstable"
+        p = nri_pb2.PodSandbox(id=f"sb-{i}", name=f"pod-{i}", uid=uid, namespace="bench")
+        p.linux.cgroup_parent = f"/kubepods/{qos + '/' if qos else ''}pod{uid}"
+        pods.append(p)
+        c = nri_pb2.Container(id=f"c-{i:08d}", pod_sandbox_id=f"sb-{i}", name="app",
+                              state=nri_pb2.CONTAINER_RUNNING)
+        c.labels["io.kubernetes.container.name"] = "app"
+        c.labels["io.kubernetes.pod.name"] = f"pod-{i}"
+        c.labels["io.kubernetes.pod.namespace"] = "bench"
+        r = c.linux.resources
+        r.cpu.period.value = 100000
+        r.memory.limit.value = 1 << 28
+        if i == 0:
+            r.cpu.shares.value = 1024
+            r.cpu.quota.value = 100000
+            r.cpu.cpus = "1"
+        else:
+            r.cpu.shares.value = 256
+            r.cpu.quota.value = 100000
+            r.cpu.cpus = "0-1"
+        ctrs.append(c)
+    return pods, ctrs
+
+
+def vm_status(pid: int) -> dict[str, float]:
+    """VmRSS and VmHWM of ``pid`` in MiB."""
+    out: dict[str, float] = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(rest.split()[0]) / 1024
+    return out
+
+
+class Subject:
+    """One plugin under test: how to start it against a socket."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str]) -> None:
+        self.name = name
+        self.argv = argv
+        self.env = env
+        self.reg_ms: list[float] = []
+        self.rss: dict[int, list[float]] = {n: [] for n in SIZES}
+
+    def command(self, sock: Path, work: Path) -> list[str]:
+        return [a.format(socket=sock, work=work) for a in self.argv]
+
+
+async def launch(subject: Subject, n: int, settle: float, keep: bool = True,
+                 keep_work: list[Path] | None = None) -> None:
+    """One launch of ``subject`` with a Synchronize of ``n`` containers."""
+    work = Path(tempfile.mkdtemp(prefix="fp-", dir="/tmp"))
+    if keep_work is not None:
+        keep_work.append(work)
+    sock = work / "nri.sock"
+    pods, ctrs = sync_objects(n)
+    rt = FakeRuntime(sock)
+    await rt.start()
+    proc = None
+    try:
+        with open(work / "plugin.log", "wb") as logf:
+            t0 = time.perf_counter()
+            proc = await asyncio.create_subprocess_exec(
+                *subject.command(sock, work), stdin=asyncio.subprocess.DEVNULL,
+                stdout=logf, stderr=logf, env=subject.env)
+            conn = await rt.next_conn(timeout=30)
+            await asyncio.wait_for(asyncio.shield(conn.registered), 30)
+            reg_ms = (time.perf_counter() - t0) * 1000
+            await conn.call("Configure", nri_pb2.ConfigureRequest(
+                runtime_name="fake", runtime_version="0.0"), nri_pb2.ConfigureResponse)
+            req = nri_pb2.SynchronizeRequest(pods=pods, containers=ctrs)
+            # the Go stub reads a frame into a 4 KiB buffer (ttrpc bufio; ENOMEM if larger):
+            # full frames of FRAME_CHUNK, the remainder (< FRAME_CHUNK + ttrpc header) last
+            frames = [FRAME_CHUNK] * (len(req.SerializeToString()) // FRAME_CHUNK)
+            await conn.call("Synchronize", req, nri_pb2.SynchronizeResponse, sizes=frames,
+                            timeout=60)
+            await asyncio.sleep(settle)
+            if proc.returncode is not None:
+                raise RuntimeError(f"{subject.name} exited: {(work / 'plugin.log').read_text()}")
+            rss = vm_status(proc.pid)["VmRSS"]
+        if keep:
+            subject.reg_ms.append(reg_ms)
+            subject.rss[n].append(rss)
+    finally:
+        if proc is not None and proc.returncode is None:
+            proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), 10)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+        await rt.stop()
+        if keep_work is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def line(label: str, values: list[float], unit: str) -> str:
+    if not values:
+        return f"  {label:<28} -"
+    return (f"  {label:<28} median {statistics.median(values):7.1f} {unit}   "
+            f"min {min(values):7.1f}   max {max(values):7.1f}   (n={len(values)})")
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    tmp = Path(tempfile.mkdtemp(prefix="fp-cfg-", dir="/tmp"))
+    try:
+        cfg = tmp / "config.yaml"
+        cfg.write_text(CONFIG)
+        env = dict(os.environ)
+        env.pop("NRI_PLUGIN_SOCKET", None)
+        if args.cold_bytecode:
+            env["PYTHONDONTWRITEBYTECODE"] = "1"
+            env.pop("PYTHONPYCACHEPREFIX", None)
+        else:
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+        subjects = [Subject("nri-cpumgr", [
+            sys.executable, "-m", "nri_cpumgr", "run", "--config", str(cfg),
+            "--socket", "{socket}", "--state-dir", "{work}/state"], env)]
+        go = Path(args.go_peer)
+        if go.is_file():
+            subjects.append(Subject("go-peer", [str(go), "-socket", "{socket}",
+                                                "-name", "go-peer", "-idx", "10"], env))
+        else:
+            print(f"(no {go}: nri-cpumgr alone)")
+        for s in subjects:  # warm-up: bytecode, page cache
+            await launch(s, 0, 0.0, keep=False)
+        for r in range(args.rounds):
+            order = subjects if r % 2 == 0 else subjects[::-1]
+            for n in SIZES:
+                for s in order:
+                    await launch(s, n, args.settle)
+        print(f"footprint: {args.rounds} rounds, {os.cpu_count()} CPUs, settle {args.settle}s, "
+              f"bytecode {'none' if args.cold_bytecode else 'cached'}; config: "
+              + CONFIG.strip().replace("\n", ", "))
+        for s in subjects:
+            print(s.name)
+            print(line("launch -> registered", s.reg_ms, "ms"))
+            for n in SIZES:
+                print(line(f"VmRSS after sync of {n}", s.rss[n], "MiB"))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--settle", type=float, default=0.5,
+                    help="seconds between the Synchronize reply and reading VmRSS")
+    ap.add_argument("--go-peer", default="/work/cache/go-peer")
+    ap.add_argument("--cold-bytecode", action="store_true",
+                    help="no bytecode cache (PYTHONDONTWRITEBYTECODE=1)")
+    args = ap.parse_args()
+    with contextlib.suppress(KeyboardInterrupt):
+        return asyncio.run(main_async(args))
+    return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
