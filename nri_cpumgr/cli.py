@@ -10,7 +10,6 @@ request, else /etc/nri-cpumgr/config.yaml if present, else the defaults; log in
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import logging.handlers
@@ -19,6 +18,18 @@ import queue
 import signal
 import sys
 from pathlib import Path
+
+if "asyncio" not in sys.modules:
+    # The plugin speaks no TLS: asyncio imports ssl only if it can, and OpenSSL costs ~4.5 MiB
+    # of RSS and ~7 ms at start. Importers after this one (prometheus_client, at the first
+    # scrape) still get the real module.
+    sys.modules["ssl"] = None  # type: ignore[assignment]
+    try:
+        import asyncio
+    finally:
+        del sys.modules["ssl"]
+else:
+    import asyncio
 
 from nri_cpumgr.config import Config, ConfigError, load_config
 

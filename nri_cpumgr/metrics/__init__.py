@@ -7,13 +7,23 @@ e.g. ``kubelet_cpu_manager_pinning_requests_total``; ours carry no prefix) plus 
 own NRI metrics (``nri_cpumgr_*``). :meth:`Metrics.serve` starts the HTTP endpoint.
 """
 
+from typing import Any
+
 from .metrics import (
     ADMISSION_BUCKETS_MS,
     REQUEST_BUCKETS_S,
     Metrics,
-    MetricsServer,
     parse_address,
 )
+
+
+def __getattr__(name: str) -> Any:
+    # MetricsServer lives with http.server (and ssl): imported only when asked for
+    if name == "MetricsServer":
+        from .server import MetricsServer
+
+        return MetricsServer
+    raise AttributeError(name)
 
 __all__ = [
     "ADMISSION_BUCKETS_MS",
