@@ -10,6 +10,7 @@ request, else /etc/nri-cpumgr/config.yaml if present, else the defaults; log in
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import logging.handlers
@@ -164,6 +165,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         log.info("nri-cpumgr starting: plugin %s-%s, socket %s", config.pluginIndex,
                  config.pluginName, "fd" if launched else config.socketPath)
+        # the start-up objects (modules, managers, topology) live as long as the process:
+        # out of the collector's generations, later collections do not walk them again
+        gc.freeze()
         try:
             asyncio.run(main())
         finally:

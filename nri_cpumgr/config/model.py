@@ -17,13 +17,12 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from nri_cpumgr.cpuset import CPUSet, CPUSetError
 from nri_cpumgr.podmodel import parse_quantity
@@ -51,25 +50,29 @@ _TRUE = frozenset({"true", "yes", "on", "1", "t", "y"})
 _FALSE = frozenset({"false", "no", "off", "0", "f", "n"})
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML loader refusing duplicate keys (PyYAML keeps the last one silently)."""
+@functools.cache
+def _unique_key_loader() -> type:
+    """A SafeLoader refusing duplicate keys (PyYAML keeps the last one silently). Built on
+    first use: PyYAML's import is ~15 ms, not needed when no config text is given."""
+    import yaml
 
+    class UniqueKeyLoader(yaml.SafeLoader):
+        pass
 
-def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
-        seen.add(key)
-    return loader.construct_mapping(node, deep=True)
+    def construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return loader.construct_mapping(node, deep=True)
 
-
-_UniqueKeyLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping
-)
+    UniqueKeyLoader.add_constructor(
+        yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    return UniqueKeyLoader
 
 
 class _Invalid(Exception):
@@ -421,7 +424,7 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
 }
 
 
-def _yaml_error(e: yaml.YAMLError, source: str) -> str:
+def _yaml_error(e: Exception, source: str) -> str:
     """``<source>:<line>:<column>: not YAML: <problem> (<context>)``, 1-based positions."""
     mark = getattr(e, "problem_mark", None)
     where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source
@@ -434,8 +437,12 @@ def parse_config(text: str, source: str = "<config>") -> Config:
     """Parse YAML text into a :class:`Config`. Raises :class:`ConfigError` (one line, naming
     the key, or the line:column of a YAML error) for YAML errors, unknown keys and invalid
     values."""
+    if not text.strip():
+        return Config.model_validate({})
+    import yaml
+
     try:
-        doc = yaml.load(text, Loader=_UniqueKeyLoader) if text.strip() else {}  # noqa: S506
+        doc = yaml.load(text, Loader=_unique_key_loader())  # noqa: S506
     except yaml.YAMLError as e:
         raise ConfigError(_yaml_error(e, source)) from None
     if doc is None:
