@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""The busy-node cost of nri-cpumgr on a real containerd (issue 9 item 4, part (a)).
+
+For each containerd version and each count N of shared containers: start one private daemon
+(tests/e2e/harness) whose runc is a counting wrapper (every ``runc update`` call is appended
+to a file), run N BestEffort pods with one started container each (the shared pool, reused
+across rounds), then alternate rounds with no plugin and with nri-cpumgr (static policy,
+reservedSystemCPUs "0") on the same daemon. In each round, ``--pods`` Guaranteed 1-CPU pods
+are handled one after the other, kubelet-like:
+
+* Create+Start: CreateContainer then StartContainer at once (wall clock, ms);
+* off: ms from the end of StartContainer until no shared container's cgroup ``cpuset.cpus``
+  contains the Guaranteed container's CPUs (polled every ~1 ms; with no plugin nothing moves
+  and the figure is not taken);
+* deletion: StopContainer, RemoveContainer, StopPodSandbox, RemovePodSandbox (total, ms);
+* back: ms from the end of the deletion until every shared container has those CPUs again;
+* runc updates: ``runc update`` calls from CreateContainer until the CPUs are back.
+
+Prints a markdown table: median (p90) per mode and the ratio nri-cpumgr/no plugin of the
+medians. Needs root and the binaries of scripts/fetch-runtime.sh.
+
+    python3 benchmarks/busy_node.py --quick            # 1.7 and 2.1, 40 shared, 2 rounds
+    python3 benchmarks/busy_node.py --shared 40 --shared 100 --rounds 3 --pods 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TOP = Path(__file__).resolve().parent.parent
+if str(TOP) not in sys.path:
+    sys.path.insert(0, str(TOP))
+
+from tests.e2e.harness import Containerd, PluginProcess, e2e_missing  # noqa: E402
+from tests.e2e.harness import cgroups as cg  # noqa: E402
+from tests.e2e.harness.paths import RUNC  # noqa: E402
+
+PLUGIN_NAME = "cpumgr"
+PLUGIN_INDEX = 90
+CONFIG = 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n'
+POLL_TIMEOUT_S = 20.0
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) by linear interpolation between closest ranks."""
+    s = sorted(values)
+    if not s:
+        raise ValueError("no samples")
+    pos = (len(s) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def parse_cpus(text: str) -> set[int]:
+    """CPU ids of a Linux list string ("0-3,7"); "" is the empty set."""
+    out: set[int] = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        a, _, b = part.partition("-")
+        out.update(range(int(a), int(b or a) + 1))
+    return out
+
+
+def write_runc_counter(path: Path, count_file: Path, real: Path = RUNC) -> Path:
+    """A shell wrapper for runc that appends one line to ``count_file`` per ``runc update``."""
+    path.write_text(
+        "#!/bin/sh\n"
+        'for a in "$@"; do\n'
+        f'  if [ "$a" = update ]; then echo u >> "{count_file}"; break; fi\n'
+        "done\n"
+        f'exec "{real}" "$@"\n')
+    path.chmod(0o755)
+    return path
+
+
+class CountingContainerd(Containerd):
+    """A :class:`Containerd` whose CRI runtime runs ``runc_path`` instead of the real runc."""
+
+    def __init__(self, version: str, workdir: Path, runc_path: Path, **kw: object) -> None:
+        super().__init__(version, workdir, **kw)  # type: ignore[arg-type]
+        self.runc_path = runc_path
+
+    def config_text(self) -> str:
+        text = super().config_text()
+        return text.replace(f'BinaryName = "{RUNC}"', f'BinaryName = "{self.runc_path}"')
+
+
+def count(path: Path) -> int:
+    try:
+        return len(path.read_bytes().splitlines())
+    except FileNotFoundError:
+        return 0
+
+
+def wait_until(pred, timeout: float = POLL_TIMEOUT_S) -> float | None:
+    """ms until ``pred()`` is true (polled every ~1 ms), None on timeout."""
+    t0 = time.perf_counter()
+    while True:
+        if pred():
+            return (time.perf_counter() - t0) * 1000
+        if time.perf_counter() - t0 > timeout:
+            return None
+        time.sleep(0.001)
+
+
+def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[list[str]]:
+    """All rounds on one daemon; returns table rows."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"bn{version}-", dir="/tmp"))
+    counter = workdir / "runc-updates"
+    runc = write_runc_counter(workdir / "runc-counter.sh", counter)
+    cfg = workdir / "cpumgr.yaml"
+    cfg.write_text(CONFIG)
+    c = CountingContainerd(version, workdir, runc)
+    plugin: PluginProcess | None = None
+    res: dict[str, dict[str, list[float]]] = {m: {} for m in ("none", "cpumgr")}
+    try:
+        c.start()
+        with c.cri_client() as cri:
+            t0 = time.perf_counter()
+            shared_dirs: list[Path] = []
+            for i in range(n_shared):
+                pod = cri.run_pod(f"shared-{i}", "BestEffort")
+                cid = cri.create_container(pod, "c")
+                cri.start_container(cid)
+                shared_dirs.append(cg.controller_dir("cpuset", cri.cgroups_path(cid)))
+            print(f"  containerd {version}: {n_shared} shared containers running in "
+                  f"{time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+
+            def shared_cpus() -> list[set[int]]:
+                return [parse_cpus((d / "cpuset.cpus").read_text()) for d in shared_dirs]
+
+            for r in range(args.rounds):
+                for mode in ("none", "cpumgr"):
+                    if mode == "cpumgr":
+                        since = c.log_offset()
+                        argv = [sys.executable, "-m", "nri_cpumgr", "run", "--config", str(cfg),
+                                "--socket", str(c.nri_socket),
+                                "--state-dir", str(workdir / "nri-cpumgr-state")]
+                        plugin = PluginProcess(argv, workdir / "plugin.log", cwd=TOP).start()
+                        c.wait_plugin_ready(PLUGIN_NAME, PLUGIN_INDEX, timeout=30, since=since)
+                        time.sleep(0.5)
+                    m = res[mode]
+                    for k in range(args.pods):
+                        pod = cri.run_pod(f"g-{r}-{k}", "Guaranteed")
+                        u0 = count(counter)
+                        t = time.perf_counter()
+                        cid = cri.create_container(pod, "g", requests={"cpu": "1",
+                                                                        "memory": "64Mi"},
+                                                   limits={"cpu": "1", "memory": "64Mi"})
+                        cri.start_container(cid)
+                        m.setdefault("create+start", []).append((time.perf_counter() - t) * 1000)
+                        gcpus = parse_cpus(cri.cgroup_cpus(cid))
+                        if mode == "cpumgr":
+                            off = wait_until(lambda: all(not (s & gcpus) for s in shared_cpus()))
+                            m.setdefault("off", []).append(off if off is not None else float("nan"))
+                        t = time.perf_counter()
+                        cri.stop_container(cid)
+                        cri.remove_container(cid)
+                        cri.stop_pod(pod)
+                        cri.remove_pod(pod)
+                        cri.pods.pop(pod, None)
+                        m.setdefault("deletion", []).append((time.perf_counter() - t) * 1000)
+                        if mode == "cpumgr":
+                            back = wait_until(lambda: all(gcpus <= s for s in shared_cpus()))
+                            m.setdefault("back", []).append(back if back is not None else float("nan"))
+                        time.sleep(0.2)
+                        m.setdefault("runc updates", []).append(float(count(counter) - u0))
+                    if plugin is not None:
+                        if not plugin.running:
+                            raise RuntimeError("plugin exited:\n" + plugin.log_text()[-2000:])
+                        plugin.stop()
+                        plugin = None
+            problems = cri.cleanup()
+            if problems:
+                print(f"  cleanup problems: {problems}", file=sys.stderr)
+    finally:
+        if plugin is not None:
+            plugin.stop()
+        problems = c.stop()
+        if problems:
+            print(f"  containerd cleanup: {problems}", file=sys.stderr)
+        if not c.shim_processes():
+            shutil.rmtree(workdir, ignore_errors=True)
+        cg.remove_empty_kubepods()
+    rows: list[list[str]] = []
+    for metric in ("create+start", "deletion", "off", "back", "runc updates"):
+        a = res["none"].get(metric)
+        b = res["cpumgr"][metric]
+        fa = f"{statistics.median(a):.1f} ({percentile(a, 0.9):.1f})" if a else "-"
+        fb = f"{statistics.median(b):.1f} ({percentile(b, 0.9):.1f})"
+        ratio = (f"{statistics.median(b) / statistics.median(a):.2f}"
+                 if a and statistics.median(a) > 0 else "-")
+        unit = "" if metric == "runc updates" else " ms"
+        rows.append([version, str(n_shared), metric + unit, fa, fb, ratio, str(len(b))])
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--version", action="append", choices=["1.7", "2.1"])
+    ap.add_argument("--shared", action="append", type=int,
+                    help="shared (BestEffort) containers running (repeatable; default 40, 100)")
+    ap.add_argument("--rounds", type=int, default=3, help="alternations no plugin / plugin")
+    ap.add_argument("--pods", type=int, default=3, help="Guaranteed pods per round and mode")
+    ap.add_argument("--quick", action="store_true", help="40 shared, 2 rounds of 2 pods")
+    args = ap.parse_args(argv)
+    versions = args.version or ["1.7", "2.1"]
+    if args.quick:
+        args.shared = args.shared or [40]
+        args.rounds, args.pods = 2, 2
+    shared = args.shared or [40, 100]
+    for v in versions:
+        missing = e2e_missing(v)
+        if missing:
+            print(f"cannot run containerd {v}: {'; '.join(missing)}", file=sys.stderr)
+            return 2
+    rows: list[list[str]] = []
+    for v in versions:
+        for n in shared:
+            rows += run_daemon(v, n, args)
+    print(f"\nBusy node: Guaranteed 1-CPU pod among N running BestEffort containers, "
+          f"{args.rounds} alternating rounds x {args.pods} pods; median (p90)\n")
+    print("| containerd | N shared | metric | no plugin | nri-cpumgr | ratio | n |")
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
