@@ -159,8 +159,8 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
                         m.setdefault("create+start", []).append((time.perf_counter() - t) * 1000)
                         gcpus = parse_cpus(cri.cgroup_cpus(cid))
                         if mode == "cpumgr":
-                            off = wait_until(lambda: all(not (s & gcpus) for s in shared_cpus()))
-                            m.setdefault("off", []).append(off if off is not None else float("nan"))
+                            off = wait_until(lambda g=gcpus: all(not s & g for s in shared_cpus()))
+                            m.setdefault("off", []).append(float("nan") if off is None else off)
                         t = time.perf_counter()
                         cri.stop_container(cid)
                         cri.remove_container(cid)
@@ -169,8 +169,8 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
                         cri.pods.pop(pod, None)
                         m.setdefault("deletion", []).append((time.perf_counter() - t) * 1000)
                         if mode == "cpumgr":
-                            back = wait_until(lambda: all(gcpus <= s for s in shared_cpus()))
-                            m.setdefault("back", []).append(back if back is not None else float("nan"))
+                            back = wait_until(lambda g=gcpus: all(g <= s for s in shared_cpus()))
+                            m.setdefault("back", []).append(float("nan") if back is None else back)
                         time.sleep(0.2)
                         m.setdefault("runc updates", []).append(float(count(counter) - u0))
                     if plugin is not None:
