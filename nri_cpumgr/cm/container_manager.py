@@ -208,6 +208,15 @@ class ContainerManager:
             return Decision(info.id, None)
         self._release_stopped_of_pod(info.pod_uid, keep=info.name)
         key = info.key
+        if info.qos is not QOSClass.GUARANTEED and not info.devices:
+            # no provider has a hint for it (CPU and memory managers only pin Guaranteed
+            # pods, it has no devices): every Topology Manager policy admits it as is
+            old = self._owner.pop(key, None)
+            if old is not None and old != info.id:
+                self._untrack(old)
+            self._track(info.id, _Tracked(info, False, None))
+            pool = self.shared_pool() if self.static else None
+            return Decision(info.id, pool)
         had_cpus = self.state.get_cpuset(*key) is not None
         had_mem = self.memory is not None and self.memory.get_memory(*key) is not None
         if device_numa:
