@@ -5,6 +5,8 @@
 2. merge_bench.py  - Topology Manager hint merge (8 NUMA x 4 providers x 255 hints; GB200-like)
 3. cri_create.py   - CRI CreateContainer on a real containerd, without and with nri-cpumgr
                      (static policy, CPU 0 reserved): the plugin's cost on the critical path
+4. busy_node.py    - a Guaranteed pod among 40 running shared containers (--quick): Create+Start,
+                     deletion, time until the shared pool moves off/back, runc updates per pod
 """
 
 from __future__ import annotations
@@ -26,7 +28,14 @@ def main() -> int:
     run([str(HERE / "take_bench.py")])
     run([str(HERE / "merge_bench.py")])
     run([str(HERE / "footprint.py")])  # start-up time and VmRSS, beside a minimal Go plugin
-    cfg = Path(tempfile.mkdtemp(prefix="bench-cfg-", dir="/tmp")) / "config.yaml"
+    with tempfile.TemporaryDirectory(prefix="bench-cfg-", dir="/tmp") as tmp:
+        run_cri_create(Path(tmp) / "config.yaml")
+    run([str(HERE / "busy_node.py"), "--quick"])
+    return 0
+
+
+def run_cri_create(cfg: Path) -> None:
+    """cri_create.py without and with nri-cpumgr, its config written to ``cfg``."""
     cfg.write_text('cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n')
     plugin = (
         "{python} -m nri_cpumgr run --config " + str(cfg)
@@ -39,7 +48,6 @@ def main() -> int:
             base += ["--cpu", cpu]
         run(base)
         run(base + ["--plugin-cmd", plugin, "--plugin-name", "cpumgr", "--plugin-index", "90"])
-    return 0
 
 
 if __name__ == "__main__":
