@@ -8,8 +8,11 @@
 # may access as its owner, read /sys and write its state directory, none of which takes a
 # capability. It never touches cgroups itself: the runtime applies the adjustments.
 
+# Debian bookworm base; scripts/build_image.sh passes its locally built one (BASE_IMAGE)
+ARG BASE_IMAGE=docker.io/library/debian:bookworm-slim
+
 # --- build stage: the package and its dependencies in a virtualenv (wheels only, no compiler)
-FROM docker.io/library/debian:bookworm-slim AS build
+FROM ${BASE_IMAGE} AS build
 ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 # CA bundle pip trusts (build stage only; scripts/build_image.sh points it at the build host's
 # bundle when the host reaches the package index through a TLS-intercepting proxy)
@@ -27,7 +30,7 @@ RUN python3 -m venv /opt/nri-cpumgr \
     && /opt/nri-cpumgr/bin/python -m compileall -q -j 0 /opt/nri-cpumgr/lib
 
 # --- runtime stage: the Python interpreter and the virtualenv only
-FROM docker.io/library/debian:bookworm-slim
+FROM ${BASE_IMAGE}
 ENV DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
     && apt-get install -y --no-install-recommends python3 \

@@ -45,4 +45,4 @@ bench: setup
 	$(PY) benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) .runtime
+	VENV=$(VENV) bash scripts/clean.sh

@@ -8,21 +8,25 @@
 #
 # Environment:
 #   OUT=PATH            the tarball (default .runtime/images/nri-cpumgr.tar)
+#   IMAGE_STORE=DIR     buildah's private storage, temp files and logs (default .runtime/image-store)
 #   REBUILD_BASE=1      rebuild the local base image even when it exists
 #   STORAGE_DRIVER      buildah storage driver (default vfs: works on any filesystem)
 #
-# Steps (needs root):
-#  1. apt-get install buildah debootstrap when missing;
+# Nothing is installed or written outside the checkout's .runtime/ (make clean removes it):
+#  1. buildah and debootstrap from Debian's archive unpacked into .runtime/image-tools
+#     (scripts/fetch-runtime.sh image-tools; a buildah/debootstrap on PATH is not used);
 #  2. once: a local Debian bookworm base image, `debootstrap --variant=minbase bookworm` from
 #     the machine's own Debian mirror (the URIs: line of /etc/apt/sources.list.d/debian.sources),
-#     committed as docker.io/library/debian:bookworm-slim, the name the Dockerfile's FROM uses
-#     (no registry is pulled from: --pull-never);
+#     committed as localhost/nri-cpumgr-base:bookworm in the private storage and given to the
+#     Dockerfile as BASE_IMAGE (no registry is pulled from: --pull-never);
 #  3. buildah bud the Dockerfile; 4. buildah push to the tarball. Prints the time and sizes.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 TAG=${1:-nri-cpumgr:dev}
 OUT=${OUT:-$top/.runtime/images/nri-cpumgr.tar}
-BASE=docker.io/library/debian:bookworm-slim
+BASE=localhost/nri-cpumgr-base:bookworm
+STORE=${IMAGE_STORE:-$top/.runtime/image-store}
+TOOLS=$top/.runtime/image-tools
 export STORAGE_DRIVER=${STORAGE_DRIVER:-vfs}
 t0=$(date +%s)
 
@@ -32,16 +36,34 @@ if [ "$(id -u)" != 0 ]; then
   log "needs root (buildah with chroot isolation, debootstrap)"; exit 1
 fi
 
-if ! command -v buildah >/dev/null || ! command -v debootstrap >/dev/null; then
-  log "installing buildah and debootstrap"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null
-  apt-get install -y -qq buildah debootstrap >/dev/null
-fi
+R="$top/.runtime" bash "$top/scripts/fetch-runtime.sh" image-tools >/dev/null
+mkdir -p "$STORE"/{root,run,tmp}
+export LD_LIBRARY_PATH="$TOOLS/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export TMPDIR="$STORE/tmp" CONTAINERS_REGISTRIES_CONF="$STORE/registries.conf"
+export CONTAINERS_CONF="$TOOLS/usr/share/containers/containers.conf"
+[ -f "$CONTAINERS_REGISTRIES_CONF" ] || printf 'unqualified-search-registries = []\n' \
+  > "$CONTAINERS_REGISTRIES_CONF"
+# containers/image keeps a blob-info cache in /var/lib/containers/cache whatever --root says:
+# each buildah call gets a private mount namespace with $STORE/var-lib-containers bound there
+# (the mount point is created when missing and removed again at exit). With the vfs driver
+# `buildah mount` is a plain directory, so it outlives that namespace.
+mkdir -p "$STORE/var-lib-containers"
+made_vlc=
+if [ ! -e /var/lib/containers ]; then mkdir /var/lib/containers; made_vlc=1; fi
+cleanup_vlc() { if [ -n "$made_vlc" ]; then rmdir /var/lib/containers 2>/dev/null || true; fi; }
+trap cleanup_vlc EXIT
+buildah() {
+  unshare --mount --propagation private sh -c \
+    'mount --bind "$0" /var/lib/containers && exec "$@"' "$STORE/var-lib-containers" \
+    "$TOOLS/usr/bin/buildah" --root "$STORE/root" --runroot "$STORE/run" \
+    --storage-driver "$STORAGE_DRIVER" "$@"
+}
+debootstrap() { DEBOOTSTRAP_DIR="$TOOLS/usr/share/debootstrap" "$TOOLS/usr/sbin/debootstrap" "$@"; }
+POLICY=(--signature-policy "$TOOLS/etc/containers/policy.json")
 
 slim_base() { # ROOTFS: what the official -slim images leave out (docs, man pages, translations)
   local r=$1
-  case "$r" in /tmp/nri-cpumgr-rootfs.*) ;; *) log "refusing to slim $r"; exit 1 ;; esac
+  case "$r" in "$STORE"/tmp/nri-cpumgr-rootfs.*) ;; *) log "refusing to slim $r"; exit 1 ;; esac
   [ -x "$r/usr/bin/dpkg" ] || { log "$r is not a debootstrap tree"; exit 1; }
   # dpkg keeps leaving them out for packages installed later (the Dockerfile's apt-get)
   printf 'path-exclude /usr/share/%s/*\n' doc man info locale groff lintian linda \
@@ -71,28 +93,32 @@ have=$(buildah inspect --type image \
 if [ -n "${REBUILD_BASE:-}" ] || [ "$have" != "$BASE_RECIPE" ]; then
   m=$(mirror)
   if [ -z "$m" ]; then log "no Debian mirror found in the apt sources"; exit 1; fi
-  rootfs=$(mktemp -d /tmp/nri-cpumgr-rootfs.XXXXXX)
-  trap 'rm -rf "$rootfs"' EXIT
+  rootfs=$(mktemp -d "$STORE/tmp/nri-cpumgr-rootfs.XXXXXX")
+  trap 'rm -rf "$rootfs"; cleanup_vlc' EXIT
   log "debootstrap --variant=minbase bookworm (base image, built once)"
-  debootstrap --variant=minbase bookworm "$rootfs" "$m" >/tmp/nri-cpumgr-debootstrap.log 2>&1 \
-    || { tail -20 /tmp/nri-cpumgr-debootstrap.log >&2; exit 1; }
+  debootstrap --variant=minbase bookworm "$rootfs" "$m" >"$STORE/debootstrap.log" 2>&1 \
+    || { tail -20 "$STORE/debootstrap.log" >&2; exit 1; }
   slim_base "$rootfs"
-  c=$(buildah from scratch)
+  c=$(buildah from "${POLICY[@]}" scratch)
   mnt=$(buildah mount "$c")
   cp -a "$rootfs"/. "$mnt"/
   buildah umount "$c" >/dev/null
   buildah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     --cmd bash --annotation "org.nri-cpumgr.base-recipe=$BASE_RECIPE" "$c"
-  buildah commit --quiet --rm "$c" "$BASE" >/dev/null
+  buildah commit --quiet --rm "${POLICY[@]}" "$c" "$BASE" >/dev/null
   rm -rf "$rootfs"
-  trap - EXIT
+  trap cleanup_vlc EXIT
   log "base image $BASE committed ($(( $(date +%s) - t0 )) s)"
 fi
 
 t1=$(date +%s)
 old=$(buildah images --quiet --noheading "$TAG" 2>/dev/null || true)
 log "buildah bud -t $TAG"
-bud=(--pull-never --isolation chroot --layers=false -q -t "$TAG")
+# RUN steps in runc from .runtime/root (OCI isolation, host network): buildah's own chroot
+# isolation re-executes buildah without LD_LIBRARY_PATH, which the unpacked buildah needs
+bud=(--pull-never --isolation oci --runtime "$top/.runtime/root/usr/sbin/runc" --network host
+     --layers=false -q -t "$TAG" "${POLICY[@]}"
+     --build-arg "BASE_IMAGE=$BASE")
 # pip in the build stage trusts what the host trusts (e.g. a proxy's CA): the host's bundle is
 # bind-mounted for the RUN steps only; nothing of it ends up in the image
 host_ca=/etc/ssl/certs/ca-certificates.crt
@@ -111,7 +137,7 @@ mkdir -p "$(dirname "$OUT")"
 tmp="$OUT.tmp$$"
 rm -f "$tmp"
 # the archive's RepoTag is the bare TAG; containerd normalizes it to docker.io/library/TAG
-buildah push --quiet "$TAG" "docker-archive:$tmp:$TAG" >/dev/null
+buildah push --quiet "${POLICY[@]}" "$TAG" "docker-archive:$tmp:$TAG" >/dev/null
 mv -f "$tmp" "$OUT"
 t3=$(date +%s)
 

@@ -8,6 +8,9 @@
 #   CONTAINERD_17_VERSION=... CONTAINERD_21_VERSION=... RUNC_VERSION=... BUSYBOX_VERSION=...
 #   NRI_06_VERSION=... NRI_08_VERSION=... CRI_API_VERSION=...   one Debian version each, or
 #   RUNTIME_VERSIONS=newest                                     the newest of each suite
+#
+#   scripts/fetch-runtime.sh image-tools   instead: buildah and debootstrap (with the libraries
+#   the machine lacks) unpacked into $R/image-tools for scripts/build_image.sh
 # e.g. `CONTAINERD_21_VERSION=newest make runtime` (see `apt-cache madison containerd`). A pin
 # the archive no longer carries fails with the versions it does carry.
 set -euo pipefail
@@ -34,6 +37,7 @@ V_BUSYBOX=${BUSYBOX_VERSION:-1:1.35.0-4+deb12u1+b1}
 V_NRI_06=${NRI_06_VERSION:-0.6.1-2}
 V_NRI_08=${NRI_08_VERSION:-0.8.0-1}
 V_CRI_API=${CRI_API_VERSION:-0.32.3-1}
+V_BUILDAH=${BUILDAH_VERSION:-1.28.2+ds1-3+deb12u1+b3}
 
 fetch() { # fetch NAME SUITE VERSION DEST-DIR [own]   ("own": DEST holds only this package)
   local name=$1 suite=$2 version=$3 dest=$4 own=${5:-}
@@ -71,6 +75,19 @@ fetch() { # fetch NAME SUITE VERSION DEST-DIR [own]   ("own": DEST holds only th
 if [ ! -f "$R/.updated" ] || [ -n "$(find "$R/.updated" -mmin +1440)" ]; then
   apt-get "${APT[@]}" -qq update
   touch "$R/.updated"
+fi
+if [ "${1:-}" = image-tools ]; then
+  # buildah from bookworm; libgpgme11 and libassuan0 are the libraries it needs that a
+  # minimal Debian 12 lacks (the others, libc6, libseccomp2, libdevmapper1.02.1, are there);
+  # containers-common for policy.json; debootstrap (shell, needs wget). Nothing is installed.
+  T="$R/image-tools"
+  fetch buildah bookworm "$V_BUILDAH" "$T"
+  fetch libgpgme11 bookworm "${LIBGPGME_VERSION:-1.18.0-3+b1}" "$T"
+  fetch libassuan0 bookworm "${LIBASSUAN_VERSION:-2.5.5-5}" "$T"
+  fetch golang-github-containers-common bookworm "${CONTAINERS_COMMON_VERSION:-0.50.1+ds1-4}" "$T"
+  fetch debootstrap bookworm "${DEBOOTSTRAP_VERSION:-1.0.128+nmu2+deb12u2}" "$T"
+  LD_LIBRARY_PATH="$T/usr/lib/x86_64-linux-gnu" "$T/usr/bin/buildah" --version
+  exit 0
 fi
 # containerd 1.7 (NRI v0.6.1) and 2.1 (NRI v0.8.0) in separate roots; shared runc and busybox.
 fetch containerd trixie "$V_CONTAINERD_17" "$R/containerd-1.7" own

@@ -57,7 +57,7 @@ def archive_is_fresh(archive: Path = ARCHIVE) -> bool:
 def ensure_image(archive: Path = ARCHIVE) -> Path:
     """The docker-archive tarball of the image, (re)built with scripts/build_image.sh unless it
     is newer than the sources. Raises :class:`ImageBuildError` with the script's output (e.g.
-    buildah could not be installed)."""
+    buildah could not be fetched from Debian's archive)."""
     if archive_is_fresh(archive):
         return archive
     env = dict(os.environ, OUT=str(archive))
