@@ -144,7 +144,8 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
                         argv = [sys.executable, "-m", "nri_cpumgr", "run", "--config", str(cfg),
                                 "--socket", str(c.nri_socket),
                                 "--state-dir", str(workdir / "nri-cpumgr-state")]
-                        plugin = PluginProcess(argv, workdir / "plugin.log", cwd=TOP).start()
+                        plugin = PluginProcess(argv, workdir / "plugin.log",
+                                               cwd=args.plugin_src or TOP).start()
                         c.wait_plugin_ready(PLUGIN_NAME, PLUGIN_INDEX, timeout=30, since=since)
                         time.sleep(0.5)
                     m = res[mode]
@@ -210,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="shared (BestEffort) containers running (repeatable; default 40, 100)")
     ap.add_argument("--rounds", type=int, default=3, help="alternations no plugin / plugin")
     ap.add_argument("--pods", type=int, default=3, help="Guaranteed pods per round and mode")
+    ap.add_argument("--plugin-src", type=Path,
+                    help="run nri_cpumgr from this source tree (e.g. `git archive REV nri_cpumgr "
+                         "| tar -x -C DIR`) instead of this checkout, to compare revisions")
     ap.add_argument("--quick", action="store_true", help="40 shared, 2 rounds of 2 pods")
     args = ap.parse_args(argv)
     versions = args.version or ["1.7", "2.1"]
