@@ -203,12 +203,15 @@ class Plugin:
         self.checkpoint = Checkpoint(config.state_path(CHECKPOINT_NAME))
         self.memory_checkpoint = Checkpoint(config.state_path(MEMORY_CHECKPOINT_NAME))
         body = None
+        corrupt: CheckpointError | None = None
         if not provisional:
             try:
                 body = self.checkpoint.load()
             except CheckpointError as e:
-                log.error("%s; rebuilding the state from the runtime's Synchronize", e)
+                corrupt = e  # said once the setup is known to go on (not before a fatal exit)
         state = restore_state(self.policy, body, self.checkpoint.path)
+        if corrupt is not None:
+            log.error("%s; rebuilding the state from the runtime's Synchronize", corrupt)
         if memory is not None:
             if provisional:
                 memory.start(MemoryState())

@@ -33,10 +33,9 @@ import re
 import socket
 import time
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from google.protobuf.message import DecodeError, Message
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from nri_cpumgr.api import nri_pb2
 from nri_cpumgr.transport.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
@@ -48,6 +47,9 @@ from nri_cpumgr.transport.ttrpc import (
     Server,
     TtrpcError,
 )
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
 
 PLUGIN_SERVICE = "nri.pkg.api.v1alpha1.Plugin"
 RUNTIME_SERVICE = "nri.pkg.api.v1alpha1.Runtime"
@@ -280,6 +282,20 @@ class Stub:
                 if not self._stopping:
                     self._log.error("NRI connection failed: %s", exc)
             return
+        # the first connection is made before tenacity is imported (~10 ms that would delay
+        # the first registration); the backoff loop takes over once it failed or ended
+        try:
+            await self._session()
+        except _Stopped:
+            return
+        except (OSError, _SessionFailed) as exc:
+            what = "lost the runtime" if isinstance(exc, _SessionFailed) else \
+                "cannot reach the runtime"
+            self._log.warning("NRI: %s at %s (%s); reconnecting in %.1fs", what,
+                              self.socket_path, exc, self._backoff_initial)
+            await self._sleep(self._backoff_initial)
+        from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
+
         while not self._stopping:
             retrying = AsyncRetrying(
                 retry=retry_if_exception_type((OSError, _SessionFailed)),
