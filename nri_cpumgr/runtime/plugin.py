@@ -356,6 +356,7 @@ class Plugin:
         reply = [_update(d) for d in updates.values()]
         self._connect_pool_sync()
         self._changed()
+        _after_large_request(len(containers))
         self._observe("Synchronize", t0)
         self.metrics.connection(True, True)
         log.info(
@@ -550,6 +551,31 @@ def _contradicts_guaranteed(info: ContainerInfo) -> bool:
         and r.cpu_request_milli is not None
         and abs(r.cpu_limit_milli - r.cpu_request_milli) > 1
     )
+
+
+_TRIM_AFTER = 200  # containers in a Synchronize worth giving the request's memory back for
+
+
+def _after_large_request(containers: int) -> None:
+    """Once a large Synchronize request is freed, hand the freed heap back to the system
+    (glibc ``malloc_trim``): decoding 1,000 containers grows the heap by megabytes that
+    the allocator would otherwise keep for the process's whole life."""
+    if containers < _TRIM_AFTER:
+        return
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    loop.call_later(0.05, _malloc_trim)
+
+
+def _malloc_trim() -> None:
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def _write_failed(cp: Checkpoint, e: OSError) -> None:
