@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Profile the plugin's hot path in process: the real Stub and Plugin against the fake
+runtime (tests/unit/nri_peer.py) on a 256-CPU machine (2 sockets x 64 cores x 2 threads),
+N running shared containers synchronized, then Guaranteed 1-CPU containers created, stopped
+and removed one after another.
+
+    python3 benchmarks/profile_hot_path.py [--containers 1000] [--creates 300] [--profile]
+
+Prints Synchronize ms and CreateContainer / StopContainer median and p99 (ms); with
+``--profile`` also the top functions by own time (cProfile) over the creates and stops.
+Figures only: nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import pstats
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TOP = Path(__file__).resolve().parent.parent
+if str(TOP) not in sys.path:
+    sys.path.insert(0, str(TOP))
+
+from nri_cpumgr.api import nri_pb2  # noqa: E402
+from nri_cpumgr.config import parse_config  # noqa: E402
+from nri_cpumgr.runtime.plugin import EVENTS, Plugin  # noqa: E402
+from nri_cpumgr.topology import CPUInfo, CPUTopology, Machine  # noqa: E402
+from nri_cpumgr.transport.stub import Stub  # noqa: E402
+from tests.unit.nri_peer import FakeRuntime  # noqa: E402
+from tests.unit.test_runtime_plugin import ctr, pod  # noqa: E402
+
+
+def machine() -> Machine:
+    """256 CPUs: CPU c is thread c // 128 of core c % 128; cores 0-63 on socket 0."""
+    det = {c: CPUInfo((c % 128) // 64, (c % 128) // 64, c % 128) for c in range(256)}
+    return Machine(CPUTopology.from_details(det))
+
+
+def q(v: list[float]) -> str:
+    s = sorted(v)
+    return f"median {statistics.median(s):7.3f}  p99 {s[int(len(s) * 0.99)]:7.3f}"
+
+
+async def bench(plugin: Plugin, sock: Path, n: int, creates: int,
+                prof: cProfile.Profile | None) -> None:
+    rt = FakeRuntime(sock)
+    await rt.start()
+    stub = Stub(plugin, name="cpumgr", idx="90", socket_path=str(sock), events=EVENTS)
+    plugin.sender = stub.update_containers
+    task = asyncio.create_task(stub.run())
+    try:
+        conn = await rt.next_conn()
+        pods = [pod(f"be{i}", "besteffort") for i in range(n)]
+        ctrs = [ctr(f"be{i}", 0, "0-255") for i in range(n)]
+        t0 = time.perf_counter()
+        await conn.handshake(pods=pods, containers=ctrs, timeout=30)
+        sync = (time.perf_counter() - t0) * 1e3
+        cr: list[float] = []
+        st: list[float] = []
+        for i in range(creates):
+            req = nri_pb2.CreateContainerRequest(pod=pod(f"g{i}"), container=ctr(f"g{i}", 1000))
+            if prof:
+                prof.enable()
+            t = time.perf_counter()
+            await conn.call("CreateContainer", req, nri_pb2.CreateContainerResponse)
+            cr.append((time.perf_counter() - t) * 1e3)
+            sreq = nri_pb2.StopContainerRequest(pod=pod(f"g{i}"), container=ctr(f"g{i}"))
+            t = time.perf_counter()
+            await conn.call("StopContainer", sreq, nri_pb2.StopContainerResponse)
+            st.append((time.perf_counter() - t) * 1e3)
+            if prof:
+                prof.disable()
+            ev = nri_pb2.StateChangeEvent(event=nri_pb2.REMOVE_CONTAINER, pod=pod(f"g{i}"),
+                                          container=ctr(f"g{i}"))
+            await conn.call("StateChange", ev, nri_pb2.Empty)
+        print(f"{n} shared containers: Synchronize {sync:.1f} ms (handshake included)")
+        print(f"  CreateContainer  {q(cr)} ms")
+        print(f"  StopContainer    {q(st)} ms")
+    finally:
+        stub.stop()
+        await asyncio.wait_for(task, 5)
+        await rt.stop()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--containers", type=int, default=1000)
+    ap.add_argument("--creates", type=int, default=300)
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args()
+    wd = Path(tempfile.mkdtemp(prefix="nri-prof-", dir="/tmp"))
+    try:
+        cfg = parse_config(f'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n'
+                           f"stateDirectory: {wd}/state\n")
+        plugin = Plugin(cfg, machine())
+        prof = cProfile.Profile() if args.profile else None
+        asyncio.run(bench(plugin, wd / "nri.sock", args.containers, args.creates, prof))
+        plugin.close()
+        if prof:
+            pstats.Stats(prof).sort_stats("tottime").print_stats(20)
+    finally:
+        shutil.rmtree(wd, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
