@@ -7,6 +7,8 @@
                      (static policy, CPU 0 reserved): the plugin's cost on the critical path
 4. busy_node.py    - a Guaranteed pod among 40 running shared containers (--quick): Create+Start,
                      deletion, time until the shared pool moves off/back, runc updates per pod
+5. fake_runtime.py - Synchronize/CreateContainer/StopContainer on the fake runtime at 1,000 shared
+                     containers, 256 CPUs, beside the minimal Go plugin (--quick)
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-cfg-", dir="/tmp") as tmp:
         run_cri_create(Path(tmp) / "config.yaml")
     run([str(HERE / "busy_node.py"), "--quick"])
+    run([str(HERE / "fake_runtime.py"), "--quick"])
     return 0
 
 

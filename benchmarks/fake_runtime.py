@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""nri-cpumgr against a minimal Go NRI plugin on the fake runtime (issue 9 item 4, part (c)).
+
+The runtime side is tests/unit/nri_peer.py's FakeRuntime (the ttrpc mux of containerd's NRI
+socket, in this process). Each plugin runs as a subprocess dialling it: nri-cpumgr (static
+policy, reservedSystemCPUs "0", topology from a generated 256-CPU sysfs tree: 2 sockets x 64
+cores x 2 threads, one NUMA node per socket, 4 L3 caches per socket) and the Go floor
+/work/cache/go-peer (see /work/shared/tools/go-peer/README.md). The two alternate in rounds
+within one run. Per round and N: Configure, Synchronize of N running BestEffort containers
+(timed), then ``--creates`` times: CreateContainer of a Guaranteed 1-CPU container in a new
+pod (timed), POST_START_CONTAINER (untimed, if subscribed), StopContainer of it (timed),
+REMOVE_CONTAINER state change (untimed, if subscribed). The
+plugin's own UpdateContainers calls are answered at once.
+
+Prints a markdown table: median and p99 in ms per plugin and the ratio nri-cpumgr/Go.
+
+    python3 benchmarks/fake_runtime.py --quick        # N=1000, 1 round of 200 creates
+    python3 benchmarks/fake_runtime.py                # N=100 and 1000, 3 rounds of 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TOP = Path(__file__).resolve().parent.parent
+if str(TOP) not in sys.path:
+    sys.path.insert(0, str(TOP))
+
+from nri_cpumgr.api import nri_pb2  # noqa: E402
+from tests.unit.nri_peer import FakeRuntime, PeerConn  # noqa: E402
+
+GO_PEER = Path("/work/cache/go-peer")
+# containerd's ttrpc writes through a 4 KiB buffer, so each mux frame carries at most 4 KiB; the
+# Go mux (nri pkg/net/multiplex/mux.go conn.Read) fails a larger frame with ENOMEM
+FRAME_PAYLOAD = 4096
+TTRPC_HEADER = 10
+
+
+async def call(conn: PeerConn, method: str, req, resp_cls, **kw: object):
+    """conn.call with the message cut into frames of FRAME_PAYLOAD bytes as containerd does."""
+    size = TTRPC_HEADER + req.ByteSize()
+    return await conn.call(method, req, resp_cls,
+                           sizes=[FRAME_PAYLOAD] * ((size - 1) // FRAME_PAYLOAD), **kw)
+CONFIG = 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n'
+ALL_CPUS = "0-255"
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) by linear interpolation between closest ranks."""
+    s = sorted(values)
+    pos = (len(s) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def write_256_cpu_fixture(out: Path) -> Path:
+    """A sysfs tree (scripts/make_sysfs_fixtures.py formats) of 256 CPUs; returns its root."""
+    spec = importlib.util.spec_from_file_location("mkfix", TOP / "scripts/make_sysfs_fixtures.py")
+    assert spec is not None and spec.loader is not None
+    mk = importlib.util.module_from_spec(spec)
+    sys.modules["mkfix"] = mk
+    spec.loader.exec_module(mk)
+    cpus = []
+    for cpu in range(256):
+        thread, rest = divmod(cpu, 128)  # CPU n and n+128 are SMT siblings
+        pkg, core = divmod(rest, 64)
+        cpus.append(mk.CPUSpec(cpu=cpu, package=pkg, die=0, core_id=core, node=pkg,
+                               llc=pkg * 4 + core // 16))
+    gib_kb = 1024 * 1024
+    nodes = (mk.NodeSpec(0, 64 * gib_kb, {2048: 0}, (10, 21)),
+             mk.NodeSpec(1, 64 * gib_kb, {2048: 0}, (21, 10)))
+    m = mk.MachineSpec(name="bench-256", cpus=tuple(cpus), nodes=nodes, nr_cpu_ids=256)
+    return mk.write_machine(m, out)
+
+
+def pod(uid: str, qos: str) -> nri_pb2.PodSandbox:
+    p = nri_pb2.PodSandbox(id="sb-" + uid, name=uid, uid=uid, namespace="bench")
+    p.linux.cgroup_parent = f"/kubepods/{qos + '/' if qos else ''}pod{uid}"
+    return p
+
+
+def container(uid: str, milli: int) -> nri_pb2.Container:
+    c = nri_pb2.Container(id="c-" + uid, pod_sandbox_id="sb-" + uid, name="app",
+                          state=nri_pb2.CONTAINER_RUNNING)
+    c.labels["io.kubernetes.container.name"] = "app"
+    c.labels["io.kubernetes.pod.uid"] = uid
+    r = c.linux.resources
+    r.cpu.shares.value = max(2, milli * 1024 // 1000)
+    r.cpu.cpus = ALL_CPUS
+    if milli:
+        r.cpu.quota.value = milli * 100
+        r.cpu.period.value = 100000
+        r.memory.limit.value = 256 << 20
+    return c
+
+
+async def one_round(kind: str, argv: list[str], sock: Path, n: int, creates: int,
+                    tag: str, cwd: Path = TOP) -> dict[str, list[float]]:
+    """One plugin, one N: Synchronize ms, CreateContainer and StopContainer ms."""
+    out: dict[str, list[float]] = {"Synchronize": [], "CreateContainer": [], "StopContainer": []}
+    rt = FakeRuntime(sock)
+    await rt.start()
+    log = open(sock.parent / f"{kind}.log", "ab")  # noqa: SIM115
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                            cwd=cwd, start_new_session=True)
+    try:
+        conn: PeerConn = await rt.next_conn(30)
+        await asyncio.wait_for(asyncio.shield(conn.registered), 30)
+        cfg = await call(conn, "Configure", nri_pb2.ConfigureRequest(
+            config="", runtime_name="fake", runtime_version="0.0"), nri_pb2.ConfigureResponse)
+        pods = [pod(f"s{i}", "besteffort") for i in range(n)]
+        ctrs = [container(f"s{i}", 0) for i in range(n)]
+        t = time.perf_counter()
+        await call(conn, "Synchronize", nri_pb2.SynchronizeRequest(pods=pods, containers=ctrs),
+                        nri_pb2.SynchronizeResponse, timeout=60)
+        out["Synchronize"].append((time.perf_counter() - t) * 1000)
+        remove_bit = 1 << (nri_pb2.REMOVE_CONTAINER - 1)
+        post_start_bit = 1 << (nri_pb2.POST_START_CONTAINER - 1)
+        for i in range(creates):
+            uid = f"g{tag}-{i}"
+            p, c = pod(uid, ""), container(uid, 1000)
+            t = time.perf_counter()
+            await call(conn, "CreateContainer", nri_pb2.CreateContainerRequest(pod=p, container=c),
+                            nri_pb2.CreateContainerResponse)
+            out["CreateContainer"].append((time.perf_counter() - t) * 1000)
+            if cfg.events & post_start_bit:
+                await call(conn, "StateChange", nri_pb2.StateChangeEvent(
+                    event=nri_pb2.POST_START_CONTAINER, pod=p, container=c), nri_pb2.Empty)
+            c.state = nri_pb2.CONTAINER_STOPPED
+            t = time.perf_counter()
+            await call(conn, "StopContainer", nri_pb2.StopContainerRequest(pod=p, container=c),
+                            nri_pb2.StopContainerResponse)
+            out["StopContainer"].append((time.perf_counter() - t) * 1000)
+            if cfg.events & remove_bit:
+                await call(conn, "StateChange", nri_pb2.StateChangeEvent(
+                    event=nri_pb2.REMOVE_CONTAINER, pod=p, container=c), nri_pb2.Empty)
+            while not conn.updates.empty():
+                conn.updates.get_nowait()
+        if proc.poll() is not None:
+            raise RuntimeError(f"{kind} exited with {proc.returncode}")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        await rt.stop()
+    return out
+
+
+async def run(args: argparse.Namespace) -> list[list[str]]:
+    work = Path(tempfile.mkdtemp(prefix="bench-fr-", dir="/tmp"))
+    rows: list[list[str]] = []
+    try:
+        sysfs = write_256_cpu_fixture(work)
+        cfg = work / "cpumgr.yaml"
+        cfg.write_text(CONFIG)
+        for n in args.shared:
+            res: dict[str, dict[str, list[float]]] = {"ours": {}, "go": {}}
+            for r in range(args.rounds):
+                for kind in ("ours", "go"):
+                    sock = work / f"nri-{kind}-{n}-{r}.sock"
+                    state = work / f"state-{kind}-{n}-{r}"
+                    if kind == "ours":
+                        argv = [sys.executable, "-m", "nri_cpumgr", "run", "--config", str(cfg),
+                                "--socket", str(sock), "--state-dir", str(state),
+                                "--sysfs-root", str(sysfs)]
+                    else:
+                        argv = [str(GO_PEER), "-socket", str(sock)]
+                    got = await one_round(kind, argv, sock, n, args.creates, f"{n}-{r}",
+                                          args.plugin_src or TOP)
+                    for k, v in got.items():
+                        res[kind].setdefault(k, []).extend(v)
+            for metric in ("CreateContainer", "StopContainer", "Synchronize"):
+                a, b = res["ours"][metric], res["go"][metric]
+                ma, mb = statistics.median(a), statistics.median(b)
+                pa, pb = percentile(a, 0.99), percentile(b, 0.99)
+                rows.append([str(n), metric, f"{ma:.2f}", f"{pa:.2f}", f"{mb:.2f}", f"{pb:.2f}",
+                             f"{ma / mb:.1f}", f"{pa / pb:.1f}", str(len(a))])
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shared", action="append", type=int,
+                    help="running BestEffort containers at Synchronize (default 100, 1000)")
+    ap.add_argument("--rounds", type=int, default=3, help="alternations nri-cpumgr / Go")
+    ap.add_argument("--creates", type=int, default=500, help="create+stop per round")
+    ap.add_argument("--plugin-src", type=Path,
+                    help="run nri_cpumgr from this source tree instead of this checkout")
+    ap.add_argument("--quick", action="store_true", help="N=1000, 1 round of 200")
+    ap.add_argument("--keep", action="store_true", help="keep the work dir (plugin logs)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.shared = args.shared or [1000]
+        args.rounds, args.creates = 1, 200
+    args.shared = args.shared or [100, 1000]
+    if not GO_PEER.exists():
+        print(f"{GO_PEER} missing: build it with /work/shared/tools/go-peer/build.sh",
+              file=sys.stderr)
+        return 2
+    rows = asyncio.run(run(args))
+    print(f"\nFake runtime, 256-CPU topology: {args.rounds} alternating rounds x {args.creates} "
+          f"creates; ms\n")
+    print("| N shared | call | nri-cpumgr median | p99 | Go median | p99 | ratio median "
+          "| ratio p99 | n |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
