@@ -104,8 +104,52 @@ def container(uid: str, milli: int) -> nri_pb2.Container:
     return c
 
 
+async def run_burst(conn: PeerConn, events: int, burst: int, tag: str,
+                    shared: set[str]) -> list[float]:
+    """``burst`` Guaranteed 1-CPU creates (each followed by its POST_START_CONTAINER) back to
+    back, then 2 s for the plugin's coalesced UpdateContainers; returns, per shared container,
+    how many updates (in replies or UpdateContainers) named it. The pods are then removed."""
+    while not conn.updates.empty():
+        conn.updates.get_nowait()
+    seen: dict[str, int] = dict.fromkeys(shared, 0)
+
+    def note(updates) -> None:
+        for u in updates:
+            if u.container_id in seen:
+                seen[u.container_id] += 1
+
+    post_start_bit = 1 << (nri_pb2.POST_START_CONTAINER - 1)
+    made = []
+    for j in range(burst):
+        uid = f"b{tag}-{j}"
+        p, c = pod(uid, ""), container(uid, 1000)
+        resp = await call(conn, "CreateContainer",
+                          nri_pb2.CreateContainerRequest(pod=p, container=c),
+                          nri_pb2.CreateContainerResponse)
+        note(resp.update)
+        if events & post_start_bit:
+            await call(conn, "StateChange", nri_pb2.StateChangeEvent(
+                event=nri_pb2.POST_START_CONTAINER, pod=p, container=c), nri_pb2.Empty)
+        made.append((p, c))
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        try:
+            req = await asyncio.wait_for(conn.updates.get(), deadline - time.monotonic())
+        except TimeoutError:
+            break
+        note(req.update)
+    for p, c in made:
+        c.state = nri_pb2.CONTAINER_STOPPED
+        await call(conn, "StopContainer", nri_pb2.StopContainerRequest(pod=p, container=c),
+                   nri_pb2.StopContainerResponse)
+        if events & (1 << (nri_pb2.REMOVE_CONTAINER - 1)):
+            await call(conn, "StateChange", nri_pb2.StateChangeEvent(
+                event=nri_pb2.REMOVE_CONTAINER, pod=p, container=c), nri_pb2.Empty)
+    return [float(v) for v in seen.values()]
+
+
 async def one_round(kind: str, argv: list[str], sock: Path, n: int, creates: int,
-                    tag: str, cwd: Path = TOP) -> dict[str, list[float]]:
+                    tag: str, cwd: Path = TOP, burst: int = 0) -> dict[str, list[float]]:
     """One plugin, one N: Synchronize ms, CreateContainer and StopContainer ms."""
     out: dict[str, list[float]] = {"Synchronize": [], "CreateContainer": [], "StopContainer": []}
     rt = FakeRuntime(sock)
@@ -124,6 +168,9 @@ async def one_round(kind: str, argv: list[str], sock: Path, n: int, creates: int
         await call(conn, "Synchronize", nri_pb2.SynchronizeRequest(pods=pods, containers=ctrs),
                         nri_pb2.SynchronizeResponse, timeout=60)
         out["Synchronize"].append((time.perf_counter() - t) * 1000)
+        if burst:
+            out["burst updates/shared"] = await run_burst(conn, cfg.events, burst, tag,
+                                                          {c.id for c in ctrs})
         remove_bit = 1 << (nri_pb2.REMOVE_CONTAINER - 1)
         post_start_bit = 1 << (nri_pb2.POST_START_CONTAINER - 1)
         for i in range(creates):
@@ -180,7 +227,8 @@ async def run(args: argparse.Namespace) -> list[list[str]]:
                     else:
                         argv = [str(GO_PEER), "-socket", str(sock)]
                     got = await one_round(kind, argv, sock, n, args.creates, f"{n}-{r}",
-                                          args.plugin_src or TOP)
+                                          args.plugin_src or TOP,
+                                          args.burst if kind == "ours" else 0)
                     for k, v in got.items():
                         res[kind].setdefault(k, []).extend(v)
             for metric in ("CreateContainer", "StopContainer", "Synchronize"):
@@ -189,6 +237,11 @@ async def run(args: argparse.Namespace) -> list[list[str]]:
                 pa, pb = percentile(a, 0.99), percentile(b, 0.99)
                 rows.append([str(n), metric, f"{ma:.2f}", f"{pa:.2f}", f"{mb:.2f}", f"{pb:.2f}",
                              f"{ma / mb:.1f}", f"{pa / pb:.1f}", str(len(a))])
+            b = res["ours"].get("burst updates/shared")
+            if b:
+                rows.append([str(n), f"burst of {args.burst}: updates per shared container",
+                             f"{statistics.median(b):.0f}", f"max {max(b):.0f}", "-", "-", "-",
+                             "-", str(len(b))])
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -203,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--creates", type=int, default=500, help="create+stop per round")
     ap.add_argument("--plugin-src", type=Path,
                     help="run nri_cpumgr from this source tree instead of this checkout")
+    ap.add_argument("--burst", type=int, default=10,
+                    help="Guaranteed creates back to back, nri-cpumgr only: updates counted per "
+                         "shared container (0: skip)")
     ap.add_argument("--quick", action="store_true", help="N=1000, 1 round of 200")
     ap.add_argument("--keep", action="store_true", help="keep the work dir (plugin logs)")
     args = ap.parse_args(argv)
