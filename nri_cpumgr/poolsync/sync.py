@@ -196,7 +196,17 @@ class SharedPoolSync:
             self.planner.abandon(batch)
             self._send = None
             return
-        except Exception as e:  # a refused or timed-out call: retried by the next pass
+        except TimeoutError:
+            # containerd 1.7.24 / 2.1.9 (NRI v0.6.1 / v0.8.0) take their two NRI locks in the
+            # opposite order for a plugin's UpdateContainers and for CRI calls: if one
+            # overlapped, the runtime's NRI may be stuck for good (containerd/containerd#13733,
+            # fixed by containerd/nri#301). Say so loudly; retried by the next pass.
+            log.error("shared pool: UpdateContainers of %d containers got no answer: the "
+                      "runtime's NRI may be deadlocked (containerd/containerd#13733; fixed "
+                      "by containerd/nri#301); check `crictl ps` on this node",
+                      len(batch.ids))
+            failed = set(batch.ids)
+        except Exception as e:  # a refused call: retried by the next pass
             log.warning("shared pool: UpdateContainers of %d containers failed: %s",
                         len(batch.ids), e)
             failed = set(batch.ids)
