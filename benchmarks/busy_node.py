@@ -37,6 +37,7 @@ TOP = Path(__file__).resolve().parent.parent
 if str(TOP) not in sys.path:
     sys.path.insert(0, str(TOP))
 
+from benchmarks.cri_create import percentile  # noqa: E402
 from tests.e2e.harness import Containerd, PluginProcess, e2e_missing  # noqa: E402
 from tests.e2e.harness import cgroups as cg  # noqa: E402
 from tests.e2e.harness.paths import RUNC  # noqa: E402
@@ -47,15 +48,6 @@ CONFIG = 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n'
 POLL_TIMEOUT_S = 20.0
 
 
-def percentile(values: list[float], q: float) -> float:
-    """The ``q`` quantile (0..1) by linear interpolation between closest ranks."""
-    s = sorted(values)
-    if not s:
-        raise ValueError("no samples")
-    pos = (len(s) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 def parse_cpus(text: str) -> set[int]:
