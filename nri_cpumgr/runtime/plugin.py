@@ -294,7 +294,7 @@ class Plugin:
             self._writer.close()
             self._writer = None
 
-    def _changed(self) -> None:
+    def _changed(self, delay: float = CHECKPOINT_LINGER) -> None:
         """Persist after the reply has gone out: the snapshot is taken on the event loop
         once the handler returned, the write (fsync) happens on the writer thread. Without
         an event loop (tests), write now."""
@@ -316,7 +316,7 @@ class Plugin:
                     self._writer.submit(cp, body)
 
         # one snapshot per burst: taking it costs O(tracked containers) on the event loop
-        loop.call_later(CHECKPOINT_LINGER, snapshot)
+        loop.call_later(delay, snapshot)
 
     # ------------------------------------------------------------------ NRI handlers
     def configure(self, req: nri_pb2.ConfigureRequest) -> None:
@@ -355,7 +355,7 @@ class Plugin:
         self.synchronized = True
         reply = [_update(d) for d in updates.values()]
         self._connect_pool_sync()
-        self._changed()
+        self._changed(delay=0.0)  # the rebuilt state is on disk right after the reply
         _after_large_request(len(containers))
         self._observe("Synchronize", t0)
         self.metrics.connection(True, True)

@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -173,12 +174,21 @@ def test_sigkill_and_restart_keeps_cpus(containerd, cri, e2e_workdir):
         assert eventually(lambda: cri.cgroup_cpus(late_be), "0") == "0"
         assert cri.proc_cpus(late_be) == "0"
         assert where(cri, be)[1:] == ("0", "0")
-        status = subprocess.run(
-            [sys.executable, "-m", "nri_cpumgr", "status", "--json",
-             "--state-dir", str(e2e_workdir / "state")],
-            capture_output=True, text=True, check=True,
-        )
-        state = json.loads(status.stdout)
+        def status() -> dict:
+            out = subprocess.run(
+                [sys.executable, "-m", "nri_cpumgr", "status", "--json",
+                 "--state-dir", str(e2e_workdir / "state")],
+                capture_output=True, text=True, check=True,
+            )
+            return json.loads(out.stdout)
+
+        # the checkpoint is rewritten right after the Synchronize reply (on a writer thread)
+        state = status()
+        deadline = time.monotonic() + 5
+        while "e2e/g" not in {r["pod"] for r in state["containers"]} and \
+                time.monotonic() < deadline:
+            time.sleep(0.1)
+            state = status()
         assert state["defaultCpuSet"] == "0"
         pod_uid = cri.inspect(gid)[1]["annotations"]["io.kubernetes.cri.sandbox-uid"]
         assert state["entries"] == {pod_uid: {"app": "1"}}
