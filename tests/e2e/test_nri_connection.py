@@ -88,3 +88,45 @@ def test_reconnects_after_containerd_restart(containerd, cri, e2e_workdir):
         assert cri.spec_cpus(be2) == "0"
     finally:
         plugin.stop()
+
+
+def test_launched_with_no_arguments_as_the_runtime_starts_it(containerd_version):
+    """The runtime execs ``plugin_path/90-cpumgr`` with no arguments: the executable is the
+    plain ``nri-cpumgr`` entry point; the config comes from ``plugin_config_path``. Its
+    start-up log goes to the default state directory, so the plugin runs in a private mount
+    namespace with a tmpfs over /var/lib (the host's stays untouched)."""
+    require_e2e(containerd_version)
+    if shutil.which("unshare") is None:
+        pytest.fail("unshare (util-linux) is needed for this test")
+    wd = Path(tempfile.mkdtemp(prefix="e2e-noarg-", dir="/tmp"))
+    c = Containerd(containerd_version, wd)
+    state = wd / "state"
+    c.nri_plugin_dir.mkdir(parents=True, exist_ok=True)
+    c.nri_conf_dir.mkdir(parents=True, exist_ok=True)
+    exe = c.nri_plugin_dir / "90-cpumgr"
+    exe.write_text(
+        "#!/bin/sh\n"
+        "exec unshare -m --propagation private sh -c "
+        f"'mount -t tmpfs tmpfs /var/lib && exec {sys.executable} -m nri_cpumgr'\n")
+    exe.chmod(0o755)
+    (c.nri_conf_dir / "90-cpumgr.conf").write_text(yaml.safe_dump({
+        "cpuManagerPolicy": "static", "reservedSystemCPUs": "0",
+        "stateDirectory": str(state),
+    }))
+    try:
+        c.start()
+        checkpoint = state / "cpu_manager_state"
+        assert eventually(checkpoint.is_file, True, 15), c.log_tail()
+        cri = c.cri_client()
+        try:
+            gid = cri.create_container(cri.run_pod("g", "Guaranteed"), "app", requests=G1,
+                                       limits=G1)
+            cri.start_container(gid)
+            assert (cri.spec_cpus(gid), cri.cgroup_cpus(gid), cri.proc_cpus(gid)) == ("1",) * 3
+            assert cri.cgroup_cfs_quota(gid) == -1
+        finally:
+            assert not cri.cleanup()
+            cri.close()
+    finally:
+        c.stop()
+        shutil.rmtree(wd, ignore_errors=True)
