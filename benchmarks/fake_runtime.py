@@ -5,8 +5,10 @@ The runtime side is tests/unit/nri_peer.py's FakeRuntime (the ttrpc mux of conta
 socket, in this process). Each plugin runs as a subprocess dialling it: nri-cpumgr (static
 policy, reservedSystemCPUs "0", topology from a generated 256-CPU sysfs tree: 2 sockets x 64
 cores x 2 threads, one NUMA node per socket, 4 L3 caches per socket) and the Go floor
-/work/cache/go-peer (see /work/shared/tools/go-peer/README.md). The two alternate in rounds
-within one run. Per round and N: Configure, Synchronize of N running BestEffort containers
+``$GO_PEER`` (default ``.runtime/go-peer``; build it with
+``OUT=.runtime/go-peer bash ../shared/tools/go-peer/build.sh``, skipped when absent). The
+two alternate in rounds within one run. Per round and N: Configure, Synchronize of N running
+BestEffort containers
 (timed), then ``--creates`` times: CreateContainer of a Guaranteed 1-CPU container in a new
 pod (timed), POST_START_CONTAINER (untimed, if subscribed), StopContainer of it (timed),
 REMOVE_CONTAINER state change (untimed, if subscribed). The
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
+import os
 import shutil
 import statistics
 import subprocess
@@ -38,7 +41,7 @@ if str(TOP) not in sys.path:
 from nri_cpumgr.api import nri_pb2  # noqa: E402
 from tests.unit.nri_peer import FakeRuntime, PeerConn  # noqa: E402
 
-GO_PEER = Path("/work/cache/go-peer")
+GO_PEER = Path(os.environ.get("GO_PEER", TOP / ".runtime/go-peer"))
 # containerd's ttrpc writes through a 4 KiB buffer, so each mux frame carries at most 4 KiB; the
 # Go mux (nri pkg/net/multiplex/mux.go conn.Read) fails a larger frame with ENOMEM
 FRAME_PAYLOAD = 4096
@@ -267,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         args.rounds, args.creates = 1, 200
     args.shared = args.shared or [100, 1000]
     if not GO_PEER.exists():
-        print(f"{GO_PEER} missing: build it with /work/shared/tools/go-peer/build.sh",
+        print(f"{GO_PEER} missing: build it with "
+              f"OUT={GO_PEER} bash ../shared/tools/go-peer/build.sh",
               file=sys.stderr)
         return 2
     rows = asyncio.run(run(args))

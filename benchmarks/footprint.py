@@ -13,12 +13,13 @@ plugin is exec'd with that socket, and the benchmark measures
 Rounds alternate the order of the two plugins (A B, B A, ...) so drift on a shared machine
 hits both. Prints median / min / max per plugin; asserts nothing.
 
-The Go plugin is the one of /work/shared/tools/go-peer (``--go-peer``; skipped when absent).
+The Go plugin is ``../shared/tools/go-peer`` built into ``$GO_PEER`` (default ``.runtime/go-peer``;
+``--go-peer``; skipped when absent).
 nri-cpumgr runs as the image runs it (deploy: bytecode compiled at build time): the benchmark
 points PYTHONPYCACHEPREFIX at a private directory and discards one warm-up launch so that the
 bytecode exists; ``--cold-bytecode`` measures with no bytecode cache at all instead.
 
-    .venv/bin/python benchmarks/footprint.py [--rounds 5] [--go-peer /work/cache/go-peer]
+    .venv/bin/python benchmarks/footprint.py [--rounds 5] [--go-peer .runtime/go-peer]
 """
 
 from __future__ import annotations
@@ -205,7 +206,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--settle", type=float, default=0.5,
                     help="seconds between the Synchronize reply and reading VmRSS")
-    ap.add_argument("--go-peer", default="/work/cache/go-peer")
+    ap.add_argument("--go-peer", default=os.environ.get(
+        "GO_PEER", str(Path(__file__).resolve().parents[1] / ".runtime/go-peer")))
     ap.add_argument("--cold-bytecode", action="store_true",
                     help="no bytecode cache (PYTHONDONTWRITEBYTECODE=1)")
     args = ap.parse_args()
