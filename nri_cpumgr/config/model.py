@@ -384,6 +384,9 @@ def _reserved_memory(key: str, v: Any) -> list[ReservedMemory]:
 def _duration(key: str, v: Any) -> str:
     if isinstance(v, int) and not isinstance(v, bool) and v == 0:
         v = "0"
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        raise _Invalid(key, f"a duration needs a unit: {v!r} (for example \"{v}s\" or "
+                            f"\"{v}ms\")")
     v = _string(key, v)
     try:
         parse_duration(v)

@@ -61,3 +61,20 @@ def test_reserved_list_must_match_the_reserved_count():
     assert ok.reserved_cpu_count() == 2
     with pytest.raises(ConfigError, match=r"names 1 CPUs but .* reserve 2"):
         parse_config('reservedSystemCPUs: "0"\nsystemReserved: {cpu: "2"}\n')
+
+
+def test_shared_pool_durations_need_a_unit_and_are_read_in_seconds():
+    from nri_cpumgr.config import ConfigError, parse_config
+
+    c = parse_config('sharedPoolShrinkDelay: 250ms\nsharedPoolGrowDelay: 1m30s\n')
+    assert (c.duration("sharedPoolShrinkDelay"), c.duration("sharedPoolGrowDelay")) == \
+        (0.25, 90.0)
+    assert parse_config("").duration("sharedPoolGrowDelay") == 10.0
+    for bad, says in (("1", 'for example "1s"'), ('"1"', "invalid duration '1'"),
+                      ('"2x"', "invalid duration")):
+        try:
+            parse_config(f"sharedPoolShrinkDelay: {bad}\n")
+        except ConfigError as e:
+            assert "sharedPoolShrinkDelay" in str(e) and says in str(e), str(e)
+        else:
+            raise AssertionError(f"{bad} accepted")
