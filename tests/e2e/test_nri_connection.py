@@ -21,21 +21,31 @@ MEM = "200Mi"
 G1 = {"cpu": "1", "memory": MEM}
 
 
-def test_launched_by_the_runtime_takes_its_config_from_configure(containerd_version):
-    require_e2e(containerd_version)
-    wd = Path(tempfile.mkdtemp(prefix="e2e-launch-", dir="/tmp"))
-    c = Containerd(containerd_version, wd)
+def _launched(version: str, prefix: str, command: str) -> tuple[Containerd, Path, Path]:
+    """A private containerd (not started) that launches ``plugin_path/90-cpumgr``, a shell
+    script running ``command`` ({python}, {state} substituted), with
+    ``plugin_config_path/90-cpumgr.conf`` = static policy, CPU 0 reserved. Returns
+    (containerd, work dir, plugin state dir)."""
+    require_e2e(version)
+    wd = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    c = Containerd(version, wd)
     state = wd / "state"
     c.nri_plugin_dir.mkdir(parents=True, exist_ok=True)
     c.nri_conf_dir.mkdir(parents=True, exist_ok=True)
     exe = c.nri_plugin_dir / "90-cpumgr"
-    # the runtime starts it with no arguments, no PATH and stdio on /dev/null
-    exe.write_text(f"#!/bin/sh\nexec {sys.executable} -m nri_cpumgr run --state-dir {state}\n")
+    exe.write_text("#!/bin/sh\n" + command.format(python=sys.executable, state=state) + "\n")
     exe.chmod(0o755)
     (c.nri_conf_dir / "90-cpumgr.conf").write_text(yaml.safe_dump({
         "cpuManagerPolicy": "static", "reservedSystemCPUs": "0",
         "stateDirectory": str(state),
     }))
+    return c, wd, state
+
+
+def test_launched_by_the_runtime_takes_its_config_from_configure(containerd_version):
+    # the runtime starts it with no arguments, no PATH and stdio on /dev/null
+    c, wd, state = _launched(containerd_version, "e2e-launch-",
+                             "exec {python} -m nri_cpumgr run --state-dir {state}")
     log = state / "nri-cpumgr.log"
     try:
         c.start()
@@ -95,24 +105,12 @@ def test_launched_with_no_arguments_as_the_runtime_starts_it(containerd_version)
     plain ``nri-cpumgr`` entry point; the config comes from ``plugin_config_path``. Its
     start-up log goes to the default state directory, so the plugin runs in a private mount
     namespace with a tmpfs over /var/lib (the host's stays untouched)."""
-    require_e2e(containerd_version)
     if shutil.which("unshare") is None:
         pytest.fail("unshare (util-linux) is needed for this test")
-    wd = Path(tempfile.mkdtemp(prefix="e2e-noarg-", dir="/tmp"))
-    c = Containerd(containerd_version, wd)
-    state = wd / "state"
-    c.nri_plugin_dir.mkdir(parents=True, exist_ok=True)
-    c.nri_conf_dir.mkdir(parents=True, exist_ok=True)
-    exe = c.nri_plugin_dir / "90-cpumgr"
-    exe.write_text(
-        "#!/bin/sh\n"
+    c, wd, state = _launched(
+        containerd_version, "e2e-noarg-",
         "exec unshare -m --propagation private sh -c "
-        f"'mount -t tmpfs tmpfs /var/lib && exec {sys.executable} -m nri_cpumgr'\n")
-    exe.chmod(0o755)
-    (c.nri_conf_dir / "90-cpumgr.conf").write_text(yaml.safe_dump({
-        "cpuManagerPolicy": "static", "reservedSystemCPUs": "0",
-        "stateDirectory": str(state),
-    }))
+        "'mount -t tmpfs tmpfs /var/lib && exec {python} -m nri_cpumgr'")
     try:
         c.start()
         checkpoint = state / "cpu_manager_state"
