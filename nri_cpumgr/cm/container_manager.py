@@ -211,9 +211,6 @@ class ContainerManager:
         if info.qos is not QOSClass.GUARANTEED and not info.devices:
             # no provider has a hint for it (CPU and memory managers only pin Guaranteed
             # pods, it has no devices): every Topology Manager policy admits it as is
-            old = self._owner.pop(key, None)
-            if old is not None and old != info.id:
-                self._untrack(old)
             self._track(info.id, _Tracked(info, False, None))
             pool = self.shared_pool() if self.static else None
             return Decision(info.id, pool)
@@ -232,7 +229,7 @@ class ContainerManager:
                 self.memory.policy.remove_container(self.memory.state, *key)
             self.devices.current.pop(key, None)
             if result.reason == ERROR_TOPOLOGY_AFFINITY or result.error is None:
-                raise AdmissionError(_admission_text_reason(result.reason, result.message))
+                raise AdmissionError(f"{result.reason}: {result.message}")
             raise AdmissionError(_admission_text(result.error))
         self.tm.add_container(pod, info.name, info.id)
         if self.memory is not None:
@@ -501,8 +498,3 @@ def _admission_text(e: Exception) -> str:
     text = str(e)
     return text if text.startswith(name) else f"{name}: {text}"
 
-
-def _admission_text_reason(reason: str, message: str) -> str:
-    """``reason: message`` with the kubelet's error name once, whether or not the message
-    already starts with it."""
-    return message if reason and message.startswith(reason) else f"{reason}: {message}"

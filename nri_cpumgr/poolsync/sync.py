@@ -76,8 +76,7 @@ class SharedPoolSync:
     """Keeps every shared-pool container on the shared pool, outside the runtime's calls.
 
     ``shrink_delay``, ``grow_delay`` (seconds) and ``batch_size`` as in
-    :class:`PoolPlanner`; ``on_sent(n, shrink)`` is told how many container updates each
-    batch carried (metrics). Call everything on the event loop thread.
+    :class:`PoolPlanner`. Call everything on the event loop thread.
     """
 
     def __init__(
@@ -87,7 +86,6 @@ class SharedPoolSync:
         grow_delay: float = 10.0,
         batch_size: int = 10,
         quiet: float = 0.25,
-        on_sent: Callable[[int, bool], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.planner = PoolPlanner(shrink_delay=shrink_delay, grow_delay=grow_delay,
@@ -97,7 +95,6 @@ class SharedPoolSync:
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
         self._bodies: dict[tuple[CPUSet, str], bytes] = {}
-        self._on_sent = on_sent
         self._pass_t0: float | None = None
         self._pass_n = 0
         self._pass_calls = 0
@@ -213,8 +210,6 @@ class SharedPoolSync:
         dropped = self.planner.done(batch, failed, self._clock())
         self._pass_n += len(batch.ids) - len(failed & set(batch.ids))
         self._pass_calls += 1
-        if self._on_sent is not None:
-            self._on_sent(len(batch.ids), batch.shrink)
         if failed:
             log.warning("shared pool: the runtime could not update %s", sorted(failed))
         if dropped:

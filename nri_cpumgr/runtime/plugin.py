@@ -230,8 +230,6 @@ class Plugin:
             shrink_delay=config.duration("sharedPoolShrinkDelay"),
             grow_delay=config.duration("sharedPoolGrowDelay"),
             batch_size=config.sharedPoolUpdateBatchSize,
-            on_sent=self.metrics.shared_pool_updates
-            if hasattr(self.metrics, "shared_pool_updates") else None,
         )
         if provisional:
             return
@@ -374,7 +372,7 @@ class Plugin:
         shared = {}
         for cid in self.manager.shared_containers():
             t = self.manager.containers[cid]
-            shared[cid] = (pool, str(t.mems) if t.mems else "")
+            shared[cid] = (pool, _mems_text(t.mems))
         self.pool_sync.connected(self.sender, pool, shared)
 
     def _pool_changed(self) -> None:
@@ -421,7 +419,7 @@ class Plugin:
                 ps.discard(info.id)
                 ps.allocated(info.id)
             elif d.cpus is not None:
-                ps.add(info.id, d.cpus, str(d.mems) if d.mems else "")
+                ps.add(info.id, d.cpus, _mems_text(d.mems))
             self._pool_changed()
         self._log_decision("create", info, d)
         self._changed()
@@ -438,7 +436,7 @@ class Plugin:
         if d is not None:
             resp.update.append(_update(d))
             if self.pool_sync is not None and self.manager.is_shared(cid) and d.cpus:
-                self.pool_sync.add(cid, d.cpus, str(d.mems) if d.mems else "")
+                self.pool_sync.add(cid, d.cpus, _mems_text(d.mems))
         self._observe("UpdateContainer", t0)
         return resp
 
@@ -520,6 +518,11 @@ class Plugin:
             what, info.namespace, info.pod_name, info.name, info.qos,
             d.cpus if d.cpus is not None else "-", str(d.exclusive).lower(), pool, len(pool),
         )
+
+
+def _mems_text(mems: CPUSet | None) -> str:
+    """cpuset.mems as the shared-pool updates carry it ("" = leave alone)."""
+    return str(mems) if mems else ""
 
 
 def _update(d: Decision) -> nri_pb2.ContainerUpdate:
