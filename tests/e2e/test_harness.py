@@ -89,9 +89,9 @@ def test_page_size_names() -> None:
 
 def test_cgroup_parent_by_qos() -> None:
     # under the harness's own parent, never the node's /kubepods
-    assert cgroup_parent("Guaranteed", "u1") == "/nri-cpumgr-test/kubepods/podu1"
-    assert cgroup_parent("Burstable", "u1") == "/nri-cpumgr-test/kubepods/burstable/podu1"
-    assert cgroup_parent("BestEffort", "u1") == "/nri-cpumgr-test/kubepods/besteffort/podu1"
+    assert cgroup_parent("Guaranteed", "u1") == f"{cgroups.TEST_ROOT}/kubepods/podu1"
+    assert cgroup_parent("Burstable", "u1") == f"{cgroups.TEST_ROOT}/kubepods/burstable/podu1"
+    assert cgroup_parent("BestEffort", "u1") == f"{cgroups.TEST_ROOT}/kubepods/besteffort/podu1"
     assert cgroup_parent("Guaranteed", "u1", kubepods="/kubepods") == "/kubepods/podu1"
     with pytest.raises(ValueError):
         cgroup_parent("Platinum", "u1")

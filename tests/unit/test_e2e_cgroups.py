@@ -4,6 +4,7 @@ check, and that the harness's own cgroup parent is one the plugin's QoS classifi
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -129,6 +130,19 @@ def test_remove_tree_in_every_hierarchy(tmp_path: Path) -> None:
         cg.remove_empty_kubepods("/kubepods")
     with pytest.raises(ValueError):
         cg.remove_cgroup_tree("/", hier)
+
+
+def test_each_run_has_its_own_root(tmp_path: Path) -> None:
+    # two runs side by side (the demo beside make e2e): each removes only its own tree
+    assert cg.TEST_ROOT.startswith(cg.TEST_BASE + "/run-")
+    assert os.environ[cg.RUN_ROOT_ENV] == cg.TEST_ROOT  # children of this run share it
+    hier = {"cpuset": tmp_path / "cpuset"}
+    other = hier["cpuset"] / cg.TEST_BASE.lstrip("/") / "run-1" / "kubepods/podu2"
+    other.mkdir(parents=True)
+    (hier["cpuset"] / cg.KUBEPODS.lstrip("/") / "podu1").mkdir(parents=True)
+    assert cg.remove_cgroup_tree(cg.TEST_ROOT, hier) == []
+    assert other.is_dir()
+    assert not (hier["cpuset"] / cg.TEST_ROOT.lstrip("/")).exists()
 
 
 def test_live_node_detection(tmp_path: Path) -> None:

@@ -28,8 +28,17 @@ import os
 from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-TEST_ROOT = "/nri-cpumgr-test"
-"""The cgroup (relative to a hierarchy's root) under which all test and demo pods live."""
+TEST_BASE = "/nri-cpumgr-test"
+"""The cgroup (relative to a hierarchy's root) under which every run's pods live."""
+RUN_ROOT_ENV = "NRI_E2E_CGROUP_ROOT"
+TEST_ROOT = os.environ.setdefault(RUN_ROOT_ENV, f"{TEST_BASE}/run-{os.getpid()}")
+"""This run's own cgroup: ``TEST_BASE/run-<pid of the first process that imported this>``.
+
+Exported through the environment, so the processes a run starts (plugins, benchmark
+children) share it, while two runs side by side (a demo beside ``make e2e``, two checkouts)
+never see each other's pods as leftovers."""
+if not TEST_ROOT.startswith(TEST_BASE + "/"):
+    raise ValueError(f"{RUN_ROOT_ENV}={TEST_ROOT!r} is not under {TEST_BASE}")
 KUBEPODS = f"{TEST_ROOT}/kubepods"
 """The harness's kubepods: pod cgroups are ``KUBEPODS/pod<uid>``, ``KUBEPODS/burstable/...``."""
 ALLOW_LIVE_NODE_ENV = "NRI_E2E_ALLOW_LIVE_NODE"
@@ -277,4 +286,10 @@ def remove_empty_kubepods(root: str = TEST_ROOT) -> list[Path]:
     :data:`TEST_ROOT`. Anything still in use stays; returns what remains."""
     if root.rstrip("/") != TEST_ROOT and not root.startswith(TEST_ROOT + "/"):
         raise ValueError(f"refusing to remove {root!r}: not under {TEST_ROOT}")
-    return remove_cgroup_tree(root)
+    left = remove_cgroup_tree(root)
+    for mount in all_hierarchies().values():  # TEST_BASE itself once no run uses it
+        try:
+            (mount / TEST_BASE.lstrip("/")).rmdir()
+        except OSError:
+            pass
+    return left
