@@ -5,7 +5,8 @@ creates them. Prints what each container really runs on (/proc/<pid>/status), th
 
 Needs root, cgroup v1 or v2 with the cpuset controller, and the binaries from
 scripts/fetch-runtime.sh. The pods live under the harness's own cgroup parent
-(``/nri-cpumgr-test/run-<pid>/kubepods``), all of which is removed afterwards in every hierarchy; on a
+(``/nri-cpumgr-test/run-<pid>/kubepods``), all of which is removed afterwards in every
+hierarchy; on a
 machine that looks like a live node (a kubelet runs, or the node's /kubepods holds processes)
 it refuses to run unless NRI_E2E_ALLOW_LIVE_NODE=1.
 """

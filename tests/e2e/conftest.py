@@ -16,7 +16,8 @@ shared daemons' dirs (config, containerd.log, pod logs) after the session.
 Gate: these tests need root, a cpuset controller (cgroup v1, or v2 with ``cpuset``), the
 binaries from ``scripts/fetch-runtime.sh`` and a machine that is not a live Kubernetes node
 (no kubelet process, no processes in the node's /kubepods; ``NRI_E2E_ALLOW_LIVE_NODE=1``
-overrides this). Pods live under ``/nri-cpumgr-test/run-<pid>/kubepods``, removed after the session in
+overrides this). Pods live under ``/nri-cpumgr-test/run-<pid>/kubepods``, removed after the
+session in
 every cgroup hierarchy. When something is missing they are skipped with the reason, or,
 when the ``CI`` environment variable is set, they fail with it (CI must not pass vacuously).
 Every test in this directory is marked ``e2e``.
