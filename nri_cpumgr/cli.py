@@ -33,6 +33,7 @@ else:
     import asyncio
 
 from nri_cpumgr.config import Config, ConfigError, load_config
+from nri_cpumgr.config.model import with_source
 
 log = logging.getLogger("nri_cpumgr")
 
@@ -81,15 +82,57 @@ class _DeferredQueueHandler(logging.handlers.QueueHandler):
         return record
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def _launched_log_file(config: Config) -> str:
+    """Where a plugin launched by the runtime logs: ``logFile``, else
+    ``<stateDirectory>/nri-cpumgr.log``."""
+    return config.logFile or str(Path(config.stateDirectory) / "nri-cpumgr.log")
+
+
+def _fallback_log_file() -> str:
+    """The launched-mode log file when the start-up config could not be loaded: its
+    ``logFile`` / ``stateDirectory`` when the file is YAML with those keys as strings
+    (whatever else is wrong in it), else the defaults' (/var/lib/nri-cpumgr/nri-cpumgr.log)."""
+    keys: dict[str, str] = {}
+    path = _config_path(None)
+    if path is not None:
+        try:
+            import yaml
+
+            doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+            if isinstance(doc, dict):
+                keys = {k: doc[k] for k in ("logFile", "stateDirectory")
+                        if isinstance(doc.get(k), str) and doc[k]}
+        except Exception:  # noqa: BLE001 - unreadable or not YAML: the defaults' file
+            pass
+    return _launched_log_file(Config(**keys))
+
+
+def _log_fatal_launched(message: str, log_file: str | None) -> None:
+    """Append a fatal start-up error to the launched-mode log file (the runtime gives the
+    plugin /dev/null for stdio, so stderr alone would lose it). Best effort: a file that
+    cannot be written is skipped."""
+    record = logging.LogRecord("nri_cpumgr", logging.ERROR, __file__, 0, "%s", (message,), None)
+    try:
+        path = Path(log_file or _fallback_log_file())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as f:
+            f.write(logging.Formatter(LOG_FORMAT).format(record) + "\n")
+    except OSError:
+        pass
+
+
 def _setup_logging(config: Config, launched: bool, verbose: bool) -> logging.handlers.QueueListener:
     """Log through a queue to stderr, or to a file (``logFile``; launched by the runtime:
     ``<stateDirectory>/nri-cpumgr.log`` since stdio is /dev/null). Returns the started
     listener (stop it at exit to flush)."""
     level = logging.DEBUG if verbose else logging.INFO
-    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    fmt = logging.Formatter(LOG_FORMAT)
     log_file = config.logFile
     if launched and not log_file:
-        log_file = str(Path(config.stateDirectory) / "nri-cpumgr.log")
+        log_file = _launched_log_file(config)
     target: logging.Handler
     if log_file:
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
@@ -117,7 +160,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from nri_cpumgr.transport.stub import Stub
 
     launched = "NRI_PLUGIN_SOCKET" in os.environ
-    config = load_config(_config_path(args.config))
+    source = _config_path(args.config)
+    config = load_config(source)
     overrides = {}
     if args.socket:
         overrides["socketPath"] = args.socket
@@ -125,6 +169,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides["stateDirectory"] = args.state_dir
     if overrides:
         config = config.model_copy(update=overrides)
+    if launched:
+        args.launched_log = _launched_log_file(config)
     listener = _setup_logging(config, launched, args.verbose)
     try:
         machine = _discover(args.sysfs_root)
@@ -175,6 +221,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             if server is not None:
                 server.close()
             log.info("nri-cpumgr stopped")
+    except ConfigError as e:  # the machine-dependent checks: name the file as load_config does
+        raise with_source(e, source) from None
     finally:
         listener.stop()  # flush what is queued
     return 0
@@ -287,16 +335,29 @@ def main(argv: list[str] | None = None) -> int:
 
     if argv is None:
         argv = sys.argv[1:]
-    if not argv and "NRI_PLUGIN_SOCKET" in os.environ:
+    launched = not argv and "NRI_PLUGIN_SOCKET" in os.environ
+    if launched:
         argv = ["run"]  # launched by the runtime from plugin_path: no arguments
     args = build_parser().parse_args(argv)
+
+    def fail(message: str, status: int) -> int:
+        print(f"nri-cpumgr: {message}", file=sys.stderr)
+        if launched:  # stderr is /dev/null there
+            _log_fatal_launched(f"{message}; exiting", getattr(args, "launched_log", None))
+        return status
+
     try:
         return args.func(args)
     except ConfigError as e:
-        print(f"nri-cpumgr: {e}", file=sys.stderr)
-        return 2
+        return fail(str(e), 2)
     except SysfsError as e:
-        print(f"nri-cpumgr: cannot read the topology: {e}", file=sys.stderr)
-        return 1
+        return fail(f"cannot read the topology: {e}", 1)
     except BrokenPipeError:
         return 0
+    except Exception:
+        if launched:
+            import traceback
+
+            _log_fatal_launched("crashed:\n" + traceback.format_exc().rstrip(),
+                                getattr(args, "launched_log", None))
+        raise

@@ -244,3 +244,99 @@ def test_help_is_plain_text_and_every_status_option_has_help(capsys):
                   if a[0] == "status")[1]
     for action in status._actions:
         assert action.help, action.option_strings
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        # the checks against the machine and the kubelet's policy builders name the file too
+        ("cpuManagerPolicy: static\nreservedSystemCPUs: '0,7'\n", "not on this machine"),
+        ("cpuManagerPolicy: static\n", "greater than zero"),
+        ("cpuManagerPolicy: static\nreservedSystemCPUs: '0'\n"
+         "cpuManagerPolicyOptions: {full-pcpu-only: 'true'}\n",
+         "cpuManagerPolicyOptions.full-pcpu-only: unknown CPU Manager Policy option: "
+         "'full-pcpu-only'; did you mean 'full-pcpus-only'?"),
+        ("memoryManagerPolicy: Static\nreservedMemory: [{numaNode: 5, limits: {memory: 1Gi}}]\n",
+         "NUMA node 5"),
+        # did you mean: keys (also in another case), values, nested keys, feature gates
+        ("reservedSystemCpus: '0'\n", "reservedSystemCpus: unknown key; did you mean "
+                                      "'reservedSystemCPUs'?"),
+        ("cpuManagerPolicyOption: {}\n", "did you mean 'cpuManagerPolicyOptions'?"),
+        ("topologyManagerPolicy: single-numa\n", "did you mean 'single-numa-node'?"),
+        ("memoryManagerPolicy: static\n", "did you mean 'Static'?"),
+        ("reservedMemory: [{numaNode: 0, limit: {memory: 1Gi}}]\n",
+         "reservedMemory.0.limit: unknown key; did you mean 'limits'?"),
+        ("featureGates: {CPUManagerPolicyAlphaOption: true}\n",
+         "did you mean 'CPUManagerPolicyAlphaOptions'?"),
+    ],
+)
+def test_config_errors_name_the_file_and_key(tmp_path, capsys, text, words):
+    assert _run(tmp_path, text) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert words in err, err
+    assert err.endswith(f"({tmp_path / 'c.yaml'})"), err
+
+
+def test_nothing_close_no_suggestion(tmp_path, capsys):
+    assert _run(tmp_path, "zzzzqqq: 1\n") == 2
+    err = capsys.readouterr().err
+    assert "zzzzqqq: unknown key" in err and "did you mean" not in err
+
+
+def _launched(monkeypatch, tmp_path, text: str) -> None:
+    """As the runtime starts the plugin (no arguments, NRI_PLUGIN_SOCKET set), with ``text``
+    as the start-up config file."""
+    import nri_cpumgr.cli as cli
+
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(text)
+    monkeypatch.setattr(cli, "DEFAULT_CONFIG", str(cfg))
+    monkeypatch.setenv("NRI_PLUGIN_SOCKET", "99")  # never reached: the start fails first
+    monkeypatch.setenv("NRI_PLUGIN_NAME", "cpumgr")
+    monkeypatch.setenv("NRI_PLUGIN_IDX", "90")
+
+
+@pytest.mark.parametrize(
+    "text, logname, words",
+    [
+        # refused while loading: the log file is found from the keys that are valid
+        ("stateDirectory: {state}\ncpuManagerPolicy: statc\n", "state/nri-cpumgr.log",
+         "cpuManagerPolicy: 'statc' is not one of"),
+        ("logFile: {tmp}/own.log\nreservedSystemCpus: '0'\n", "own.log",
+         "did you mean 'reservedSystemCPUs'?"),
+        # refused after the logging started: the machine checks
+        ("stateDirectory: {state}\ncpuManagerPolicy: static\nreservedSystemCPUs: '0-999'\n",
+         "state/nri-cpumgr.log", "not on this machine"),
+    ],
+)
+def test_launched_start_errors_reach_the_log_file(tmp_path, monkeypatch, capsys, text, logname,
+                                                  words):
+    _launched(monkeypatch, tmp_path,
+              text.format(state=tmp_path / "state", tmp=tmp_path))
+    assert main([]) == 2
+    line = (tmp_path / logname).read_text().strip().splitlines()[-1]
+    assert " ERROR nri_cpumgr: invalid config" in line and words in line, line
+    assert line.endswith(f"({tmp_path / 'config.yaml'}); exiting"), line
+    assert words in capsys.readouterr().err  # and stderr, for a run by hand
+
+
+def test_launched_crash_traceback_reaches_the_log_file(tmp_path, monkeypatch):
+    import nri_cpumgr.cli as cli
+
+    _launched(monkeypatch, tmp_path, f"stateDirectory: {tmp_path / 'state'}\n")
+
+    def boom(_root):
+        raise RuntimeError("sysfs exploded")
+
+    monkeypatch.setattr(cli, "_discover", boom)
+    with pytest.raises(RuntimeError):
+        main([])
+    text = (tmp_path / "state/nri-cpumgr.log").read_text()
+    assert "ERROR nri_cpumgr: crashed:" in text and "RuntimeError: sysfs exploded" in text
+
+
+def test_run_by_hand_writes_no_launched_log(tmp_path, monkeypatch):
+    monkeypatch.delenv("NRI_PLUGIN_SOCKET", raising=False)
+    assert _run(tmp_path, f"stateDirectory: {tmp_path / 'state'}\ncpuManagerPolicy: statc\n") == 2
+    assert not (tmp_path / "state").exists()
