@@ -254,7 +254,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"nri-cpumgr: {e}", file=sys.stderr)
         return 1
     if body is None:
-        print(f"nri-cpumgr: no checkpoint in {state_dir}", file=sys.stderr)
+        print(f"nri-cpumgr: no checkpoint in {state_dir} (the plugin writes it once it runs "
+              "with that stateDirectory; --config FILE or --state-dir DIR reads another)",
+              file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(body, indent=1))
@@ -312,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--socket", help="NRI socket to dial (overrides socketPath)")
     r.add_argument("--state-dir", help="state directory (overrides stateDirectory)")
     r.add_argument("--sysfs-root", default="/", help="read topology from DIR/sys instead of /sys")
-    r.add_argument("-v", "--verbose", action="store_true")
+    r.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
     r.set_defaults(func=cmd_run)
 
     t = sub.add_parser("topology", help="print the machine's CPU/NUMA/cache topology")
