@@ -104,6 +104,10 @@ def main() -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         problems = ctrd.stop()  # removes every pod through CRI first
+        if status:
+            # the shim of a pod whose creation Ctrl-C cut short is not known to CRI yet: the
+            # harness kills it, which is the cleanup working, not a problem
+            problems = [p for p in problems if not p.startswith("killed leftover shim")]
         if plugin is not None:
             plugin.stop()
         if problems:
