@@ -264,7 +264,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"policy:        {body.get('policyName')}")
     print(f"reserved CPUs: {body.get('reservedCpuSet') or '-'}")
     print(f"shared pool:   {body.get('defaultCpuSet') or '-'}")
-    rows = body.get("containers", [])
+    rows = sorted(body.get("containers", []), key=lambda r: (r["pod"], r["container"]))
     hdr = ("POD", "CONTAINER", "QOS", "CPUS", "MEMS", "NUMA", "EXCLUSIVE", "STATE")
     table = [hdr] + [
         (r["pod"], r["container"], r["qos"], r["cpus"] or "-", r.get("mems") or "-",

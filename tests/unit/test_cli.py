@@ -72,8 +72,9 @@ def test_status_table_from_checkpoint(tmp_path, capsys):
     assert out[:3] == ["policy:        static", "reserved CPUs: 0", "shared pool:   0,2-3"]
     rows = [line.split() for line in out[4:]]
     assert rows[0] == ["POD", "CONTAINER", "QOS", "CPUS", "MEMS", "NUMA", "EXCLUSIVE", "STATE"]
-    assert rows[1] == ["ns/g", "app", "Guaranteed", "1", "0", "0", "yes", "live"]
-    assert rows[2] == ["ns/be", "app", "BestEffort", "0,2-3", "-", "0", "no", "live"]
+    # sorted by pod and container, whatever the checkpoint's order
+    assert rows[1] == ["ns/be", "app", "BestEffort", "0,2-3", "-", "0", "no", "live"]
+    assert rows[2] == ["ns/g", "app", "Guaranteed", "1", "0", "0", "yes", "live"]
     assert main(["status", "--json", "--state-dir", str(tmp_path)]) == 0
     assert '"reservedCpuSet": "0"' in capsys.readouterr().out
 
