@@ -91,12 +91,13 @@ def _launched_log_file(config: Config) -> str:
     return config.logFile or str(Path(config.stateDirectory) / "nri-cpumgr.log")
 
 
-def _fallback_log_file() -> str:
+def _fallback_log_file(args: argparse.Namespace) -> str:
     """The launched-mode log file when the start-up config could not be loaded: its
     ``logFile`` / ``stateDirectory`` when the file is YAML with those keys as strings
-    (whatever else is wrong in it), else the defaults' (/var/lib/nri-cpumgr/nri-cpumgr.log)."""
+    (whatever else is wrong in it; ``--state-dir`` still overrides), else the defaults'
+    (/var/lib/nri-cpumgr/nri-cpumgr.log)."""
     keys: dict[str, str] = {}
-    path = _config_path(None)
+    path = _config_path(getattr(args, "config", None))
     if path is not None:
         try:
             import yaml
@@ -107,16 +108,19 @@ def _fallback_log_file() -> str:
                         if isinstance(doc.get(k), str) and doc[k]}
         except Exception:  # noqa: BLE001 - unreadable or not YAML: the defaults' file
             pass
+    if getattr(args, "state_dir", None):
+        keys["stateDirectory"] = args.state_dir
     return _launched_log_file(Config(**keys))
 
 
-def _log_fatal_launched(message: str, log_file: str | None) -> None:
+def _log_fatal_launched(message: str, args: argparse.Namespace) -> None:
     """Append a fatal start-up error to the launched-mode log file (the runtime gives the
-    plugin /dev/null for stdio, so stderr alone would lose it). Best effort: a file that
-    cannot be written is skipped."""
+    plugin /dev/null for stdio, so stderr alone would lose it): the one logging was set up
+    with, else :func:`_fallback_log_file`. Best effort: a file that cannot be written is
+    skipped."""
     record = logging.LogRecord("nri_cpumgr", logging.ERROR, __file__, 0, "%s", (message,), None)
     try:
-        path = Path(log_file or _fallback_log_file())
+        path = Path(getattr(args, "launched_log", None) or _fallback_log_file(args))
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a", encoding="utf-8") as f:
             f.write(logging.Formatter(LOG_FORMAT).format(record) + "\n")
@@ -337,15 +341,16 @@ def main(argv: list[str] | None = None) -> int:
 
     if argv is None:
         argv = sys.argv[1:]
-    launched = not argv and "NRI_PLUGIN_SOCKET" in os.environ
-    if launched:
+    launched = "NRI_PLUGIN_SOCKET" in os.environ
+    if launched and not argv:
         argv = ["run"]  # launched by the runtime from plugin_path: no arguments
     args = build_parser().parse_args(argv)
+    launched = launched and args.cmd == "run"  # also `run` from a wrapper script
 
     def fail(message: str, status: int) -> int:
         print(f"nri-cpumgr: {message}", file=sys.stderr)
         if launched:  # stderr is /dev/null there
-            _log_fatal_launched(f"{message}; exiting", getattr(args, "launched_log", None))
+            _log_fatal_launched(f"{message}; exiting", args)
         return status
 
     try:
@@ -360,6 +365,5 @@ def main(argv: list[str] | None = None) -> int:
         if launched:
             import traceback
 
-            _log_fatal_launched("crashed:\n" + traceback.format_exc().rstrip(),
-                                getattr(args, "launched_log", None))
+            _log_fatal_launched("crashed:\n" + traceback.format_exc().rstrip(), args)
         raise

@@ -322,6 +322,20 @@ def test_launched_start_errors_reach_the_log_file(tmp_path, monkeypatch, capsys,
     assert words in capsys.readouterr().err  # and stderr, for a run by hand
 
 
+def test_launched_run_from_a_wrapper_logs_start_errors_too(tmp_path, monkeypatch):
+    """A plugin_path script may exec ``nri-cpumgr run --state-dir DIR`` (or --config): still
+    launched, and the log file follows those options."""
+    _launched(monkeypatch, tmp_path, f"stateDirectory: {tmp_path / 'cfg-state'}\n"
+                                     "cpuManagerPolicy: statc\n")
+    assert main(["run", "--state-dir", str(tmp_path / "given")]) == 2
+    assert "'statc' is not one of" in (tmp_path / "given/nri-cpumgr.log").read_text()
+    other = tmp_path / "other.yaml"
+    other.write_text(f"logFile: {tmp_path / 'other.log'}\nreservedSystemCPUs: 'x'\n")
+    assert main(["run", "--config", str(other)]) == 2
+    assert "invalid cpulist 'x'" in (tmp_path / "other.log").read_text()
+    assert not (tmp_path / "cfg-state").exists()
+
+
 def test_launched_crash_traceback_reaches_the_log_file(tmp_path, monkeypatch):
     import nri_cpumgr.cli as cli
 
