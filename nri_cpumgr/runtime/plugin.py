@@ -24,11 +24,14 @@ from nri_cpumgr.api import nri_pb2
 from nri_cpumgr.checkpoint import BackgroundWriter, Checkpoint, CheckpointError
 from nri_cpumgr.cm.container_manager import AdmissionError, ContainerManager, Decision
 from nri_cpumgr.cm.cpumanager import CPUManagerState, NonePolicy, StaticPolicy
+from nri_cpumgr.cm.cpumanager.errors import InvalidPolicyOptionError
+from nri_cpumgr.cm.cpumanager.policy_options import ALL_OPTIONS
 from nri_cpumgr.cm.memorymanager.config import MemoryReservation, new_manager
 from nri_cpumgr.cm.memorymanager.manager import MemoryManager
 from nri_cpumgr.cm.memorymanager.state import MemoryState
 from nri_cpumgr.cm.topologymanager import TopologyManager
 from nri_cpumgr.config import Config, ConfigError, parse_config
+from nri_cpumgr.config.model import did_you_mean, with_source
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.metrics import Metrics
 from nri_cpumgr.podmodel import QOSClass
@@ -87,6 +90,10 @@ def build_policy(config: Config, machine: Machine) -> StaticPolicy | NonePolicy:
             topology_manager_policy=config.topologyManagerPolicy,
             feature_gates=dict(config.featureGates),
         )
+    except InvalidPolicyOptionError as e:
+        hint = "" if e.option in ALL_OPTIONS else did_you_mean(e.option, ALL_OPTIONS)
+        raise ConfigError(f"invalid config: cpuManagerPolicyOptions.{e.option}: {e}{hint}") \
+            from None
     except Exception as e:
         raise ConfigError(f"invalid config: cpuManagerPolicy static: {e}") from None
 
@@ -321,8 +328,12 @@ class Plugin:
         if self.accept_runtime_config:
             try:
                 if req.config.strip():
-                    cfg = parse_config(req.config, "(from the runtime's Configure)")
-                    self._setup(cfg.model_copy(update=self.overrides))
+                    source = "from the runtime's Configure"
+                    cfg = parse_config(req.config, source)
+                    try:
+                        self._setup(cfg.model_copy(update=self.overrides))
+                    except ConfigError as e:
+                        raise with_source(e, source) from None
                     log.info("configuration taken from the runtime's Configure request")
                 elif self.provisional:
                     self._setup(self.config)

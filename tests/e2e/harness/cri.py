@@ -453,6 +453,11 @@ class CRIClient:
         """``cpu.shares`` of the container's cgroup (v2: see :func:`cgroups.cpu_shares`)."""
         return cgroups.cpu_shares(self.cgroups_path(cid))
 
+    def cgroup_cpu_weight_or_shares(self, cid: str) -> int:
+        """v1 ``cpu.shares`` / v2 ``cpu.weight`` of the container's cgroup, as read (see
+        :func:`cgroups.expected_cpu_weight_or_shares`)."""
+        return cgroups.cpu_weight_or_shares(self.cgroups_path(cid))
+
     def _pid(self, cid: str) -> int:
         pid = self.inspect(cid)[0]
         if pid <= 0:
