@@ -279,6 +279,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--state-dir", help="read the checkpoint from DIR (overrides the config)")
     s.add_argument("--json", action="store_true", help="print the checkpoint as JSON")
     s.set_defaults(func=cmd_status)
+
+    from nri_cpumgr.planner.cli import add_parser as add_plan  # plan (issue 12)
+
+    add_plan(sub)
     return p
 
 
