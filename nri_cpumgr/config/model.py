@@ -131,6 +131,9 @@ class Config:
     sharedPoolShrinkDelay: str = "1s"
     sharedPoolGrowDelay: str = "10s"
     sharedPoolUpdateBatchSize: int = 10
+    # --- the plugin's own: with no checkpoint of its own, start from the kubelet's
+    # cpu_manager_state / memory_manager_state found here ("" = never; nri_cpumgr.adopt) ---
+    kubeletStateDirectory: str = "/var/lib/kubelet"
 
     @classmethod
     def model_validate(cls, doc: Any) -> Config:
@@ -424,6 +427,7 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "sharedPoolShrinkDelay": _duration,
     "sharedPoolGrowDelay": _duration,
     "sharedPoolUpdateBatchSize": _positive_int,
+    "kubeletStateDirectory": _string,
 }
 
 

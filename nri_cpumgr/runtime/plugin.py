@@ -20,6 +20,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from nri_cpumgr.adopt.adopt import adopt_memory
+from nri_cpumgr.adopt.adopt import seed as adopt_seed
 from nri_cpumgr.api import nri_pb2
 from nri_cpumgr.checkpoint import BackgroundWriter, Checkpoint, CheckpointError
 from nri_cpumgr.cm.container_manager import AdmissionError, ContainerManager, Decision
@@ -124,12 +126,22 @@ class Plugin:
                 body = self.checkpoint.load()
             except CheckpointError as e:
                 corrupt = e  # said once the setup is known to go on (not before a fatal exit)
+        # no checkpoint of our own: start from the kubelet's (nri_cpumgr.adopt)
+        self.adoption = None
+        kubelet_memory = None
+        if body is None and corrupt is None and not provisional:
+            body, kubelet_memory, self.adoption = adopt_seed(
+                config.kubeletStateDirectory, config.cpuManagerPolicy, config.memoryManagerPolicy)
         state = restore_state(self.policy, body, self.checkpoint.path)
+        if self.adoption is not None and body and body["entries"] and not state.assignments:
+            self.adoption = None  # the policy rejected it (logged): the runtime is the truth
         if corrupt is not None:
             log.error("%s; rebuilding the state from the runtime's Synchronize", corrupt)
         if memory is not None:
             if provisional:
                 memory.start(MemoryState())
+            elif kubelet_memory is not None:
+                adopt_memory(memory, kubelet_memory)
             else:
                 restore_memory_state(memory, self.memory_checkpoint)
         self.manager = ContainerManager(
@@ -264,6 +276,9 @@ class Plugin:
                 (infos if c.state in _LIVE_STATES else stopped).append(container_info(p, c))
         live_pods = {p.uid or p.id for p in pods}
         devices = {i.id: self._device_numa(i) for i in infos if i.devices}
+        if self.adoption is not None:  # the kubelet's assignments meet the runtime's truth
+            self.adoption.reconcile(self.manager.state, infos, stopped, live_pods)
+            self.adoption = None
         updates = self.manager.synchronize(infos, devices, live_pods=live_pods, stopped=stopped)
         self.synchronized = True
         reply = [_update(d) for d in updates.values()]
