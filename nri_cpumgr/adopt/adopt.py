@@ -14,8 +14,10 @@ When the plugin starts with no checkpoint of its own, it looks for the kubelet's
    by container id) to the containers the runtime lists, running or exited. An assignment
    whose container's cpuset, as the runtime reports it, differs is dropped with a warning
    (the runtime wins: the container keeps what it runs on, adopted from the runtime when
-   those CPUs are free). Assignments of pods the runtime no longer has are reported as not
-   matched (the container manager releases them). Nothing that matches is moved.
+   those CPUs are free). An assignment of a live pod's container the runtime does not list
+   (containerd 1.7 lists no exited containers) is kept for its restart, as the kubelet keeps
+   it. Assignments of pods the runtime no longer has are reported as not matched (the
+   container manager releases them). Nothing that matches is moved.
 
 Pure apart from :func:`seed` reading the two files.
 """
@@ -81,9 +83,15 @@ class Adoption:
             for name, cpus in list(conts.items()):
                 found = by_key.get((uid, name))
                 if found is None:
-                    why = ("its pod is gone: released" if uid not in pods else
-                           "no such container in the runtime: kept until its pod goes")
-                    self._say(f"not matched: pod {uid} container {name} (cpus {cpus}): {why}")
+                    if uid not in pods:
+                        self._say(f"not matched: pod {uid} container {name} (cpus {cpus}): "
+                                  "its pod is gone: released")
+                        continue
+                    # the pod lives, the container is not listed: an exited container (the
+                    # runtime may list only live ones) or one not created yet: kept, as the
+                    # kubelet keeps it, for its (re)start
+                    adopted += 1
+                    exited += 1
                     continue
                 i, running = found
                 runtime = CPUSet.parse(i.cpus) if i.cpus else None
@@ -99,7 +107,7 @@ class Adoption:
                 adopted += 1
                 exited += not running
         summary = (f"adopted from {self.cpu.path}: {adopted} exclusive assignment(s) "
-                   f"({exited} of exited containers of live pods), "
+                   f"({exited} of exited or not listed containers of live pods), "
                    f"{self.memory_entries} container(s) with memory blocks; "
                    f"shared pool {state.default_set}")
         log.info("%s", summary)
