@@ -283,6 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
     from nri_cpumgr.planner.cli import add_parser as add_plan  # plan (issue 12)
 
     add_plan(sub)
+    from nri_cpumgr.explain.cli import add_parser as add_explain  # explain (issue 12)
+
+    add_explain(sub)
     return p
 
 

@@ -134,6 +134,9 @@ class Config:
     # --- the plugin's own: with no checkpoint of its own, start from the kubelet's
     # cpu_manager_state / memory_manager_state found here ("" = never; nri_cpumgr.adopt) ---
     kubeletStateDirectory: str = "/var/lib/kubelet"
+    # --- the plugin's own: record why each container got its CPUs (nri_cpumgr.explain;
+    # `nri-cpumgr explain`); also on at debug level (-v) ---
+    explainDecisions: bool = False
 
     @classmethod
     def model_validate(cls, doc: Any) -> Config:
@@ -428,6 +431,7 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "sharedPoolGrowDelay": _duration,
     "sharedPoolUpdateBatchSize": _positive_int,
     "kubeletStateDirectory": _string,
+    "explainDecisions": _boolean,
 }
 
 

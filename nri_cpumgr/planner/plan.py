@@ -150,6 +150,11 @@ class Planner:
             align_mems_with_cpus=config.alignMemoryWithExclusiveCPUs,
         )
         self._seq = 0
+        self.explainer = None
+        if explain:
+            from nri_cpumgr.explain import Explainer
+
+            self.explainer = Explainer(self.manager, config)
 
     def summary(self) -> dict[str, Any]:
         topo = self.machine.topology
@@ -194,11 +199,14 @@ class Planner:
                 row.decision = "not-started"
                 row.error = f"init container {blocked} was refused"
                 continue
+            ex = self.explainer
             try:
-                d = self.manager.admit(info)
+                d = (ex.admit if ex is not None else self.manager.admit)(info)
             except AdmissionError as e:
                 row.decision = "refused"
                 row.error = str(e)
+                if ex is not None:
+                    row.explanation = ex.refusals.get(info.key)
                 if c.kind == "init":
                     blocked = c.name  # the kubelet retries it; nothing after it starts
                 continue
@@ -209,6 +217,8 @@ class Planner:
                 row.cpus = str(d.cpus)
                 row.numa, row.l3 = self._where(d.cpus)
             row.mems = str(d.mems) if d.mems else ""
+            if ex is not None:
+                row.explanation = ex.live.get(info.id)
             if c.kind == "init":
                 self.manager.stop(info.id)  # runs to completion before the next starts
         pp.shared_pool_after = str(self.manager.shared_pool()) if self.manager.static else ""

@@ -28,6 +28,7 @@ from nri_cpumgr.cm.container_manager import AdmissionError, ContainerManager, De
 from nri_cpumgr.cm.memorymanager.state import MemoryState
 from nri_cpumgr.config import Config, ConfigError, parse_config
 from nri_cpumgr.cpuset import CPUSet
+from nri_cpumgr.explain import EXPLANATIONS_NAME, Explainer
 from nri_cpumgr.managers import (  # noqa: F401 - shared with the planner, re-exported
     build_memory_manager,
     build_policy,
@@ -151,6 +152,11 @@ class Plugin:
             memory=memory,
             align_mems_with_cpus=config.alignMemoryWithExclusiveCPUs,
         )
+        # explanations (nri_cpumgr.explain): only when asked, written with the snapshots
+        self.explainer = None
+        self.explanations = Checkpoint(config.state_path(EXPLANATIONS_NAME))
+        if config.explainDecisions or log.isEnabledFor(logging.DEBUG):
+            self.explainer = Explainer(self.manager, config)
         if self.pool_sync is not None:
             self.pool_sync.close()
         self.pool_sync = SharedPoolSync(
@@ -198,6 +204,8 @@ class Plugin:
         out = [(self.checkpoint, self.manager.checkpoint())]
         if self.manager.memory is not None:
             out.append((self.memory_checkpoint, self.manager.memory.state.to_dict()))
+        if self.explainer is not None:
+            out.append((self.explanations, self.explainer.snapshot()))
         return out
 
     def save(self) -> None:
@@ -326,7 +334,8 @@ class Plugin:
             log.debug("pod %s/%s pod-resources=%s overhead=%s", info.namespace,
                       info.pod_name, info.pod_resources, info.pod_overhead)
         try:
-            d = self.manager.admit(info, self._device_numa(info))
+            admit = self.explainer.admit if self.explainer is not None else self.manager.admit
+            d = admit(info, self._device_numa(info))
         except AdmissionError as e:
             self._count(info, False, t0)
             log.warning(
@@ -403,6 +412,8 @@ class Plugin:
                 for cid in self.manager.pod_container_ids(uid):
                     ps.discard(cid)
             self.manager.remove_pod(uid)
+            if self.explainer is not None:
+                self.explainer.forget_pod(uid)
             what = f"{nri_pb2.Event.Name(req.event).lower()} pod={req.pod.namespace}/{req.pod.name}"
         else:
             return
