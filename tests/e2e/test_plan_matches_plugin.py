@@ -141,3 +141,61 @@ def test_plan_gives_the_plugins_cpusets(containerd, cri, e2e_workdir, scenario):
             plan["pods"][-1]["sharedPoolAfter"]
     finally:
         plugin.stop()
+
+
+def explain(state: Path, target: str) -> list[dict[str, Any]]:
+    out = subprocess.run([sys.executable, "-m", "nri_cpumgr", "explain", "--json",
+                          "--state-dir", str(state), target],
+                         capture_output=True, text=True, timeout=60)
+    return json.loads(out.stdout) if out.returncode == 0 else []
+
+
+def test_explain_from_the_running_plugin_matches_plan_explain(containerd, cri, e2e_workdir):
+    """`explain` reads the running plugin's records: a container placed under
+    distribute-cpus-across-numa, one refused by single-numa-node; `plan --explain` gives the
+    same take and the same reason."""
+    cases = [
+        ("multi-l3", {"cpuManagerPolicyOptions": {"distribute-cpus-across-numa": "true"}},
+         [g("g20", "20")], "g20"),
+        ("dual-socket-smt", {"topologyManagerPolicy": "single-numa-node"},
+         [g("g4", "4"), g("g10", "10")], "g10"),
+    ]
+    for n, (fixture, keys, pods, target) in enumerate(cases):
+        work = e2e_workdir / f"case{n}"
+        work.mkdir()
+        uids = {p[0]: str(uuid.uuid4()) for p in pods}
+        plugin = start_plugin(containerd, work, sysfs_root=FIXTURES / fixture,
+                              explainDecisions=True, **keys)
+        try:
+            for name, qos, req, lim in pods:
+                try:
+                    cri.create_container(cri.run_pod(name, qos, uid=uids[name]), "app",
+                                         requests=req, limits=lim)
+                except grpc.RpcError:
+                    pass
+            live = eventually(lambda t=target, w=work: bool(explain(w / "state", f"e2e/{t}")),
+                              True)
+            assert live, plugin.log_text()[-2000:]
+            (rec,) = explain(work / "state", f"e2e/{target}")
+        finally:
+            plugin.stop()
+        mpath = work / "pods.yaml"
+        mpath.write_text(manifest(pods, uids))
+        out = subprocess.run(
+            [sys.executable, "-m", "nri_cpumgr", "plan", "--json", "--explain", "--config",
+             str(work / "config.yaml"), "--sysfs-root", str(FIXTURES / fixture), str(mpath)],
+            capture_output=True, text=True, timeout=60, check=True)
+        planned = json.loads(out.stdout)["pods"][-1]["containers"][0]["explanation"]
+        if target == "g20":
+            assert rec["decision"] == "exclusive"
+            per: dict[int, int] = {}
+            for step in rec["take"]:
+                per[step["numa"]] = per.get(step["numa"], 0) + step["count"]
+            assert per == {0: 10, 1: 10}
+            assert rec["take"] == planned["take"]
+            assert rec["options"] == planned["options"]
+        else:
+            assert rec["decision"] == "refused"
+            assert rec["why"].startswith("single-numa-node needs one NUMA node with 10 free")
+            assert rec["why"] == planned["why"]
+            assert rec["free"] == planned["free"]
