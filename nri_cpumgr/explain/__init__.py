@@ -13,9 +13,10 @@ describes the result against the topology. A record (plain JSON data) holds:
 * ``hints``: per provider and resource, the NUMA masks (``preferred`` marked), or
   ``"no preference"``; ``affinity``: the merged hint and the policy's verdict;
 * ``take``: the CPUs given, grouped by socket, NUMA node and L3 group, with what is whole
-  (socket, NUMA node, L3 group, full cores, single threads), in the allocator's order of
-  preference; ``options``: for each CPU manager option in force, the CPUs the same take
-  would have given without it (``"same"`` when the option changed nothing);
+  (socket, NUMA node, L3 group, full cores, single threads), by ascending ids: the result
+  described against the topology table, not a trace of the allocator; ``options``: for each
+  CPU manager option in force, the CPUs the same take gives without it on the state before
+  the admission (``"same CPUs without it"`` when the option changed nothing);
 * ``decision`` (exclusive / shared / refused), ``cpus``, ``mems``, and ``reason``.
 
 Bounded: records are kept for containers the manager still tracks (pruned with each
@@ -263,8 +264,8 @@ def _shared_reason(info: ContainerInfo, d: Decision) -> str:
 
 def take_steps(cpus: CPUSet, topo: CPUTopology, free_before: CPUSet | None = None) \
         -> list[dict[str, Any]]:
-    """The CPUs of a take grouped by socket, NUMA node and L3 group, biggest unit first:
-    each group says which unit it fills whole (``"socket"``, ``"NUMA node"``,
+    """The CPUs of a take grouped by socket, NUMA node and L3 group (ascending ids): each
+    group says which unit it fills whole (``"socket"``, ``"NUMA node"``,
     ``"L3 group"``), its full cores (all SMT siblings taken) and single threads. Pure."""
     d = topo.details
     groups: dict[tuple[int, int, int], list[int]] = {}
