@@ -95,7 +95,7 @@ class Explainer:
         rec["mems"] = str(d.mems) if d.mems else ""
         if d.exclusive and d.cpus:
             topo = m.policy.topology
-            rec["take"] = take_steps(d.cpus, topo, pre.default_set if pre else None)
+            rec["take"] = take_steps(d.cpus, topo)
             if pre is not None:
                 rec["options"] = self._counterfactuals(info, pre, d.cpus)
             rec["reason"] = (f"Guaranteed with {info.resources.integer_cpus} whole CPU(s): "
@@ -262,8 +262,7 @@ def _shared_reason(info: ContainerInfo, d: Decision) -> str:
             "CPUs: runs on the shared pool")
 
 
-def take_steps(cpus: CPUSet, topo: CPUTopology, free_before: CPUSet | None = None) \
-        -> list[dict[str, Any]]:
+def take_steps(cpus: CPUSet, topo: CPUTopology) -> list[dict[str, Any]]:
     """The CPUs of a take grouped by socket, NUMA node and L3 group (ascending ids): each
     group says which unit it fills whole (``"socket"``, ``"NUMA node"``,
     ``"L3 group"``), its full cores (all SMT siblings taken) and single threads. Pure."""
