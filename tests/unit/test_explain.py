@@ -140,3 +140,24 @@ def test_plugin_records_live_containers_and_refusals_for_explain(tmp_path, capsy
     q.save()
     assert main(["explain", "--state-dir", str(off), "x"]) == 1
     assert "explainDecisions: true" in capsys.readouterr().err
+
+
+def test_debug_level_turns_explanations_on_and_logs_them(tmp_path, caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG, "nri_cpumgr")
+    cfg = parse_config("cpuManagerPolicy: static\nreservedSystemCPUs: '0'\n"
+                       "topologyManagerPolicy: single-numa-node\n"
+                       f"stateDirectory: {tmp_path}\n")
+    p = Plugin(cfg, discover(str(FIXTURES / "dual-socket-smt")))
+    assert p.explainer is not None  # explainDecisions is false, but -v asks for them
+    p.synchronize([], [])
+    try:
+        p.create_container(nri_pb2.CreateContainerRequest(pod=_pod("g10"),
+                                                          container=_ctr("g10", 10000)))
+    except PluginError:
+        pass
+    lines = [r.message for r in caplog.records
+             if r.name == "nri_cpumgr.explain" and r.levelno == logging.DEBUG]
+    assert any("why: single-numa-node needs one NUMA node with 10 free CPUs" in m
+               for m in lines), lines
