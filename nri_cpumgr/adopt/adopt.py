@@ -70,12 +70,12 @@ class Adoption:
         if self.cpu.version == 1:  # keyed by container id: find pod uid and name
             for cid, cpus in self.cpu.by_container_id.items():
                 i = by_id.get(cid)
-                if i is None:
+                if i is None:  # seed() left its CPUs in the default set
                     self._say(f"not matched: container id {cid} (cpus {cpus}) is not in the "
-                              "runtime; its CPUs go back to the shared pool")
-                    state.default_set = state.default_set | cpus
+                              "runtime; its CPUs stay in the shared pool")
                     continue
                 state.set_cpuset(i.pod_uid, i.name, cpus)
+                state.default_set = state.default_set - cpus
         by_key = {i.key: (i, False) for i in stopped}
         by_key.update({i.key: (i, True) for i in live})
         adopted = exited = 0
@@ -150,7 +150,10 @@ def seed(
         log.warning("kubelet checkpoint %s holds static assignments but cpuManagerPolicy is "
                     "%r: not adopted", cpu.path, cpu_policy)
         return None, None, None
-    body = {"policyName": "static", "defaultCpuSet": str(cpu.default_set),
+    default = cpu.default_set
+    for cpus in cpu.by_container_id.values():  # v1: placed at the first Synchronize
+        default = default | cpus
+    body = {"policyName": "static", "defaultCpuSet": str(default),
             "entries": {uid: {n: str(c) for n, c in conts.items()}
                         for uid, conts in cpu.entries.items()}}
     mem_body, n_mem = _memory(d, memory_policy)

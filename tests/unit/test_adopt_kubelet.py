@@ -233,3 +233,20 @@ def test_memory_blocks_are_adopted(tmp_path):
     assert p.manager.containers["c-g2-app"].mems == d.mems
     saved = Checkpoint(tmp_path / "state" / "memory_manager_state").load()
     assert saved is not None and saved["assignments"]["g2"]["app"]
+
+
+def test_v1_checkpoint_is_matched_by_container_id(tmp_path, caplog):
+    d = tmp_path / "kubelet"
+    d.mkdir()
+    body = {"policyName": "static", "defaultCpuSet": "0,3,5-11,13-15",
+            "entries": {"c-g2-app": "4,12", "c-g1-app": "1", "c-gone": "2"}}
+    (d / "cpu_manager_state").write_text(json.dumps({**body,
+                                                     "checksum": cpu_checksum(body, 1)}))
+    caplog.set_level(logging.INFO, "nri_cpumgr")
+    p = plugin(tmp_path)
+    assert p.adoption is not None and p.adoption.cpu.version == 1
+    assert p.synchronize(*node()) == []
+    assert p.manager.state.assignments == {"g2": {"app": CPUSet({4, 12})},
+                                           "g1": {"app": CPUSet({1})}}
+    assert "not matched: container id c-gone (cpus 2)" in caplog.text
+    assert str(p.manager.shared_pool()) == DEFAULT  # CPU 2 back in the shared pool
