@@ -41,7 +41,8 @@ def load_machine(sysfs_root: str | None, topology_json: str | None) -> Machine:
 
 def load_state(path: str | None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """``(cpu body, memory body)`` from the plugin's state directory (checkpoints verified),
-    a checkpoint file, or the output of ``nri-cpumgr status --json``."""
+    a checkpoint file, the output of ``nri-cpumgr status --json``, or the kubelet's own
+    ``cpu_manager_state`` (v2, checksum verified: a node the kubelet still manages)."""
     if not path:
         return None, None
     p = Path(path)
@@ -63,6 +64,20 @@ def load_state(path: str | None) -> tuple[dict[str, Any] | None, dict[str, Any] 
             return Checkpoint(p).load(), None
         except CheckpointError as e:
             raise InputError(str(e)) from None
+    if "checksum" in doc and "data" not in doc:  # the kubelet's own cpu_manager_state
+        from nri_cpumgr.adopt.kubelet import KubeletCheckpointError, load_cpu_state
+
+        try:
+            k = load_cpu_state(p)
+        except KubeletCheckpointError as e:
+            raise InputError(str(e)) from None
+        assert k is not None
+        if k.version != 2:
+            raise InputError(f"{path}: a v1 kubelet checkpoint (keyed by container id) "
+                             "cannot be planned on")
+        return {"policyName": k.policy, "defaultCpuSet": str(k.default_set),
+                "entries": {u: {n: str(c) for n, c in cs.items()}
+                            for u, cs in k.entries.items()}}, None
     if "defaultCpuSet" not in doc:
         raise InputError(f"{path}: not a checkpoint or `status --json` output "
                          "(no defaultCpuSet)")
@@ -117,8 +132,9 @@ def add_parser(sub: Any) -> None:
     m.add_argument("--topology", metavar="JSON",
                    help="the machine as `nri-cpumgr topology --json` printed it on the node")
     p.add_argument("--state", metavar="DIR|FILE",
-                   help="the node's current state: the plugin's state directory, or the "
-                   "output of `nri-cpumgr status --json` (default: an empty node)")
+                   help="the node's current state: the plugin's state directory, the "
+                   "output of `nri-cpumgr status --json`, or the kubelet's cpu_manager_state "
+                   "(default: an empty node)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--explain", action="store_true", help="say why, for each container")
     p.set_defaults(func=cmd_plan)

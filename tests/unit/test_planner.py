@@ -163,3 +163,25 @@ def _cpus(text: str) -> list[int]:
     from nri_cpumgr.cpuset import CPUSet
 
     return list(CPUSet.parse(text))
+
+
+def test_plan_on_the_kubelets_checkpoint(tmp_path, capsys):
+    from nri_cpumgr.adopt.kubelet import cpu_checksum
+
+    body = {"policyName": "static", "defaultCpuSet": "0,3,8,11",
+            "entries": {"u1": {"x": "1-2,4-7,9-10,12-15"}}}
+    k = tmp_path / "cpu_manager_state"
+    k.write_text(json.dumps({**body, "checksum": cpu_checksum(body)}))
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("cpuManagerPolicy: static\nreservedSystemCPUs: '0'\n")
+    pods = tmp_path / "p.yaml"
+    pods.write_text("kind: Pod\nmetadata: {name: two}\nspec:\n  containers:\n"
+                    "  - {name: c, resources: {limits: {cpu: '2', memory: 1G}}}\n")
+    argv = ["plan", "--json", "--config", str(cfg), "--sysfs-root", str(DUAL), "--state", str(k),
+            str(pods)]
+    assert main(argv) == 0
+    c = json.loads(capsys.readouterr().out)["pods"][0]["containers"][0]
+    assert (c["decision"], c["cpus"]) == ("exclusive", "3,11")
+    k.write_text(json.dumps({**body, "checksum": cpu_checksum(body) ^ 1}))
+    assert main(argv) == 2
+    assert "checksum mismatch" in capsys.readouterr().err
