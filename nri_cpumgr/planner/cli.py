@@ -102,7 +102,9 @@ def load_manifests(paths: list[str]) -> list[PlannedPod]:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     try:
-        config = load_config(args.config)
+        from nri_cpumgr.cli import _config_path
+
+        config = load_config(_config_path(args.config))
         machine = load_machine(args.sysfs_root, args.topology)
         cpu, mem = load_state(args.state)
         pods = load_manifests(args.manifests)
@@ -126,7 +128,8 @@ def add_parser(sub: Any) -> None:
         "the machine (and state) given. No runtime, nothing written.")
     p.add_argument("manifests", nargs="+", metavar="MANIFEST",
                    help="Pod manifests (YAML, several documents allowed; - for stdin)")
-    p.add_argument("--config", help="the plugin's config file (default: the built-in defaults)")
+    p.add_argument("--config", help="the plugin's config file (default: "
+                   "/etc/nri-cpumgr/config.yaml if present, else the built-in defaults)")
     m = p.add_mutually_exclusive_group()
     m.add_argument("--sysfs-root", help="read the machine from DIR/sys (default: /)")
     m.add_argument("--topology", metavar="JSON",
