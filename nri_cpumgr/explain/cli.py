@@ -10,13 +10,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
-from nri_cpumgr.explain import EXPLANATIONS_NAME, find, render
-
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
     from nri_cpumgr.cli import _config_path
     from nri_cpumgr.config import load_config
+    from nri_cpumgr.explain.explainer import EXPLANATIONS_NAME, find, render
 
     if args.state_dir:
         state_dir = Path(args.state_dir)

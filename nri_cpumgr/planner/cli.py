@@ -10,13 +10,16 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
-from nri_cpumgr.config import ConfigError, load_config
-from nri_cpumgr.planner.manifest import ManifestError, PlannedPod, load_pods
-from nri_cpumgr.planner.plan import Planner, format_plan, machine_from_json
-from nri_cpumgr.topology import Machine
+
+if TYPE_CHECKING:
+    from nri_cpumgr.planner.manifest import PlannedPod
+    from nri_cpumgr.topology import Machine
+
+# the planner's modules are imported when `plan` runs: building the command line of
+# `nri-cpumgr run` must not load them
 
 CPU_STATE = "cpu_manager_state"
 MEMORY_STATE = "memory_manager_state"
@@ -27,6 +30,8 @@ class InputError(Exception):
 
 
 def load_machine(sysfs_root: str | None, topology_json: str | None) -> Machine:
+    from nri_cpumgr.planner.plan import machine_from_json
+
     if topology_json:
         try:
             doc = json.loads(_read(topology_json))
@@ -94,6 +99,8 @@ def _read(path: str) -> str:
 
 
 def load_manifests(paths: list[str]) -> list[PlannedPod]:
+    from nri_cpumgr.planner.manifest import load_pods
+
     pods: list[PlannedPod] = []
     for path in paths:
         pods += load_pods(_read(path), "stdin" if path == "-" else path)
@@ -101,6 +108,10 @@ def load_manifests(paths: list[str]) -> list[PlannedPod]:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from nri_cpumgr.config import ConfigError, load_config
+    from nri_cpumgr.planner.manifest import ManifestError
+    from nri_cpumgr.planner.plan import Planner, format_plan
+
     try:
         from nri_cpumgr.cli import _config_path
 

@@ -152,7 +152,7 @@ class Planner:
         self._seq = 0
         self.explainer = None
         if explain:
-            from nri_cpumgr.explain import Explainer
+            from nri_cpumgr.explain.explainer import Explainer
 
             self.explainer = Explainer(self.manager, config)
 
@@ -261,6 +261,6 @@ def format_plan(result: PlanResult) -> str:
 
 def explain_lines(record: dict[str, Any]) -> list[str]:
     """An explanation record as text lines (nri_cpumgr.explain renders them)."""
-    from nri_cpumgr.explain import render
+    from nri_cpumgr.explain.explainer import render
 
     return render(record)

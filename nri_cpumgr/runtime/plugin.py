@@ -28,7 +28,7 @@ from nri_cpumgr.cm.container_manager import AdmissionError, ContainerManager, De
 from nri_cpumgr.cm.memorymanager.state import MemoryState
 from nri_cpumgr.config import Config, ConfigError, parse_config
 from nri_cpumgr.cpuset import CPUSet
-from nri_cpumgr.explain import EXPLANATIONS_NAME, Explainer
+from nri_cpumgr.explain.explainer import EXPLANATIONS_NAME, Explainer
 from nri_cpumgr.managers import (  # noqa: F401 - shared with the planner, re-exported
     build_memory_manager,
     build_policy,

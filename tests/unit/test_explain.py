@@ -55,7 +55,9 @@ def test_distribute_across_numa_reason_matches_the_topology():
     effect = rec["options"]["distribute-cpus-across-numa"]
     assert effect.startswith("without it: ")
     assert CPUSet.parse(effect.removeprefix("without it: ")) != got
-    text = "\n".join(__import__("nri_cpumgr.explain", fromlist=["render"]).render(rec))
+    from nri_cpumgr.explain.explainer import render
+
+    text = "\n".join(render(rec))
     assert "per NUMA node: NUMA 0: 10, NUMA 1: 10" in text
     assert "free before: NUMA 0: 1-7,16-23 (15), NUMA 1: 8-15,24-31 (16)" in text
 
