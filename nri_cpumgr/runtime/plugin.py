@@ -28,7 +28,6 @@ from nri_cpumgr.cm.container_manager import AdmissionError, ContainerManager, De
 from nri_cpumgr.cm.memorymanager.state import MemoryState
 from nri_cpumgr.config import Config, ConfigError, parse_config
 from nri_cpumgr.cpuset import CPUSet
-from nri_cpumgr.explain.explainer import EXPLANATIONS_NAME, Explainer
 from nri_cpumgr.managers import (  # noqa: F401 - shared with the planner, re-exported
     build_memory_manager,
     build_policy,
@@ -154,8 +153,10 @@ class Plugin:
         )
         # explanations (nri_cpumgr.explain): only when asked, written with the snapshots
         self.explainer = None
-        self.explanations = Checkpoint(config.state_path(EXPLANATIONS_NAME))
         if config.explainDecisions or log.isEnabledFor(logging.DEBUG):
+            from nri_cpumgr.explain.explainer import EXPLANATIONS_NAME, Explainer
+
+            self.explanations = Checkpoint(config.state_path(EXPLANATIONS_NAME))
             self.explainer = Explainer(self.manager, config)
         if self.pool_sync is not None:
             self.pool_sync.close()
