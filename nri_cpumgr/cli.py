@@ -1,7 +1,8 @@
 """nri-cpumgr: the kubelet's CPU, Topology and Memory managers as an NRI plugin.
 
 Commands: run (the plugin), topology (the machine as the managers see it), status (the
-checkpointed assignments). Started by the runtime from its plugin_path with no arguments
+checkpointed assignments), plan (a dry run for Pod manifests), explain (why a container got
+its CPUs). Started by the runtime from its plugin_path with no arguments
 (NRI_PLUGIN_SOCKET set), it runs the plugin: configuration from the runtime's Configure
 request, else /etc/nri-cpumgr/config.yaml if present, else the defaults; log in
 <stateDirectory>/nri-cpumgr.log.
@@ -333,6 +334,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--state-dir", help="read the checkpoint from DIR (overrides the config)")
     s.add_argument("--json", action="store_true", help="print the checkpoint as JSON")
     s.set_defaults(func=cmd_status)
+
+    from nri_cpumgr.planner.cli import add_parser as add_plan  # plan (issue 12)
+
+    add_plan(sub)
+    from nri_cpumgr.explain.cli import add_parser as add_explain  # explain (issue 12)
+
+    add_explain(sub)
     return p
 
 

@@ -151,6 +151,12 @@ class Config:
     sharedPoolShrinkDelay: str = "1s"
     sharedPoolGrowDelay: str = "10s"
     sharedPoolUpdateBatchSize: int = 10
+    # --- the plugin's own: with no checkpoint of its own, start from the kubelet's
+    # cpu_manager_state / memory_manager_state found here ("" = never; nri_cpumgr.adopt) ---
+    kubeletStateDirectory: str = "/var/lib/kubelet"
+    # --- the plugin's own: record why each container got its CPUs (nri_cpumgr.explain;
+    # `nri-cpumgr explain`); also on at debug level (-v) ---
+    explainDecisions: bool = False
 
     @classmethod
     def model_validate(cls, doc: Any) -> Config:
@@ -448,6 +454,8 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "sharedPoolShrinkDelay": _duration,
     "sharedPoolGrowDelay": _duration,
     "sharedPoolUpdateBatchSize": _positive_int,
+    "kubeletStateDirectory": _string,
+    "explainDecisions": _boolean,
 }
 
 
