@@ -223,6 +223,8 @@ class Plugin:
             topology_manager=tm,
             memory=memory,
             align_mems_with_cpus=config.alignMemoryWithExclusiveCPUs,
+            feature_gates=dict(config.featureGates),
+            topology_manager_scope=config.topologyManagerScope,
         )
         if self.pool_sync is not None:
             self.pool_sync.close()
@@ -413,6 +415,8 @@ class Plugin:
                 cpu.quota.value = -1  # exclusive CPUs: no CFS quota (kubelet >= 1.32)
         if d.mems:
             cpu.mems = str(d.mems)
+        for u in d.pod_updates:  # pod-level: the pod's shared containers follow its pool
+            resp.update.append(_update(u))
         ps = self.pool_sync
         if ps is not None and self.manager.static:
             if d.exclusive:
@@ -422,6 +426,8 @@ class Plugin:
                 ps.add(info.id, d.cpus, _mems_text(d.mems))
             self._pool_changed()
         self._log_decision("create", info, d)
+        if self.manager.pod_level is not None:
+            self.manager.pod_level.log_decision(info, d)
         self._changed()
         self._observe("CreateContainer", t0)
         return resp
@@ -432,13 +438,40 @@ class Plugin:
         t0 = time.perf_counter()
         resp = nri_pb2.UpdateContainerResponse()
         cid = req.container.id
-        d = self.manager.update(cid)
+        d = self._resize(req)
         if d is not None:
             resp.update.append(_update(d))
             if self.pool_sync is not None and self.manager.is_shared(cid) and d.cpus:
                 self.pool_sync.add(cid, d.cpus, _mems_text(d.mems))
         self._observe("UpdateContainer", t0)
         return resp
+
+    def _resize(self, req: nri_pb2.UpdateContainerRequest) -> Decision | None:
+        """The manager's answer to an UpdateContainer, resizing exclusive CPUs when the new
+        resources ask for it (nri_cpumgr.cm.podresources); a refused resize fails the call
+        with the kubelet's reason, so the runtime applies none of it."""
+        from nri_cpumgr.cm.podresources.resize import ResizeRefused
+        from nri_cpumgr.podmodel.nri import resources_from_nri
+
+        cid = req.container.id
+        new = resources_from_nri(req.linux_resources) if req.HasField("linux_resources") \
+            else None
+        t = self.manager.containers.get(cid)
+        before = t.applied if t is not None else None
+        try:
+            d = self.manager.update(cid, new)
+        except ResizeRefused as e:
+            if t is not None:
+                log.warning("resize pod=%s/%s container=%s refused, keeps cpus=%s: %s",
+                            t.info.namespace, t.info.pod_name, t.info.name, before, e)
+            raise PluginError(str(e)) from None
+        if t is not None and d is not None and t.exclusive and before != t.applied:
+            log.info("resize pod=%s/%s container=%s cpus=%s -> %s shared-pool=%s",
+                     t.info.namespace, t.info.pod_name, t.info.name, before, t.applied,
+                     self.manager.shared_pool())
+            self._pool_changed()
+            self._changed()
+        return d
 
     def stop_container(self, req: nri_pb2.StopContainerRequest) -> nri_pb2.StopContainerResponse:
         t0 = time.perf_counter()
