@@ -422,7 +422,8 @@ class Plugin:
             if d.exclusive:
                 ps.discard(info.id)
                 ps.allocated(info.id)
-            elif d.cpus is not None:
+            elif d.cpus is not None and self.manager.is_shared(info.id):
+                # (a pod-level pod's shared containers follow their pod's pool instead)
                 ps.add(info.id, d.cpus, _mems_text(d.mems))
             self._pool_changed()
         self._log_decision("create", info, d)

@@ -9,6 +9,7 @@ runtime writes (see test_topology_alignment.py for the same approach).
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import grpc
@@ -71,6 +72,10 @@ def test_pod_scope_docs_example(containerd, cri, e2e_workdir):
         assert spec(cri, be) == ALL - bubble
         plugin.wait_for_log("pod-level pod=e2e/pod-scope-mixed container=main-app "
                             "pool=pod-exclusive", timeout=5)
+        # the node's shared-pool sync (sharedPoolShrinkDelay 1 s) leaves them on their pod's
+        # pool
+        time.sleep(1.5)
+        assert spec(cri, metrics) == spec(cri, logging_) == bubble - slice_
         cp = eventually(lambda: checkpoint(e2e_workdir).get("podPools", {}).get(
             cri.pods[pod].metadata.uid, {}).get("podSharedPool"), str(bubble - slice_))
         assert cp == str(bubble - slice_)
@@ -156,5 +161,35 @@ def test_resize_with_the_gate_off_changes_nothing_and_says_why(containerd, cri, 
                'policy "static"' in e.value.details()
         assert spec(cri, cid) == first
         plugin.wait_for_log("resize pod=e2e/resize-off container=app refused", timeout=5)
+    finally:
+        plugin.stop()
+
+
+def test_pod_shared_pool_on_this_host_in_cgroup_and_proc(containerd, cri, e2e_workdir):
+    """On the 2-CPU host itself (CPU 0 reserved): a 1-CPU pod budget whose only container
+    is a sidecar without resources runs on the pod's bubble (CPU 1), isolated from the
+    node's shared pool (CPU 0), in spec, cgroup and /proc; the pod's removal returns CPU 1
+    to the node's shared containers."""
+    from tests.e2e.harness import cgroups
+
+    if cgroups.host_online_cpus() != "0-1":
+        pytest.skip(f"needs a 2-CPU host, have {cgroups.host_online_cpus()}")
+    plugin = start_plugin(containerd, e2e_workdir, topologyManagerScope="pod",
+                          featureGates=GATES, sharedPoolGrowDelay="1s")
+    try:
+        budget = {"requests": {"cpu": "1", "memory": "256Mi"},
+                  "limits": {"cpu": "1", "memory": "256Mi"}}
+        pod = cri.run_pod("bubble", "Guaranteed", pod_resources=budget)
+        side = cri.create_container(pod, "sidecar")
+        cri.start_container(side)
+        be = cri.create_container(cri.run_pod("be", "BestEffort"), "app")
+        cri.start_container(be)
+        assert (cri.spec_cpus(side), cri.cgroup_cpus(side), cri.proc_cpus(side)) == ("1",) * 3, \
+            plugin.log_text()[-3000:]
+        assert (cri.spec_cpus(be), cri.cgroup_cpus(be), cri.proc_cpus(be)) == ("0",) * 3
+        cri.stop_pod(pod)
+        cri.remove_pod(pod)
+        assert eventually(lambda: cri.cgroup_cpus(be), "0-1", timeout=15) == "0-1"
+        assert cri.proc_cpus(be) == "0-1"
     finally:
         plugin.stop()
