@@ -239,3 +239,22 @@ def test_resize_with_the_gate_off_changes_nothing_and_says_why():
     # the same count (a memory-only or limit-only update) keeps the pinning, as before
     same = m.update("g", res(2, GI))
     assert same is not None and same.cpus == first and same.exclusive
+
+
+def test_status_shows_pod_pools_and_resized_containers(tmp_path, capsys):
+    from nri_cpumgr.checkpoint import Checkpoint
+    from nri_cpumgr.cli import main
+
+    m = manager(gates={**ON, **RESIZE_ON})
+    _, _, main_app = docs_pod_scope(m)
+    bubble = m.state.get_cpuset("p", POD_ENTRY)
+    g = m.admit(ctr("g", "q", "app", res(1, GI), None))
+    grown = m.update("g", res(2, GI)).cpus
+    Checkpoint(tmp_path / "cpu_manager_state").save(m.checkpoint())
+    assert main(["status", "--state-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    pool = bubble - main_app.cpus
+    assert (f"  ns/p  bubble={bubble}  pod-shared-pool={pool}  mems=-  "
+            "logging-sidecar=pod-shared main-app=pod-exclusive metrics-sidecar=pod-shared"
+            ) in out.splitlines()
+    assert f"  ns/q app  {g.cpus} -> {grown}  (promised {g.cpus})" in out.splitlines()
