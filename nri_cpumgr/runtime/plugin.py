@@ -226,6 +226,7 @@ class Plugin:
             feature_gates=dict(config.featureGates),
             topology_manager_scope=config.topologyManagerScope,
         )
+        self.manager.resizer.restore(body)  # promised CPUs of resized containers
         if self.pool_sync is not None:
             self.pool_sync.close()
         self.pool_sync = SharedPoolSync(

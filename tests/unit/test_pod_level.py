@@ -258,3 +258,19 @@ def test_status_shows_pod_pools_and_resized_containers(tmp_path, capsys):
             "logging-sidecar=pod-shared main-app=pod-exclusive metrics-sidecar=pod-shared"
             ) in out.splitlines()
     assert f"  ns/q app  {g.cpus} -> {grown}  (promised {g.cpus})" in out.splitlines()
+
+
+def test_promised_cpus_survive_a_restart_through_the_checkpoint():
+    m = manager("container", gates=RESIZE_ON)
+    first = m.admit(ctr("g", "p", "app", res(2, GI), None)).cpus
+    m.update("g", res(4, GI))
+    body = m.checkpoint()
+    state = CPUManagerState(assignments={u: dict(c) for u, c in m.state.assignments.items()},
+                            default_set=m.state.default_set)
+    m2 = manager("container", gates=RESIZE_ON, state=state)
+    m2.resizer.restore(body)
+    grown = m.state.get_cpuset("p", "app")
+    m2.synchronize([ctr("g", "p", "app", res(4, GI), None, current=str(grown))])
+    assert m2.update("g", res(2, GI)).cpus == first
+    m2.resizer.restore({"resized": {"gone/app": {"promised": "1"}, "p/app": {"x": 1}}})
+    assert set(m2.resizer.promised) == {("p", "app")}

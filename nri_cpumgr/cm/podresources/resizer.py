@@ -84,4 +84,21 @@ class Resizer:
                 del d[key]
 
     def rows(self) -> dict[str, dict[str, Any]]:
-        return {f"{uid}/{name}": dict(v) for (uid, name), v in self.resized.items()}
+        """The last resize of each container that still holds exclusive CPUs."""
+        return {f"{uid}/{name}": dict(v) for (uid, name), v in self.resized.items()
+                if self.cm.state.get_cpuset(uid, name) is not None}
+
+    def restore(self, body: Mapping[str, Any] | None) -> None:
+        """Take the promised CPUs and last resizes back from a checkpoint body (its
+        ``resized`` section), so a shrink after a plugin restart still keeps the CPUs the
+        container was admitted with. Entries of containers without CPUs are ignored."""
+        for key, r in ((body or {}).get("resized") or {}).items():
+            uid, _, name = str(key).partition("/")
+            try:
+                promised = CPUSet.parse(r["promised"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            if self.cm.state.get_cpuset(uid, name) is None:
+                continue
+            self.promised[(uid, name)] = promised
+            self.resized[(uid, name)] = {k: str(r.get(k, "")) for k in ("from", "to", "promised")}
