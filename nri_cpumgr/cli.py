@@ -281,7 +281,31 @@ def cmd_status(args: argparse.Namespace) -> int:
     print()
     for row in table:
         print("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+    _print_pod_level(body)
     return 0
+
+
+def _print_pod_level(body: dict) -> None:
+    """Pod pools (pod-level resource managers) and resized containers, when there are."""
+    names = {}
+    for r in body.get("containers", []):
+        names.setdefault(r.get("podUID"), r["pod"])
+    pools = body.get("podPools") or {}
+    if pools:
+        print("\npod pools (pod-level resource managers):")
+        for uid, p in sorted(pools.items()):
+            members = [f"{r['container']}={r.get('pool', '')}"
+                       for r in body.get("containers", []) if r.get("podUID") == uid]
+            print(f"  {names.get(uid, uid)}  bubble={p['bubble']}  "
+                  f"pod-shared-pool={p['podSharedPool'] or '-'}  mems={p.get('mems') or '-'}  "
+                  f"{' '.join(members)}".rstrip())
+    resized = body.get("resized") or {}
+    if resized:
+        print("\nresized containers:")
+        for key, r in sorted(resized.items()):
+            uid, _, name = key.partition("/")
+            print(f"  {names.get(uid, uid)} {name}  {r['from']} -> {r['to']}  "
+                  f"(promised {r['promised']})")
 
 
 def _version() -> str:

@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
+from nri_cpumgr.cm.container_manager import ContainerManager
 from nri_cpumgr.cm.cpumanager import CPUManagerState, NonePolicy, StaticPolicy
 from nri_cpumgr.cm.cpumanager.errors import InvalidPolicyOptionError
 from nri_cpumgr.cm.cpumanager.policy_options import ALL_OPTIONS
@@ -137,3 +138,20 @@ def restore_memory_state(memory: MemoryManager, checkpoint: Checkpoint) -> None:
         except Exception as e:
             log.warning("memory checkpoint rejected (%s): starting fresh", e)
     memory.start(MemoryState())
+
+
+def build_container_manager(config: Config, policy: StaticPolicy | NonePolicy,
+                            state: CPUManagerState, topology_manager: TopologyManager | None,
+                            memory: MemoryManager | None) -> ContainerManager:
+    """The container manager over the built managers, with the config's memory alignment,
+    feature gates (pod-level resource managers, in-place resize) and Topology Manager scope:
+    the one construction the plugin and the planner share."""
+    return ContainerManager(
+        policy,
+        state,
+        topology_manager=topology_manager,
+        memory=memory,
+        align_mems_with_cpus=config.alignMemoryWithExclusiveCPUs,
+        feature_gates=dict(config.featureGates),
+        topology_manager_scope=config.topologyManagerScope,
+    )

@@ -41,6 +41,11 @@ KNOWN_FEATURE_GATES = frozenset({
     "TopologyManagerPolicyAlphaOptions",
     "TopologyManagerPolicyBetaOptions",
     "TopologyManagerPolicyOptions",
+    # pod-level resource managers and in-place resize (nri_cpumgr.cm.podresources.gates)
+    "PodLevelResources",
+    "PodLevelResourceManagers",
+    "InPlacePodVerticalScalingExclusiveCPUs",
+    "InPlacePodVerticalScalingExclusiveMemory",
 })
 
 _PLUGIN_NAME = re.compile(r"[A-Za-z0-9_.-]+")

@@ -21,11 +21,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from nri_cpumgr.cm.container_manager import AdmissionError, ContainerManager
+from nri_cpumgr.cm.container_manager import AdmissionError
 from nri_cpumgr.cm.memorymanager.state import MemoryState
 from nri_cpumgr.config import Config, ConfigError
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.managers import (
+    build_container_manager,
     build_memory_manager,
     build_policy,
     build_topology_manager,
@@ -142,13 +143,7 @@ class Planner:
                 raise ConfigError(
                     f"memory state does not fit this machine and config: {e}") from None
         # the plugin's construction (runtime/plugin.py Plugin._setup)
-        self.manager = ContainerManager(
-            policy,
-            state,
-            topology_manager=tm,
-            memory=memory,
-            align_mems_with_cpus=config.alignMemoryWithExclusiveCPUs,
-        )
+        self.manager = build_container_manager(config, policy, state, tm, memory)
         self._seq = 0
         self.explainer = None
         if explain:

@@ -24,12 +24,13 @@ from nri_cpumgr.adopt.adopt import adopt_memory
 from nri_cpumgr.adopt.adopt import seed as adopt_seed
 from nri_cpumgr.api import nri_pb2
 from nri_cpumgr.checkpoint import BackgroundWriter, Checkpoint, CheckpointError
-from nri_cpumgr.cm.container_manager import AdmissionError, ContainerManager, Decision
+from nri_cpumgr.cm.container_manager import AdmissionError, Decision
 from nri_cpumgr.cm.memorymanager.state import MemoryState
 from nri_cpumgr.config import Config, ConfigError, parse_config
 from nri_cpumgr.config.model import with_source
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.managers import (  # noqa: F401 - shared with the planner, re-exported
+    build_container_manager,
     build_memory_manager,
     build_policy,
     build_topology_manager,
@@ -145,13 +146,7 @@ class Plugin:
                 adopt_memory(memory, kubelet_memory)
             else:
                 restore_memory_state(memory, self.memory_checkpoint)
-        self.manager = ContainerManager(
-            self.policy,
-            state,
-            topology_manager=tm,
-            memory=memory,
-            align_mems_with_cpus=config.alignMemoryWithExclusiveCPUs,
-        )
+        self.manager = build_container_manager(config, self.policy, state, tm, memory)
         # explanations (nri_cpumgr.explain): only when asked, written with the snapshots
         self.explainer = None
         if config.explainDecisions or log.isEnabledFor(logging.DEBUG):
@@ -159,6 +154,7 @@ class Plugin:
 
             self.explanations = Checkpoint(config.state_path(EXPLANATIONS_NAME))
             self.explainer = Explainer(self.manager, config)
+        self.manager.resizer.restore(body)  # promised CPUs of resized containers
         if self.pool_sync is not None:
             self.pool_sync.close()
         self.pool_sync = SharedPoolSync(
@@ -358,15 +354,20 @@ class Plugin:
                 cpu.quota.value = -1  # exclusive CPUs: no CFS quota (kubelet >= 1.32)
         if d.mems:
             cpu.mems = str(d.mems)
+        for u in d.pod_updates:  # pod-level: the pod's shared containers follow its pool
+            resp.update.append(_update(u))
         ps = self.pool_sync
         if ps is not None and self.manager.static:
             if d.exclusive:
                 ps.discard(info.id)
                 ps.allocated(info.id)
-            elif d.cpus is not None:
+            elif d.cpus is not None and self.manager.is_shared(info.id):
+                # (a pod-level pod's shared containers follow their pod's pool instead)
                 ps.add(info.id, d.cpus, _mems_text(d.mems))
             self._pool_changed()
         self._log_decision("create", info, d)
+        if self.manager.pod_level is not None:
+            self.manager.pod_level.log_decision(info, d)
         self._changed()
         self._observe("CreateContainer", t0)
         return resp
@@ -377,13 +378,40 @@ class Plugin:
         t0 = time.perf_counter()
         resp = nri_pb2.UpdateContainerResponse()
         cid = req.container.id
-        d = self.manager.update(cid)
+        d = self._resize(req)
         if d is not None:
             resp.update.append(_update(d))
             if self.pool_sync is not None and self.manager.is_shared(cid) and d.cpus:
                 self.pool_sync.add(cid, d.cpus, _mems_text(d.mems))
         self._observe("UpdateContainer", t0)
         return resp
+
+    def _resize(self, req: nri_pb2.UpdateContainerRequest) -> Decision | None:
+        """The manager's answer to an UpdateContainer, resizing exclusive CPUs when the new
+        resources ask for it (nri_cpumgr.cm.podresources); a refused resize fails the call
+        with the kubelet's reason, so the runtime applies none of it."""
+        from nri_cpumgr.cm.podresources.resize import ResizeRefused
+        from nri_cpumgr.podmodel.nri import resources_from_nri
+
+        cid = req.container.id
+        new = resources_from_nri(req.linux_resources) if req.HasField("linux_resources") \
+            else None
+        t = self.manager.containers.get(cid)
+        before = t.applied if t is not None else None
+        try:
+            d = self.manager.update(cid, new)
+        except ResizeRefused as e:
+            if t is not None:
+                log.warning("resize pod=%s/%s container=%s refused, keeps cpus=%s: %s",
+                            t.info.namespace, t.info.pod_name, t.info.name, before, e)
+            raise PluginError(str(e)) from None
+        if t is not None and d is not None and t.exclusive and before != t.applied:
+            log.info("resize pod=%s/%s container=%s cpus=%s -> %s shared-pool=%s",
+                     t.info.namespace, t.info.pod_name, t.info.name, before, t.applied,
+                     self.manager.shared_pool())
+            self._pool_changed()
+            self._changed()
+        return d
 
     def stop_container(self, req: nri_pb2.StopContainerRequest) -> nri_pb2.StopContainerResponse:
         t0 = time.perf_counter()
