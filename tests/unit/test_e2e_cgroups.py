@@ -158,6 +158,15 @@ def test_live_node_detection(tmp_path: Path) -> None:
     assert "kubepods holds processes" in r
     _write(proc / "900/comm", "kubelet")
     assert cg.live_node_reasons(proc, {})[0] == "a kubelet process runs (pid 900)"
+    # a kubelet in a mount namespace of its own (the test cluster, a kind node) does not count
+    (proc / "self/ns").mkdir(parents=True)
+    (proc / "900/ns").mkdir()
+    (proc / "self/ns/mnt").symlink_to("mnt:[4026531841]")
+    (proc / "900/ns/mnt").symlink_to("mnt:[4026532999]")
+    assert cg.live_node_reasons(proc, {}) == []
+    (proc / "900/ns/mnt").unlink()
+    (proc / "900/ns/mnt").symlink_to("mnt:[4026531841]")
+    assert cg.live_node_reasons(proc, {})[0] == "a kubelet process runs (pid 900)"
 
 
 @pytest.mark.parametrize(("qos", "expected"), [

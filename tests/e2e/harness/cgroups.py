@@ -247,13 +247,15 @@ def cgroup_v1_cpuset_available() -> bool:
 def live_node_reasons(proc: Path = Path("/proc"),
                       hierarchies: dict[str, Path] | None = None) -> list[str]:
     """Why this machine looks like a live Kubernetes node (empty list = it does not): a
-    ``kubelet`` process runs, or a cgroup in the node's own ``/kubepods`` / ``/kubepods.slice``
-    tree holds processes, in some hierarchy. The tests refuse to run there unless
-    ``NRI_E2E_ALLOW_LIVE_NODE=1``."""
+    ``kubelet`` process runs in this mount namespace, or a cgroup in the node's own
+    ``/kubepods`` / ``/kubepods.slice`` tree holds processes, in some hierarchy. The tests
+    refuse to run there unless ``NRI_E2E_ALLOW_LIVE_NODE=1``. A kubelet in a mount namespace of
+    its own (the project's test cluster, a kind node) manages its own containers, not this
+    node's: it does not count."""
     reasons: list[str] = []
     for comm in proc.glob("[0-9]*/comm"):
         try:
-            if comm.read_text().strip() == "kubelet":
+            if comm.read_text().strip() == "kubelet" and _same_mount_ns(comm.parent, proc):
                 reasons.append(f"a kubelet process runs (pid {comm.parent.name})")
                 break
         except OSError:
@@ -268,6 +270,14 @@ def live_node_reasons(proc: Path = Path("/proc"),
                 reasons.append(f"{d} holds processes (in {len(busy)} cgroups, e.g. {busy[0]})")
                 return reasons
     return reasons
+
+
+def _same_mount_ns(pid_dir: Path, proc: Path) -> bool:
+    """Whether the process shares our mount namespace (True when that cannot be read)."""
+    try:
+        return os.readlink(pid_dir / "ns/mnt") == os.readlink(proc / "self/ns/mnt")
+    except OSError:
+        return True
 
 
 def _has_procs(d: Path) -> bool:
