@@ -31,7 +31,7 @@ from __future__ import annotations
 import itertools
 import math
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from nri_cpumgr.cm.cpumanager.errors import AllocationFailedError, NotEnoughCPUsError
@@ -112,6 +112,7 @@ class TopologyIndex:
     numa_mask: dict[int, int]
     uncore_mask: dict[int, int]
     numa_size: dict[int, int]
+    min_numa_size: int
     uncore_size: dict[int, int]
     socket_cores: dict[int, tuple[tuple[int, int], ...]]
     numa_cores: dict[int, tuple[tuple[int, int], ...]]
@@ -160,6 +161,7 @@ class TopologyIndex:
             numa_mask=numa_mask,
             uncore_mask=uncore_mask,
             numa_size={k: v.bit_count() for k, v in numa_mask.items()},
+            min_numa_size=min((v.bit_count() for v in numa_mask.values()), default=0),
             uncore_size={k: v.bit_count() for k, v in uncore_mask.items()},
             socket_cores=pairs(socket_mask, core_mask),
             numa_cores=pairs(numa_mask, core_mask),
@@ -218,9 +220,11 @@ class _Accumulator:
         return (self.avail & mask).bit_count()
 
     # ---- orderings: fewest free CPUs first, then lowest id ----
-    def _sorted(self, ids: Iterable[int], masks: dict[int, int]) -> list[int]:
-        # one int per id (free count above the id's bits): sorting ints, no key calls
-        avail = self.avail
+    def _sorted(self, ids: Iterable[int], masks: dict[int, int], avail: int = -1) -> list[int]:
+        # one int per id (free count above the id's bits): sorting ints, no key calls;
+        # ``avail`` (default: the CPUs free now) is the snapshot the counts are taken from
+        if avail < 0:
+            avail = self.avail
         keyed = sorted([((avail & masks[i]).bit_count() << _ID_BITS) | i for i in ids])
         return [k & _ID_MASK for k in keyed]
 
@@ -249,15 +253,22 @@ class _Accumulator:
         return out
 
     def sort_cores(self) -> list[int]:
-        idx = self.idx
         out: list[int] = []
-        if idx.numa_first:
-            for s in self.sort_sockets():
-                out.extend(self._sorted(self._present(idx.socket_cores[s]), idx.core_mask))
-        else:
-            for n in self.sort_numas():
-                out.extend(self._sorted(self._present(idx.numa_cores[n]), idx.core_mask))
+        for cores in self._core_runs():
+            out.extend(cores)
         return out
+
+    def _core_runs(self) -> Iterator[list[int]]:
+        """The order of :meth:`sort_cores`, one socket (or NUMA node) at a time, each run
+        sorted only when reached and always by the free CPUs of the moment of the call."""
+        idx = self.idx
+        avail = self.avail
+        if idx.numa_first:
+            outer, groups = self.sort_sockets(), idx.socket_cores
+        else:
+            outer, groups = self.sort_numas(), idx.numa_cores
+        for g in outer:
+            yield self._sorted([i for i, m in groups[g] if avail & m], idx.core_mask, avail)
 
     def sort_uncores(self) -> list[int]:
         idx = self.idx
@@ -287,13 +298,20 @@ class _Accumulator:
             if self.needed >= m.bit_count():
                 self.take(m)
 
+    # A whole group is taken only when it is entirely free and no bigger than what is still
+    # needed, so each whole-group step is skipped (same result, no sorting) while fewer CPUs
+    # are needed than its smallest group holds.
     def take_full_numas(self) -> None:
         idx = self.idx
+        if self.needed < idx.min_numa_size:
+            return
         free = [n for n in self.sort_numas() if self.free(idx.numa_mask[n]) == idx.numa_size[n]]
         self._take_full(free, idx.numa_mask)
 
     def take_full_sockets(self) -> None:
         idx = self.idx
+        if self.needed < idx.cpus_per_socket:
+            return
         free = [
             s for s in self.sort_sockets() if self.free(idx.socket_mask[s]) == idx.cpus_per_socket
         ]
@@ -301,6 +319,8 @@ class _Accumulator:
 
     def take_full_cores(self) -> None:
         idx = self.idx
+        if self.needed < idx.cpus_per_core:
+            return
         free = [c for c in self.sort_cores() if self.free(idx.core_mask[c]) == idx.cpus_per_core]
         self._take_full(free, idx.core_mask)
 
@@ -346,16 +366,18 @@ class _Accumulator:
         """CPUs one by one in the order of :meth:`sorted_cpus_packed` (or ``_spread``),
         expanding only the groups it reaches: a 1-CPU take on a 256-CPU machine looks at
         one core, not 256 CPUs."""
-        if self.spread:
-            groups, masks = self.sort_sockets(), self.idx.socket_mask
-        else:
-            groups, masks = self.sort_cores(), self.idx.core_mask
         avail = self.avail  # the order is that of the CPUs available now
-        for g in groups:
-            for cpu in mask_to_list(avail & masks[g]):
-                self.take(1 << cpu)
-                if self.satisfied():
-                    return
+        if self.spread:
+            runs: Iterable[list[int]] = (self.sort_sockets(),)
+            masks = self.idx.socket_mask
+        else:
+            runs, masks = self._core_runs(), self.idx.core_mask
+        for groups in runs:
+            for g in groups:
+                for cpu in mask_to_list(avail & masks[g]):
+                    self.take(1 << cpu)
+                    if self.satisfied():
+                        return
 
 
 # --------------------------------------------------------------------------------------------
