@@ -113,7 +113,7 @@ class PoolPlanner:
             self._leave(cid, old.applied)
         self.shared[cid] = _Shared(cpus, mems)
         self._join(cid, cpus)
-        if cpus != self.target:
+        if cpus is not self.target and cpus != self.target:  # `is` first: == walks the set
             self._note_group(cpus, now)
 
     def discard(self, cid: str) -> None:

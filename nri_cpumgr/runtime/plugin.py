@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -343,10 +344,28 @@ class Plugin:
         t0 = time.perf_counter()
         by_id = {p.id: p for p in pods}
         infos, stopped = [], []
-        for c in containers:
-            p = by_id.get(c.pod_sandbox_id)
-            if p is not None:
-                (infos if c.state in _LIVE_STATES else stopped).append(container_info(p, c))
+        # thousands of new objects, none of them garbage yet: no collection while they are
+        # built (one would walk them all, several times over)
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            for c in containers:
+                p = by_id.get(c.pod_sandbox_id)
+                if p is not None:
+                    (infos if c.state in _LIVE_STATES else stopped).append(container_info(p, c))
+            return self._synchronize(t0, pods, containers, infos, stopped)
+        finally:
+            if paused:
+                gc.enable()
+
+    def _synchronize(
+        self,
+        t0: float,
+        pods: Sequence[nri_pb2.PodSandbox],
+        containers: Sequence[nri_pb2.Container],
+        infos: list[ContainerInfo],
+        stopped: list[ContainerInfo],
+    ) -> list[nri_pb2.ContainerUpdate]:
         live_pods = {p.uid or p.id for p in pods}
         devices = {i.id: self._device_numa(i) for i in infos if i.devices}
         updates = self.manager.synchronize(infos, devices, live_pods=live_pods, stopped=stopped)

@@ -28,8 +28,10 @@ as integer bitmasks (bit *i* = CPU *i*), so each step is a few popcounts.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
+import operator
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -55,16 +57,14 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 
 
+_ONE = 1
 _ID_BITS = 24  # socket, NUMA node, core and L3 ids are below 2**24 (cpuset ids: 65536)
 _ID_MASK = (1 << _ID_BITS) - 1
 
 
 def cpus_to_mask(cpus: Iterable[int]) -> int:
     """The bitmask of a set of CPU ids (bit *i* set = CPU *i*)."""
-    m = 0
-    for c in cpus:
-        m |= 1 << c
-    return m
+    return functools.reduce(operator.or_, map(_ONE.__lshift__, cpus), 0)
 
 
 def mask_to_list(mask: int) -> list[int]:
