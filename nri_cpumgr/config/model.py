@@ -131,6 +131,8 @@ class Config:
     sharedPoolShrinkDelay: str = "1s"
     sharedPoolGrowDelay: str = "10s"
     sharedPoolUpdateBatchSize: int = 10
+    # "async": the plugin's own UpdateContainers calls; "reply": only in replies (README)
+    sharedPoolUpdateMode: str = "async"
 
     @classmethod
     def model_validate(cls, doc: Any) -> Config:
@@ -424,6 +426,7 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "sharedPoolShrinkDelay": _duration,
     "sharedPoolGrowDelay": _duration,
     "sharedPoolUpdateBatchSize": _positive_int,
+    "sharedPoolUpdateMode": _one_of("async", "reply"),
 }
 
 

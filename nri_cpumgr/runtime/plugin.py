@@ -231,6 +231,7 @@ class Plugin:
             shrink_delay=config.duration("sharedPoolShrinkDelay"),
             grow_delay=config.duration("sharedPoolGrowDelay"),
             batch_size=config.sharedPoolUpdateBatchSize,
+            mode=config.sharedPoolUpdateMode,
         )
         if provisional:
             return
@@ -440,6 +441,7 @@ class Plugin:
             elif d.cpus is not None:
                 ps.add(info.id, d.cpus, _mems_text(d.mems))
             self._pool_changed()
+            ps.into_reply(resp)
         self._log_decision("create", info, d)
         self._changed()
         self._observe("CreateContainer", t0)
@@ -456,16 +458,21 @@ class Plugin:
             resp.update.append(_update(d))
             if self.pool_sync is not None and self.manager.is_shared(cid) and d.cpus:
                 self.pool_sync.add(cid, d.cpus, _mems_text(d.mems))
+        if self.pool_sync is not None and self.manager.static:
+            self.pool_sync.into_reply(resp)
         self._observe("UpdateContainer", t0)
         return resp
 
     def stop_container(self, req: nri_pb2.StopContainerRequest) -> nri_pb2.StopContainerResponse:
         t0 = time.perf_counter()
         self.manager.stop(req.container.id)
+        resp = nri_pb2.StopContainerResponse()
         if self.pool_sync is not None:
             self.pool_sync.discard(req.container.id)
+            if self.manager.static:
+                self.pool_sync.into_reply(resp)
         self._observe("StopContainer", t0)
-        return nri_pb2.StopContainerResponse()
+        return resp
 
     def state_change(self, req: nri_pb2.StateChangeEvent) -> None:
         t0 = time.perf_counter()
