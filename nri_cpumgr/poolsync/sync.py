@@ -111,7 +111,8 @@ class SharedPoolSync:
         self._clock = clock
         self._send: Sender | None = None
         self._task: asyncio.Task[None] | None = None
-        self._wake: asyncio.Event | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._soon = False
         self._bodies: dict[tuple[CPUSet, str], bytes] = {}
         self._pass_t0: float | None = None
         self._pass_n = 0
@@ -124,6 +125,7 @@ class SharedPoolSync:
         after the Synchronize reply, mems). Starts the sender task (needs a running loop)."""
         self.planner.reset(target, shared, self._clock())
         self._connected = True
+        self._soon = False
         if self.mode == "reply":
             return
         self._send = send
@@ -133,9 +135,13 @@ class SharedPoolSync:
         """Stop sending; what is still stale is rebuilt by the next Synchronize."""
         self._connected = False
         self._send = None
+        self._soon = False
         if self._task is not None:
             self._task.cancel()
             self._task = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def close(self) -> None:
         self.disconnected()
@@ -192,34 +198,45 @@ class SharedPoolSync:
         return items
 
     # ------------------------------------------------------------------ the sender task
+    # Events only mark the plan dirty; one callback per loop iteration re-plans, and a timer
+    # (not a waiting task) wakes it when the next pass is due: an event costs a call_soon,
+    # not a task switch. A pass runs as a task, batch after batch, while batches are due.
     def _kick(self) -> None:
-        if self._send is None:
-            return
-        if self._task is None or self._task.done():
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                return  # no loop (tests driving the glue synchronously): nothing is sent
-            self._wake = asyncio.Event()
-            self._task = loop.create_task(self._run(), name="shared-pool-sync")
-        elif self._wake is not None:
-            self._wake.set()
+        if self._send is None or self._soon or self._busy():
+            return  # a running pass re-plans after each batch
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop (tests driving the glue synchronously): nothing is sent
+        self._soon = True
+        loop.call_soon(self._replan)
 
-    async def _run(self) -> None:
-        assert self._wake is not None
-        wake = self._wake
-        while self._send is not None:
-            batch, at = self.planner.plan(self._clock())
-            if batch is None:
-                if self._pass_t0 is not None and not self.planner.in_pass:
-                    self._log_pass()
-                wake.clear()
-                timeout = None if at is None else max(0.0, at - self._clock())
-                try:
-                    await asyncio.wait_for(wake.wait(), timeout)
-                except TimeoutError:
-                    pass
-                continue
+    def _busy(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def _replan(self) -> None:
+        self._soon = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._send is None or self._busy():
+            return
+        batch, at = self.planner.plan(self._clock())
+        if batch is not None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(batch), name="shared-pool-sync")
+            return
+        self._idle(at)
+
+    def _idle(self, at: float | None) -> None:
+        if self._pass_t0 is not None and not self.planner.in_pass:
+            self._log_pass()
+        if at is not None:
+            self._timer = asyncio.get_running_loop().call_later(
+                max(0.0, at - self._clock()), self._replan)
+
+    async def _run(self, batch: Batch | None) -> None:
+        while batch is not None and self._send is not None:
             await self._send_batch(batch)
             if self._batch_gap > 0:
                 # containerd 1.7.24 / 2.1.9 (NRI v0.6.1 / v0.8.0): a CRI call that waited for
@@ -227,6 +244,11 @@ class SharedPoolSync:
                 # Adaptation lock right after; an UpdateContainers taking the Adaptation lock
                 # in between deadlocks both (containerd/containerd#13733): give it that moment
                 await asyncio.sleep(self._batch_gap)
+            if self._send is None:
+                return
+            batch, at = self.planner.plan(self._clock())
+            if batch is None:
+                self._idle(at)
 
     async def _send_batch(self, batch: Batch) -> None:
         send = self._send

@@ -64,7 +64,19 @@ _ID_MASK = (1 << _ID_BITS) - 1
 
 def cpus_to_mask(cpus: Iterable[int]) -> int:
     """The bitmask of a set of CPU ids (bit *i* set = CPU *i*)."""
+    if isinstance(cpus, frozenset | set) and cpus:
+        # distinct ids: the sum of their bits is their union, summed in C from a table of
+        # powers of two (a 255-CPU set: ~7 us instead of ~40 us of shifts and ors)
+        lo, hi = min(cpus), max(cpus)
+        if lo >= 0 and hi < _POW2_MAX:
+            if hi >= len(_POW2):
+                _POW2.extend(1 << i for i in range(len(_POW2), hi + 1))
+            return sum(map(_POW2.__getitem__, cpus))
     return functools.reduce(operator.or_, map(_ONE.__lshift__, cpus), 0)
+
+
+_POW2: list[int] = []  # 1 << i, grown to the largest CPU id seen (below _POW2_MAX)
+_POW2_MAX = 2048  # the table's size grows as its square: 2,048 entries hold ~280 KiB
 
 
 def mask_to_list(mask: int) -> list[int]:
@@ -258,17 +270,27 @@ class _Accumulator:
             out.extend(cores)
         return out
 
-    def _core_runs(self) -> Iterator[list[int]]:
+    def _core_runs(self, first_only: bool = False) -> Iterator[list[int]]:
         """The order of :meth:`sort_cores`, one socket (or NUMA node) at a time, each run
-        sorted only when reached and always by the free CPUs of the moment of the call."""
+        sorted only when reached and always by the free CPUs of the moment of the call.
+        ``first_only``: just the first core of that order (a 1-CPU take needs no more)."""
         idx = self.idx
         avail = self.avail
         if idx.numa_first:
             outer, groups = self.sort_sockets(), idx.socket_cores
         else:
             outer, groups = self.sort_numas(), idx.numa_cores
+        core_mask = idx.core_mask
         for g in outer:
-            yield self._sorted([i for i, m in groups[g] if avail & m], idx.core_mask, avail)
+            keyed = [((avail & core_mask[i]).bit_count() << _ID_BITS) | i
+                     for i, m in groups[g] if avail & m]
+            if first_only:
+                if keyed:
+                    yield [min(keyed) & _ID_MASK]
+                    return
+                continue
+            keyed.sort()
+            yield [k & _ID_MASK for k in keyed]
 
     def sort_uncores(self) -> list[int]:
         idx = self.idx
@@ -371,7 +393,7 @@ class _Accumulator:
             runs: Iterable[list[int]] = (self.sort_sockets(),)
             masks = self.idx.socket_mask
         else:
-            runs, masks = self._core_runs(), self.idx.core_mask
+            runs, masks = self._core_runs(first_only=self.needed == 1), self.idx.core_mask
         for groups in runs:
             for g in groups:
                 for cpu in mask_to_list(avail & masks[g]):
