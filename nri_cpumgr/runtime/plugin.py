@@ -539,11 +539,15 @@ class Plugin:
         if not log.isEnabledFor(logging.INFO):
             return
         pool = self.manager.shared_pool()
-        log.info(
+        args = (
             "%s pod=%s/%s container=%s qos=%s cpus=%s exclusive=%s shared-pool=%s (%d cpus)",
             what, info.namespace, info.pod_name, info.name, info.qos,
             d.cpus if d.cpus is not None else "-", str(d.exclusive).lower(), pool, len(pool),
         )
+        try:  # after the reply is written: a record and its queueing cost ~15 us
+            asyncio.get_running_loop().call_soon(log.info, *args)
+        except RuntimeError:  # no loop (tests driving the handlers directly)
+            log.info(*args)
 
 
 def _mems_text(mems: CPUSet | None) -> str:
