@@ -184,6 +184,10 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
             shutil.rmtree(workdir, ignore_errors=True)
         cg.remove_empty_kubepods()
     rows: list[list[str]] = []
+    for mode, got in res.items():  # every sample, in order, for a second look at the spread
+        for metric, vals in got.items():
+            print(f"  containerd {version} N={n_shared} {mode} {metric}: "
+                  + " ".join(f"{v:.0f}" for v in vals), file=sys.stderr)
     for metric in ("create+start", "deletion", "off", "back", "runc updates"):
         a = res["none"].get(metric)
         b = res["cpumgr"][metric]

@@ -5,7 +5,9 @@ Each launch: a fake NRI runtime (tests/unit/nri_peer.py) listens on a fresh unix
 plugin is exec'd with that socket, and the benchmark measures
 
 * launch -> registered: wall clock, ms, from just before the exec to the runtime receiving
-  the plugin's RegisterPlugin request;
+  the plugin's RegisterPlugin request; and of it, the plugin's time on a CPU and its time
+  runnable but waiting for one (/proc/<pid>/task/*/schedstat: the second is the machine's
+  load, not the plugin);
 * VmRSS (MiB, /proc/<pid>/status) once the runtime has sent Configure and a Synchronize of
   N containers (N = 0, 100, 1000: one launch each, Synchronize comes once per connection) and
   the plugin has settled for ``--settle`` seconds.
@@ -98,10 +100,27 @@ class Subject:
         self.argv = argv
         self.env = env
         self.reg_ms: list[float] = []
+        self.reg_cpu_ms: list[float] = []
+        self.reg_wait_ms: list[float] = []
         self.rss: dict[int, list[float]] = {n: [] for n in SIZES}
 
     def command(self, sock: Path, work: Path) -> list[str]:
         return [a.format(socket=sock, work=work) for a in self.argv]
+
+
+def sched_ms(pid: int) -> tuple[float, float]:
+    """(ms on a CPU, ms runnable but waiting for one) of every thread of ``pid`` so far
+    (/proc/<pid>/task/*/schedstat, ns): on a busy machine launch -> registered is mostly the
+    second, which the plugin does not control."""
+    cpu = wait = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            on, waited, _ = (task / "schedstat").read_text().split()
+        except (OSError, ValueError):
+            continue
+        cpu += int(on)
+        wait += int(waited)
+    return cpu / 1e6, wait / 1e6
 
 
 async def launch(subject: Subject, n: int, settle: float, keep: bool = True,
@@ -124,6 +143,7 @@ async def launch(subject: Subject, n: int, settle: float, keep: bool = True,
             conn = await rt.next_conn(timeout=30)
             await asyncio.wait_for(asyncio.shield(conn.registered), 30)
             reg_ms = (time.perf_counter() - t0) * 1000
+            cpu_ms, wait_ms = sched_ms(proc.pid)
             await conn.call("Configure", nri_pb2.ConfigureRequest(
                 runtime_name="fake", runtime_version="0.0"), nri_pb2.ConfigureResponse)
             req = nri_pb2.SynchronizeRequest(pods=pods, containers=ctrs)
@@ -138,6 +158,8 @@ async def launch(subject: Subject, n: int, settle: float, keep: bool = True,
             rss = vm_status(proc.pid)["VmRSS"]
         if keep:
             subject.reg_ms.append(reg_ms)
+            subject.reg_cpu_ms.append(cpu_ms)
+            subject.reg_wait_ms.append(wait_ms)
             subject.rss[n].append(rss)
     finally:
         if proc is not None and proc.returncode is None:
@@ -194,6 +216,8 @@ async def main_async(args: argparse.Namespace) -> int:
         for s in subjects:
             print(s.name)
             print(line("launch -> registered", s.reg_ms, "ms"))
+            print(line("  of it on a CPU", s.reg_cpu_ms, "ms"))
+            print(line("  of it waiting for a CPU", s.reg_wait_ms, "ms"))
             for n in SIZES:
                 print(line(f"VmRSS after sync of {n}", s.rss[n], "MiB"))
     finally:

@@ -9,6 +9,8 @@
                      deletion, time until the shared pool moves off/back, runc updates per pod
 5. fake_runtime.py - Synchronize/CreateContainer/StopContainer on the fake runtime at 1,000 shared
                      containers, 256 CPUs, beside the minimal Go plugin (--quick)
+6. burst_real.py   - a burst of 10 Guaranteed pods on a real containerd (fixture topology):
+                     updates per shared container (--rounds 1)
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ def main() -> int:
         run_cri_create(Path(tmp) / "config.yaml")
     run([str(HERE / "busy_node.py"), "--quick"])
     run([str(HERE / "fake_runtime.py"), "--quick"])
+    run([str(HERE / "burst_real.py"), "--rounds", "1"])
     return 0
 
 

@@ -134,6 +134,10 @@ def _setup_logging(config: Config, launched: bool, verbose: bool) -> logging.han
     ``<stateDirectory>/nri-cpumgr.log`` since stdio is /dev/null). Returns the started
     listener (stop it at exit to flush)."""
     level = logging.DEBUG if verbose else logging.INFO
+    # the format uses none of these: skip collecting them for every record (the logging
+    # HOWTO's "Optimization": caller frame, thread, process, multiprocessing names)
+    logging._srcfile = None  # type: ignore[attr-defined]
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     fmt = logging.Formatter(LOG_FORMAT)
     log_file = config.logFile
     if launched and not log_file:

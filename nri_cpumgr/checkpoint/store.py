@@ -8,13 +8,20 @@ then rebuilds its state from the runtime (Synchronize) instead of crash-looping.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+try:  # CPython's own SHA-256: hashlib's OpenSSL one maps libcrypto (3.4 MiB of RSS here)
+    from _sha2 import sha256 as _sha256  # type: ignore[import-not-found]  # 3.12+
+except ImportError:
+    try:
+        from _sha256 import sha256 as _sha256  # type: ignore[import-not-found,no-redef]
+    except ImportError:  # a build without them
+        from hashlib import sha256 as _sha256  # type: ignore[no-redef]
 
 VERSION = 1
 
@@ -30,7 +37,7 @@ def _canonical(body: dict[str, Any]) -> bytes:
 
 def checksum(body: dict[str, Any]) -> str:
     """sha256 (hex) of the canonical JSON of ``body`` (sorted keys, no blanks)."""
-    return hashlib.sha256(_canonical(body)).hexdigest()
+    return _sha256(_canonical(body)).hexdigest()
 
 
 class Checkpoint:
@@ -71,7 +78,7 @@ class Checkpoint:
         # the body is encoded once: its canonical form is both what the checksum covers and
         # what the file holds (a 1,000-container body costs ~2 ms of GIL once, not twice)
         canonical = _canonical(body)
-        head = json.dumps({"checksum": hashlib.sha256(canonical).hexdigest(),
+        head = json.dumps({"checksum": _sha256(canonical).hexdigest(),
                            "version": VERSION}, sort_keys=True)
         data = head[:-1].encode() + b', "data": ' + canonical + b"}\n"
         tmp = self.path.with_name(f".{self.path.name}.tmp")

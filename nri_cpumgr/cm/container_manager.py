@@ -431,6 +431,12 @@ class ContainerManager:
         # known once every exclusive one is settled
         rest.sort(key=lambda i: 0 if i.qos is QOSClass.GUARANTEED else 1)
         for i in rest:
+            if i.qos is not QOSClass.GUARANTEED and not i.devices:
+                # what admit does for it (no provider has a hint), minus the Decision we
+                # would drop: the shared loop below settles its cpuset
+                self._release_stopped_of_pod(i.pod_uid, keep=i.name)
+                self._track(i.id, _Tracked(i, False, None))
+                continue
             current = CPUSet.parse(i.cpus) if i.cpus else CPUSet()
             try:
                 d = self.admit(i, (device_numa or {}).get(i.id, frozenset()))
@@ -450,10 +456,14 @@ class ContainerManager:
         if not self.static:
             return updates
         pool = self.shared_pool()
+        pool_text = str(pool)  # the runtime mostly reports it as we wrote it: no set compare
         for cid, t in self.containers.items():
             if t.shared and not t.stopped:
                 prev = updates.get(cid)
-                if CPUSet.parse(t.info.cpus) != pool or (prev is not None and prev.quota):
+                cur = t.info.cpus
+                if (cur != pool_text and CPUSet.parse(cur) != pool) or (
+                    prev is not None and prev.quota
+                ):
                     updates[cid] = Decision(cid, pool, mems=t.mems,
                                             quota=prev.quota if prev is not None else None)
                 else:

@@ -162,6 +162,8 @@ class Config:
     # --- the plugin's own: record why each container got its CPUs (nri_cpumgr.explain;
     # `nri-cpumgr explain`); also on at debug level (-v) ---
     explainDecisions: bool = False
+    # "async": the plugin's own UpdateContainers calls; "reply": only in replies (README)
+    sharedPoolUpdateMode: str = "async"
 
     @classmethod
     def model_validate(cls, doc: Any) -> Config:
@@ -461,6 +463,7 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "sharedPoolUpdateBatchSize": _positive_int,
     "kubeletStateDirectory": _string,
     "explainDecisions": _boolean,
+    "sharedPoolUpdateMode": _one_of("async", "reply"),
 }
 
 

@@ -113,7 +113,7 @@ class PoolPlanner:
             self._leave(cid, old.applied)
         self.shared[cid] = _Shared(cpus, mems)
         self._join(cid, cpus)
-        if cpus != self.target:
+        if cpus is not self.target and cpus != self.target:  # `is` first: == walks the set
             self._note_group(cpus, now)
 
     def discard(self, cid: str) -> None:
@@ -206,6 +206,28 @@ class PoolPlanner:
         self.in_pass.update(ids)
         self.sent += len(ids)
         return Batch(target, ids, {c: self.shared[c].mems for c in ids}, urgent), None
+
+    def take_all(self, now: float) -> Batch | None:
+        """Reply mode (no UpdateContainers of our own): every stale container at once, to
+        ride on the reply being built, and counted as applied (the runtime applies a reply's
+        updates and reports no failure back; the next Synchronize repairs any). A shrink is
+        taken at once (the reply is the last moment: there is no later call of our own), a
+        growth only once ``grow_delay`` has passed; None when there is nothing to take."""
+        target = self.target
+        stale = [cpus for cpus in self.groups if cpus is not target and cpus != target]
+        if not stale:
+            self.shrink_since = self.grow_since = None
+            return None
+        if not any(cpus - target for cpus in stale) and now < self._due(False):
+            return None
+        ids = [cid for cpus in stale for cid in self.groups[cpus]]
+        batch = Batch(target, ids, {c: self.shared[c].mems for c in ids}, True)
+        self.passes += 1
+        self.sent += len(ids)
+        self.shrink_since = self.grow_since = None
+        self.last_pass = now
+        self.done(batch, set(), now)
+        return batch
 
     def _end_pass(self, now: float) -> None:
         self.in_pass.clear()

@@ -20,6 +20,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from nri_cpumgr.api import nri_pb2
 from nri_cpumgr.cpuset import CPUSet
@@ -59,14 +60,21 @@ def update_body(cpus: CPUSet, mems: str = "") -> bytes:
     return u.SerializeToString()
 
 
-def encode_updates(items: list[tuple[str, bytes]]) -> bytes:
-    """A serialized ``UpdateContainersRequest`` of ``(container id, update_body(...))``."""
+def encode_updates(items: list[tuple[str, bytes]], tag: bytes = _UPDATE_TAG) -> bytes:
+    """A serialized ``UpdateContainersRequest`` of ``(container id, update_body(...))``
+    (``tag``: the key of another message's repeated ``ContainerUpdate`` field instead)."""
     parts = []
     for cid, body in items:
         b = cid.encode()
         one = _ID_TAG + _varint(len(b)) + b + body
-        parts.append(_UPDATE_TAG + _varint(len(one)) + one)
+        parts.append(tag + _varint(len(one)) + one)
     return b"".join(parts)
+
+
+#: Update modes (``sharedPoolUpdateMode``): ``async``, the plugin's own UpdateContainers
+#: calls after the replies; ``reply``, only in replies to the runtime's calls (see
+#: :meth:`SharedPoolSync.into_reply`).
+MODES = ("async", "reply")
 
 
 Sender = Callable[[bytes], Awaitable[set[str]]]
@@ -76,7 +84,10 @@ class SharedPoolSync:
     """Keeps every shared-pool container on the shared pool, outside the runtime's calls.
 
     ``shrink_delay``, ``grow_delay`` (seconds) and ``batch_size`` as in
-    :class:`PoolPlanner`. Call everything on the event loop thread.
+    :class:`PoolPlanner`; ``batch_gap`` (seconds) between two UpdateContainers calls of a
+    pass. ``mode`` (one of :data:`MODES`): ``reply`` never calls UpdateContainers; the
+    runtime glue adds the due updates to its replies with :meth:`into_reply`. Call
+    everything on the event loop thread.
     """
 
     def __init__(
@@ -86,14 +97,22 @@ class SharedPoolSync:
         grow_delay: float = 10.0,
         batch_size: int = 10,
         quiet: float = 0.25,
+        batch_gap: float = 0.01,
+        mode: str = "async",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"shared pool update mode {mode!r}: expected one of {MODES}")
+        self.mode = mode
+        self._batch_gap = batch_gap
+        self._connected = False
         self.planner = PoolPlanner(shrink_delay=shrink_delay, grow_delay=grow_delay,
                                    batch_size=batch_size, quiet=min(quiet, shrink_delay))
         self._clock = clock
         self._send: Sender | None = None
         self._task: asyncio.Task[None] | None = None
-        self._wake: asyncio.Event | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._soon = False
         self._bodies: dict[tuple[CPUSet, str], bytes] = {}
         self._pass_t0: float | None = None
         self._pass_n = 0
@@ -105,15 +124,24 @@ class SharedPoolSync:
         """The runtime synchronized: ``shared`` = container id -> (cpuset the runtime has
         after the Synchronize reply, mems). Starts the sender task (needs a running loop)."""
         self.planner.reset(target, shared, self._clock())
+        self._connected = True
+        self._soon = False
+        if self.mode == "reply":
+            return
         self._send = send
         self._kick()
 
     def disconnected(self) -> None:
         """Stop sending; what is still stale is rebuilt by the next Synchronize."""
+        self._connected = False
         self._send = None
+        self._soon = False
         if self._task is not None:
             self._task.cancel()
             self._task = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def close(self) -> None:
         self.disconnected()
@@ -138,44 +166,26 @@ class SharedPoolSync:
             self.planner.set_target(pool, self._clock())
             self._kick()
 
-    # ------------------------------------------------------------------ the sender task
-    def _kick(self) -> None:
-        if self._send is None:
-            return
-        if self._task is None or self._task.done():
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                return  # no loop (tests driving the glue synchronously): nothing is sent
-            self._wake = asyncio.Event()
-            self._task = loop.create_task(self._run(), name="shared-pool-sync")
-        elif self._wake is not None:
-            self._wake.set()
+    def into_reply(self, resp: Any) -> int:
+        """Reply mode: add the due updates to ``resp.update`` (the repeated
+        ``ContainerUpdate`` of a CreateContainer, UpdateContainer or StopContainer
+        response); returns how many. A shrink is always due (the reply of the allocation
+        carries it, so the bound is zero but the runtime applies it inside that call), a
+        growth after ``grow_delay`` (it waits for the next such reply: StateChange events
+        have no reply to carry it)."""
+        if self.mode != "reply" or not self._connected:
+            return 0
+        batch = self.planner.take_all(self._clock())
+        if batch is None:
+            return 0
+        field = type(resp).DESCRIPTOR.fields_by_name["update"].number
+        tag = _varint(field << 3 | _LEN)
+        resp.MergeFromString(encode_updates(self._items(batch), tag))
+        log.info("shared pool: %d containers moved to %s in the reply", len(batch.ids),
+                 batch.cpus)
+        return len(batch.ids)
 
-    async def _run(self) -> None:
-        assert self._wake is not None
-        wake = self._wake
-        while self._send is not None:
-            batch, at = self.planner.plan(self._clock())
-            if batch is None:
-                if self._pass_t0 is not None and not self.planner.in_pass:
-                    self._log_pass()
-                wake.clear()
-                timeout = None if at is None else max(0.0, at - self._clock())
-                try:
-                    await asyncio.wait_for(wake.wait(), timeout)
-                except TimeoutError:
-                    pass
-                continue
-            await self._send_batch(batch)
-
-    async def _send_batch(self, batch: Batch) -> None:
-        send = self._send
-        if send is None:
-            self.planner.abandon(batch)
-            return
-        if self._pass_t0 is None:
-            self._pass_t0, self._pass_n, self._pass_calls = self._clock(), 0, 0
+    def _items(self, batch: Batch) -> list[tuple[str, bytes]]:
         items = []
         for cid in batch.ids:
             key = (batch.cpus, batch.mems.get(cid, ""))
@@ -185,6 +195,69 @@ class SharedPoolSync:
                     self._bodies.clear()
                 body = self._bodies[key] = update_body(*key)
             items.append((cid, body))
+        return items
+
+    # ------------------------------------------------------------------ the sender task
+    # Events only mark the plan dirty; one callback per loop iteration re-plans, and a timer
+    # (not a waiting task) wakes it when the next pass is due: an event costs a call_soon,
+    # not a task switch. A pass runs as a task, batch after batch, while batches are due.
+    def _kick(self) -> None:
+        if self._send is None or self._soon or self._busy():
+            return  # a running pass re-plans after each batch
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop (tests driving the glue synchronously): nothing is sent
+        self._soon = True
+        loop.call_soon(self._replan)
+
+    def _busy(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def _replan(self) -> None:
+        self._soon = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._send is None or self._busy():
+            return
+        batch, at = self.planner.plan(self._clock())
+        if batch is not None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(batch), name="shared-pool-sync")
+            return
+        self._idle(at)
+
+    def _idle(self, at: float | None) -> None:
+        if self._pass_t0 is not None and not self.planner.in_pass:
+            self._log_pass()
+        if at is not None:
+            self._timer = asyncio.get_running_loop().call_later(
+                max(0.0, at - self._clock()), self._replan)
+
+    async def _run(self, batch: Batch | None) -> None:
+        while batch is not None and self._send is not None:
+            await self._send_batch(batch)
+            if self._batch_gap > 0:
+                # containerd 1.7.24 / 2.1.9 (NRI v0.6.1 / v0.8.0): a CRI call that waited for
+                # that batch takes containerd's local NRI lock as the batch ends and the
+                # Adaptation lock right after; an UpdateContainers taking the Adaptation lock
+                # in between deadlocks both (containerd/containerd#13733): give it that moment
+                await asyncio.sleep(self._batch_gap)
+            if self._send is None:
+                return
+            batch, at = self.planner.plan(self._clock())
+            if batch is None:
+                self._idle(at)
+
+    async def _send_batch(self, batch: Batch) -> None:
+        send = self._send
+        if send is None:
+            self.planner.abandon(batch)
+            return
+        if self._pass_t0 is None:
+            self._pass_t0, self._pass_n, self._pass_calls = self._clock(), 0, 0
+        items = self._items(batch)
         try:
             failed = await send(encode_updates(items))
         except ConnectionError as e:

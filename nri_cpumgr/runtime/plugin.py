@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -161,6 +162,7 @@ class Plugin:
             shrink_delay=config.duration("sharedPoolShrinkDelay"),
             grow_delay=config.duration("sharedPoolGrowDelay"),
             batch_size=config.sharedPoolUpdateBatchSize,
+            mode=config.sharedPoolUpdateMode,
         )
         if provisional:
             return
@@ -280,10 +282,28 @@ class Plugin:
         t0 = time.perf_counter()
         by_id = {p.id: p for p in pods}
         infos, stopped = [], []
-        for c in containers:
-            p = by_id.get(c.pod_sandbox_id)
-            if p is not None:
-                (infos if c.state in _LIVE_STATES else stopped).append(container_info(p, c))
+        # thousands of new objects, none of them garbage yet: no collection while they are
+        # built (one would walk them all, several times over)
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            for c in containers:
+                p = by_id.get(c.pod_sandbox_id)
+                if p is not None:
+                    (infos if c.state in _LIVE_STATES else stopped).append(container_info(p, c))
+            return self._synchronize(t0, pods, containers, infos, stopped)
+        finally:
+            if paused:
+                gc.enable()
+
+    def _synchronize(
+        self,
+        t0: float,
+        pods: Sequence[nri_pb2.PodSandbox],
+        containers: Sequence[nri_pb2.Container],
+        infos: list[ContainerInfo],
+        stopped: list[ContainerInfo],
+    ) -> list[nri_pb2.ContainerUpdate]:
         live_pods = {p.uid or p.id for p in pods}
         devices = {i.id: self._device_numa(i) for i in infos if i.devices}
         if self.adoption is not None:  # the kubelet's assignments meet the runtime's truth
@@ -365,6 +385,7 @@ class Plugin:
                 # (a pod-level pod's shared containers follow their pod's pool instead)
                 ps.add(info.id, d.cpus, _mems_text(d.mems))
             self._pool_changed()
+            ps.into_reply(resp)
         self._log_decision("create", info, d)
         if self.manager.pod_level is not None:
             self.manager.pod_level.log_decision(info, d)
@@ -383,6 +404,8 @@ class Plugin:
             resp.update.append(_update(d))
             if self.pool_sync is not None and self.manager.is_shared(cid) and d.cpus:
                 self.pool_sync.add(cid, d.cpus, _mems_text(d.mems))
+        if self.pool_sync is not None and self.manager.static:
+            self.pool_sync.into_reply(resp)
         self._observe("UpdateContainer", t0)
         return resp
 
@@ -416,10 +439,13 @@ class Plugin:
     def stop_container(self, req: nri_pb2.StopContainerRequest) -> nri_pb2.StopContainerResponse:
         t0 = time.perf_counter()
         self.manager.stop(req.container.id)
+        resp = nri_pb2.StopContainerResponse()
         if self.pool_sync is not None:
             self.pool_sync.discard(req.container.id)
+            if self.manager.static:
+                self.pool_sync.into_reply(resp)
         self._observe("StopContainer", t0)
-        return nri_pb2.StopContainerResponse()
+        return resp
 
     def state_change(self, req: nri_pb2.StateChangeEvent) -> None:
         t0 = time.perf_counter()
@@ -488,11 +514,15 @@ class Plugin:
         if not log.isEnabledFor(logging.INFO):
             return
         pool = self.manager.shared_pool()
-        log.info(
+        args = (
             "%s pod=%s/%s container=%s qos=%s cpus=%s exclusive=%s shared-pool=%s (%d cpus)",
             what, info.namespace, info.pod_name, info.name, info.qos,
             d.cpus if d.cpus is not None else "-", str(d.exclusive).lower(), pool, len(pool),
         )
+        try:  # after the reply is written: a record and its queueing cost ~15 us
+            asyncio.get_running_loop().call_soon(log.info, *args)
+        except RuntimeError:  # no loop (tests driving the handlers directly)
+            log.info(*args)
 
 
 def _mems_text(mems: CPUSet | None) -> str:

@@ -227,3 +227,23 @@ def test_strict_reservation_keeps_reserved_out_of_shared_pool() -> None:
     loose.start(state2)
     assert loose.shared_pool(state2) == topo.cpus()
     assert loose.available_cpus(state2) == CPUSet.parse("1-3,5-7")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=4200), max_size=300))
+def test_cpus_to_mask_is_the_union_of_the_bits_for_any_collection(ids):
+    expect = 0
+    for c in ids:
+        expect |= 1 << c
+    # sets take the table path below 2,048 and the shift path above; lists (duplicates
+    # allowed) always the shift path
+    assert cpus_to_mask(set(ids)) == expect
+    assert cpus_to_mask(CPUSet(ids)) == expect
+    assert cpus_to_mask(ids) == expect
+    assert mask_to_cpus(expect) == CPUSet(ids)
+
+
+def test_cpus_to_mask_refuses_a_negative_id():
+    for bad in ({-1, 3}, [-1]):
+        with pytest.raises(ValueError):
+            cpus_to_mask(bad)

@@ -139,6 +139,24 @@ def test_discarded_and_abandoned():
     assert p.stale_count() == 1 and p.overlapping(CPUSet({3})) == ["s1"]
 
 
+def test_reply_mode_takes_a_shrink_at_once_and_a_growth_after_the_grow_delay():
+    p = planner(n=3)
+    assert p.take_all(0.0) is None
+    p.allocated("g", 0.0)
+    p.set_target(SHRUNK, 0.0)
+    b = p.take_all(0.0)  # no wait for the start, no quiet period: the reply is the moment
+    assert b is not None and sorted(b.ids) == ["s0", "s1", "s2"] and b.cpus == SHRUNK
+    assert p.stale_count() == 0 and p.take_all(0.1) is None
+    p.set_target(ALL, 1.0)  # a release
+    assert p.take_all(10.9) is None
+    p.set_target(SHRUNK, 2.0)  # re-taken within the grow delay: nothing to send
+    assert p.take_all(30.0) is None
+    p.set_target(ALL, 31.0)
+    b = p.take_all(41.0)
+    assert b is not None and len(b.ids) == 3 and b.cpus == ALL
+    assert p.sent == 6
+
+
 # ---------------------------------------------------------------- through the plugin
 
 FAST = STATIC + "sharedPoolShrinkDelay: 2s\n"
@@ -193,3 +211,35 @@ def test_new_shared_container_gets_the_pool_and_stopped_ones_are_left_alone(work
         assert cpus_of(upd.update) == {"c-be": "0"}
 
     run(workdir, body, FAST)
+
+
+REPLY = STATIC + "sharedPoolUpdateMode: reply\nsharedPoolGrowDelay: 1s\n"
+
+
+def test_reply_mode_never_calls_update_containers(workdir):  # noqa: F811
+    async def body(conn, plugin):
+        await conn.handshake(pods=[pod("be", "besteffort"), pod("bu", "burstable")],
+                             containers=[ctr("be", 0, "0-1"), ctr("bu", 0, "0-1")])
+        resp = await conn.call("CreateContainer", _guaranteed("g"),
+                               nri_pb2.CreateContainerResponse)
+        # the allocation's reply moves the shared containers (inside the runtime's call,
+        # under its local NRI lock only: no lock-order inversion possible)
+        assert resp.adjust.linux.resources.cpu.cpus == "1"
+        assert cpus_of(resp.update) == {"c-be": "0", "c-bu": "0"}
+        assert all(u.ignore_failure for u in resp.update)
+        ev = nri_pb2.StateChangeEvent(event=nri_pb2.POST_START_CONTAINER, pod=pod("g"),
+                                      container=ctr("g"))
+        await conn.call("StateChange", ev, nri_pb2.Empty)
+        ev = nri_pb2.StateChangeEvent(event=nri_pb2.REMOVE_CONTAINER, pod=pod("g"),
+                                      container=ctr("g"))
+        await conn.call("StateChange", ev, nri_pb2.Empty)
+        await asyncio.sleep(1.2)  # past the grow delay: the growth waits for a reply
+        assert conn.updates.empty()
+        req = nri_pb2.StopContainerRequest(pod=pod("bu"), container=ctr("bu"))
+        resp = await conn.call("StopContainer", req, nri_pb2.StopContainerResponse)
+        assert cpus_of(resp.update) == {"c-be": "0-1"}  # the stopped one is left alone
+        resp = await conn.call("StopContainer", req, nri_pb2.StopContainerResponse)
+        assert len(resp.update) == 0
+        assert conn.updates.empty()
+
+    run(workdir, body, REPLY)

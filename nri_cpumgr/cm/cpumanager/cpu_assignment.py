@@ -28,10 +28,12 @@ as integer bitmasks (bit *i* = CPU *i*), so each step is a few popcounts.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
+import operator
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from nri_cpumgr.cm.cpumanager.errors import AllocationFailedError, NotEnoughCPUsError
@@ -55,16 +57,26 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 
 
+_ONE = 1
 _ID_BITS = 24  # socket, NUMA node, core and L3 ids are below 2**24 (cpuset ids: 65536)
 _ID_MASK = (1 << _ID_BITS) - 1
 
 
 def cpus_to_mask(cpus: Iterable[int]) -> int:
     """The bitmask of a set of CPU ids (bit *i* set = CPU *i*)."""
-    m = 0
-    for c in cpus:
-        m |= 1 << c
-    return m
+    if isinstance(cpus, frozenset | set) and cpus:
+        # distinct ids: the sum of their bits is their union, summed in C from a table of
+        # powers of two (a 255-CPU set: ~7 us instead of ~40 us of shifts and ors)
+        lo, hi = min(cpus), max(cpus)
+        if lo >= 0 and hi < _POW2_MAX:
+            if hi >= len(_POW2):
+                _POW2.extend(1 << i for i in range(len(_POW2), hi + 1))
+            return sum(map(_POW2.__getitem__, cpus))
+    return functools.reduce(operator.or_, map(_ONE.__lshift__, cpus), 0)
+
+
+_POW2: list[int] = []  # 1 << i, grown to the largest CPU id seen (below _POW2_MAX)
+_POW2_MAX = 2048  # the table's size grows as its square: 2,048 entries hold ~280 KiB
 
 
 def mask_to_list(mask: int) -> list[int]:
@@ -112,6 +124,7 @@ class TopologyIndex:
     numa_mask: dict[int, int]
     uncore_mask: dict[int, int]
     numa_size: dict[int, int]
+    min_numa_size: int
     uncore_size: dict[int, int]
     socket_cores: dict[int, tuple[tuple[int, int], ...]]
     numa_cores: dict[int, tuple[tuple[int, int], ...]]
@@ -160,6 +173,7 @@ class TopologyIndex:
             numa_mask=numa_mask,
             uncore_mask=uncore_mask,
             numa_size={k: v.bit_count() for k, v in numa_mask.items()},
+            min_numa_size=min((v.bit_count() for v in numa_mask.values()), default=0),
             uncore_size={k: v.bit_count() for k, v in uncore_mask.items()},
             socket_cores=pairs(socket_mask, core_mask),
             numa_cores=pairs(numa_mask, core_mask),
@@ -218,9 +232,11 @@ class _Accumulator:
         return (self.avail & mask).bit_count()
 
     # ---- orderings: fewest free CPUs first, then lowest id ----
-    def _sorted(self, ids: Iterable[int], masks: dict[int, int]) -> list[int]:
-        # one int per id (free count above the id's bits): sorting ints, no key calls
-        avail = self.avail
+    def _sorted(self, ids: Iterable[int], masks: dict[int, int], avail: int = -1) -> list[int]:
+        # one int per id (free count above the id's bits): sorting ints, no key calls;
+        # ``avail`` (default: the CPUs free now) is the snapshot the counts are taken from
+        if avail < 0:
+            avail = self.avail
         keyed = sorted([((avail & masks[i]).bit_count() << _ID_BITS) | i for i in ids])
         return [k & _ID_MASK for k in keyed]
 
@@ -249,15 +265,32 @@ class _Accumulator:
         return out
 
     def sort_cores(self) -> list[int]:
-        idx = self.idx
         out: list[int] = []
-        if idx.numa_first:
-            for s in self.sort_sockets():
-                out.extend(self._sorted(self._present(idx.socket_cores[s]), idx.core_mask))
-        else:
-            for n in self.sort_numas():
-                out.extend(self._sorted(self._present(idx.numa_cores[n]), idx.core_mask))
+        for cores in self._core_runs():
+            out.extend(cores)
         return out
+
+    def _core_runs(self, first_only: bool = False) -> Iterator[list[int]]:
+        """The order of :meth:`sort_cores`, one socket (or NUMA node) at a time, each run
+        sorted only when reached and always by the free CPUs of the moment of the call.
+        ``first_only``: just the first core of that order (a 1-CPU take needs no more)."""
+        idx = self.idx
+        avail = self.avail
+        if idx.numa_first:
+            outer, groups = self.sort_sockets(), idx.socket_cores
+        else:
+            outer, groups = self.sort_numas(), idx.numa_cores
+        core_mask = idx.core_mask
+        for g in outer:
+            keyed = [((avail & core_mask[i]).bit_count() << _ID_BITS) | i
+                     for i, m in groups[g] if avail & m]
+            if first_only:
+                if keyed:
+                    yield [min(keyed) & _ID_MASK]
+                    return
+                continue
+            keyed.sort()
+            yield [k & _ID_MASK for k in keyed]
 
     def sort_uncores(self) -> list[int]:
         idx = self.idx
@@ -287,13 +320,20 @@ class _Accumulator:
             if self.needed >= m.bit_count():
                 self.take(m)
 
+    # A whole group is taken only when it is entirely free and no bigger than what is still
+    # needed, so each whole-group step is skipped (same result, no sorting) while fewer CPUs
+    # are needed than its smallest group holds.
     def take_full_numas(self) -> None:
         idx = self.idx
+        if self.needed < idx.min_numa_size:
+            return
         free = [n for n in self.sort_numas() if self.free(idx.numa_mask[n]) == idx.numa_size[n]]
         self._take_full(free, idx.numa_mask)
 
     def take_full_sockets(self) -> None:
         idx = self.idx
+        if self.needed < idx.cpus_per_socket:
+            return
         free = [
             s for s in self.sort_sockets() if self.free(idx.socket_mask[s]) == idx.cpus_per_socket
         ]
@@ -301,6 +341,8 @@ class _Accumulator:
 
     def take_full_cores(self) -> None:
         idx = self.idx
+        if self.needed < idx.cpus_per_core:
+            return
         free = [c for c in self.sort_cores() if self.free(idx.core_mask[c]) == idx.cpus_per_core]
         self._take_full(free, idx.core_mask)
 
@@ -346,16 +388,18 @@ class _Accumulator:
         """CPUs one by one in the order of :meth:`sorted_cpus_packed` (or ``_spread``),
         expanding only the groups it reaches: a 1-CPU take on a 256-CPU machine looks at
         one core, not 256 CPUs."""
-        if self.spread:
-            groups, masks = self.sort_sockets(), self.idx.socket_mask
-        else:
-            groups, masks = self.sort_cores(), self.idx.core_mask
         avail = self.avail  # the order is that of the CPUs available now
-        for g in groups:
-            for cpu in mask_to_list(avail & masks[g]):
-                self.take(1 << cpu)
-                if self.satisfied():
-                    return
+        if self.spread:
+            runs: Iterable[list[int]] = (self.sort_sockets(),)
+            masks = self.idx.socket_mask
+        else:
+            runs, masks = self._core_runs(first_only=self.needed == 1), self.idx.core_mask
+        for groups in runs:
+            for g in groups:
+                for cpu in mask_to_list(avail & masks[g]):
+                    self.take(1 << cpu)
+                    if self.satisfied():
+                        return
 
 
 # --------------------------------------------------------------------------------------------

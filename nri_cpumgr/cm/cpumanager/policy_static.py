@@ -289,7 +289,9 @@ class StaticPolicy:
         default set with assignments ("default cpuset cannot be empty"), so such a state
         could be written but never restored (kubernetes #141196; the refusal is what the open
         PR #141197 proposes)."""
-        allocatable = self.available_cpus(state) | (reusable or CPUSet())
+        allocatable = self.available_cpus(state)
+        if reusable:
+            allocatable = allocatable | reusable
         result = CPUSet()
         if numa_affinity is not None:
             nodes = set(numa_affinity)
