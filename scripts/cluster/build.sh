@@ -9,23 +9,27 @@
 #   * Kubernetes v1.20.2: Debian bookworm's `kubernetes` source package (the newest whose whole
 #     tree, vendor/ included, a registry here ships), unpacked from its orig tarball;
 #   * Go: trixie's golang-1.24-go + golang-1.24-src, unpacked with dpkg -x;
-#   * etcd: trixie's etcd-server, unpacked with dpkg -x.
-# Built: kubelet, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (static,
-# CGO off, GOPATH mode as 1.20 needs), after generating the OpenAPI definitions kube-apiserver
-# needs. Cost (2 cores): about 12-15 minutes cold, 2.5 GB of Go cache; nothing on a warm cache.
+#   * etcd: trixie's etcd-server; kubectl 1.32 (with kustomize 5 built in, for
+#     `kubectl apply -k deploy/`): trixie's kubectl; both unpacked with dpkg -x.
+# Built: kubelet, kube-apiserver, kube-controller-manager, kube-scheduler (static, CGO off,
+# GOPATH mode as 1.20 needs), after generating the OpenAPI definitions kube-apiserver needs.
+# Cost (2 cores): about 12-15 minutes cold, 2.5 GB of Go cache; nothing on a warm cache.
 #
-# Cache: ${NRI_CPUMGR_CACHE:-/var/cache/nri-cpumgr}/cluster/<key>, where <key> hashes this
-# script and the pinned versions below. Override a version with K8S_SRC_VERSION=...,
-# GO_PKG_VERSION=..., ETCD_VERSION=... (Debian versions).
+# Cache: ${NRI_CPUMGR_CACHE:-/var/cache/nri-cpumgr}/cluster/<key>, where <key> hashes the
+# pinned versions below and BUILD_REVISION (raise it when a change here alters the binaries).
+# Override a version with K8S_SRC_VERSION=..., GO_PKG_VERSION=..., ETCD_VERSION=...,
+# KUBECTL_VERSION=... (Debian versions).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 CACHE=${NRI_CPUMGR_CACHE:-/var/cache/nri-cpumgr}/cluster
 V_K8S=${K8S_SRC_VERSION:-1.20.5+really1.20.2-1.1+deb12u1}
 V_GO=${GO_PKG_VERSION:-1.24.4-1}
 V_ETCD=${ETCD_VERSION:-3.5.16-4}
+V_KUBECTL=${KUBECTL_VERSION:-1.32.3+ds-2}
 K8S_GIT_VERSION=v1.20.2
+BUILD_REVISION=1
 
-key=$( (cat "$0"; echo "$V_K8S $V_GO $V_ETCD") | sha256sum | cut -c1-16)
+key=$(echo "$V_K8S $V_GO $V_ETCD $V_KUBECTL $BUILD_REVISION" | sha256sum | cut -c1-16)
 OUT=$CACHE/$key
 BIN=$OUT/bin
 if [ "${1:-}" = --print ]; then
@@ -68,6 +72,7 @@ unpack() { # unpack NAME=VERSION... into $OUT/$dest (once)
 }
 unpack go "golang-1.24-go=$V_GO" "golang-1.24-src=$V_GO"
 unpack etcd "etcd-server=$V_ETCD"
+unpack kubectl "kubectl=$V_KUBECTL"
 
 # Kubernetes source: the orig tarball of the bookworm source package, as a GOPATH tree
 GOPATH=$OUT/gopath
@@ -116,13 +121,14 @@ if [ ! -s "$openapi" ]; then
   fi
 fi
 
-for cmd in kubelet kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+for cmd in kubelet kube-apiserver kube-controller-manager kube-scheduler; do
   [ -x "$BIN/$cmd" ] && continue
   log "go build $cmd"
   go build -tags selinux,notest -ldflags "$LDFLAGS" -o "$BIN/$cmd.tmp" "./cmd/$cmd"
   mv "$BIN/$cmd.tmp" "$BIN/$cmd"
 done
 ln -sf "$OUT/etcd/usr/bin/etcd" "$BIN/etcd"
+ln -sf "$OUT/kubectl/usr/bin/kubectl" "$BIN/kubectl"
 "$BIN/kubelet" --version >&2
 touch "$OUT/.complete"
 echo "$BIN"
