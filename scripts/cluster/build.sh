@@ -105,8 +105,10 @@ openapi=pkg/generated/openapi/zz_generated.openapi.go
 if [ ! -s "$openapi" ]; then
   log "openapi-gen"
   go build -o "$OUT/openapi-gen" ./vendor/k8s.io/kube-openapi/cmd/openapi-gen
-  # every package tagged +k8s:openapi-gen=true under staging/, pkg/ and vendor/k8s.io
-  pkgs=$(grep -rl --include=doc.go '+k8s:openapi-gen=true' staging/src/k8s.io pkg vendor/k8s.io 2>/dev/null \
+  # every package with a +k8s:openapi-gen= tag in a (non-test) Go file, as the release build's
+  # Makefile.generated_files selects them; vendor/k8s.io/* are links to staging/src/k8s.io/*
+  pkgs=$(grep -rl --include='*.go' --exclude='*_test.go' '+k8s:openapi-gen=' \
+             staging/src/k8s.io pkg vendor 2>/dev/null \
            | xargs -n1 dirname | sort -u \
            | sed -e 's|^staging/src/|k8s.io/kubernetes/vendor/|' -e 's|^pkg/|k8s.io/kubernetes/pkg/|' \
                  -e 's|^vendor/|k8s.io/kubernetes/vendor/|' | sort -u | paste -sd, -)

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.harness import NODE_NAME, Cluster, ClusterError, free_port, wait_for
+from tests.cluster.harness import NODE_NAME, Cluster, wait_for, wait_rollout
 from tests.e2e.harness import CRIClient, cgroups
 from tests.e2e.harness.images import BUSYBOX_IMAGE
 from tests.e2e.harness.paths import REPO
@@ -33,14 +33,14 @@ NS = "nri-cpumgr"
 MEM = "64Mi"
 
 
-def write_overlay(c: Cluster, metrics_port: int) -> Path:
+def write_overlay(c: Cluster) -> Path:
     """An overlay over the repository's ``deploy/`` for the test node. What it changes, and why:
 
     * the ``nri-socket`` and ``state`` hostPaths point into the cluster's work dir: the test
       node's containerd is not the machine's (its NRI socket lives in its work dir) and the test
       must not write the machine's ``/var/lib``;
-    * ``metricsAddress`` (and the container port, hence the probes) is a free port on
-      127.0.0.1: host-network pods share this machine's network with other test runs;
+    * ``sharedPoolGrowDelay: 2s`` in the ConfigMap, so a deleted pod's CPU is back in the shared
+      pool within the test's patience (the default is the kubelet's 10 s);
     * the exporter's ``KUBERNETES_SERVICE_HOST``/``PORT`` name the API server on 127.0.0.1:
       the test cluster has no service network (no kube-proxy, no CNI), so the service IP the
       kubelet injects is not routed.
@@ -51,7 +51,6 @@ def write_overlay(c: Cluster, metrics_port: int) -> Path:
     base_cm = next(d for d in yaml.safe_load_all((REPO / "deploy/base/configmap.yaml").read_text())
                    if d and d["kind"] == "ConfigMap")
     cfg = yaml.safe_load(base_cm["data"]["config.yaml"])
-    cfg["metricsAddress"] = f"127.0.0.1:{metrics_port}"
     cfg["sharedPoolGrowDelay"] = "2s"
     state = c.work / "plugin-state"
     state.mkdir(exist_ok=True)
@@ -61,8 +60,6 @@ def write_overlay(c: Cluster, metrics_port: int) -> Path:
         "metadata": {"name": "nri-cpumgr", "namespace": NS},
         "spec": {"template": {"spec": {
             "containers": [
-                {"name": "nri-cpumgr", "ports": [{"name": "metrics",
-                                                  "containerPort": metrics_port}]},
                 {"name": "nrt-exporter", "env": [
                     {"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
                     {"name": "KUBERNETES_SERVICE_PORT", "value": str(c.ports["apiserver"])}]}],
@@ -132,16 +129,8 @@ def deployed(cluster: Cluster) -> Cluster:
             pytest.fail(f"cannot build the nri-cpumgr image: {e}", pytrace=False)
         pytest.skip(f"cannot build the nri-cpumgr image: {e}")
     cluster.import_image(archive)
-    port = free_port()
-    cluster.kubectl("apply", "-k", str(write_overlay(cluster, port)))
-    try:
-        cluster.kubectl("rollout", "status", "-n", NS, "daemonset/nri-cpumgr",
-                        "--timeout=180s", timeout=200)
-    except ClusterError:
-        pods = cluster.kubectl("get", "pods", "-A", "-o", "wide", check=False)
-        desc = cluster.kubectl("describe", "pods", "-n", NS, check=False)
-        raise AssertionError(f"rollout did not finish:\n{pods}\n{desc[-4000:]}") from None
-    cluster.metrics_port = port  # type: ignore[attr-defined]
+    cluster.kubectl("apply", "-k", str(write_overlay(cluster)))
+    wait_rollout(cluster, NS, "nri-cpumgr")
     return cluster
 
 
@@ -176,8 +165,7 @@ def test_docs_pods_pinned_nrt_follows_restart_keeps_delete_returns(deployed: Clu
 
     # a rolling restart of the plugin while the pods run: nothing moves, nothing doubles
     c.kubectl("rollout", "restart", "-n", NS, "daemonset/nri-cpumgr")
-    c.kubectl("rollout", "status", "-n", NS, "daemonset/nri-cpumgr", "--timeout=180s",
-              timeout=200)
+    wait_rollout(c, NS, "nri-cpumgr")
     time.sleep(3)
     assert {n: cpus_seen(cri, cid) for n, cid in ids.items()} == before
     status = plugin_status(c)
@@ -198,7 +186,8 @@ def test_docs_pods_pinned_nrt_follows_restart_keeps_delete_returns(deployed: Clu
 
 def test_metrics_through_the_api_server(deployed: Cluster) -> None:
     pod = deployed.kubectl("get", "pods", "-n", NS, "-o", "jsonpath={.items[0].metadata.name}")
-    port = deployed.metrics_port  # type: ignore[attr-defined]
+    port = yaml.safe_load(deployed.get_json("configmap", "nri-cpumgr-config", "-n", NS)
+                          ["data"]["config.yaml"])["metricsAddress"].rsplit(":", 1)[1]
     text = deployed.kubectl("get", "--raw",
                             f"/api/v1/namespaces/{NS}/pods/{pod}:{port}/proxy/metrics")
     assert "nri_cpumgr_nri_registered 1.0" in text
