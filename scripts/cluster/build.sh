@@ -9,6 +9,10 @@
 #   * Kubernetes v1.20.2: Debian bookworm's `kubernetes` source package (the newest whose whole
 #     tree, vendor/ included, a registry here ships), unpacked from its orig tarball;
 #   * Go: trixie's golang-1.24-go + golang-1.24-src, unpacked with dpkg -x;
+#   * the vendored github.com/modern-go/reflect2 1.0.1 and json-iterator/go 1.1.10 replaced by
+#     Debian's 1.0.2 and 1.1.12 (golang-github-*-dev): with Go 1.18 and newer, 1.0.1's map
+#     iterator crashes the API server ("fatal error: fault" encoding an unstructured object,
+#     e.g. a custom resource); 1.0.2 is the upstream fix, API-compatible;
 #   * etcd: trixie's etcd-server; kubectl 1.32 (with kustomize 5 built in, for
 #     `kubectl apply -k deploy/`): trixie's kubectl; both unpacked with dpkg -x.
 # Built: kubelet, kube-apiserver, kube-controller-manager, kube-scheduler (static, CGO off,
@@ -16,7 +20,8 @@
 # Cost (2 cores): about 12-15 minutes cold, 2.5 GB of Go cache; nothing on a warm cache.
 #
 # Cache: ${NRI_CPUMGR_CACHE:-/var/cache/nri-cpumgr}/cluster/<key>, where <key> hashes the
-# pinned versions below and BUILD_REVISION (raise it when a change here alters the binaries).
+# pinned versions below and BUILD_REVISION (raise it when a change here alters the binaries);
+# Go's build cache, shared by every key, in .../cluster/gocache.
 # Override a version with K8S_SRC_VERSION=..., GO_PKG_VERSION=..., ETCD_VERSION=...,
 # KUBECTL_VERSION=... (Debian versions).
 set -euo pipefail
@@ -27,9 +32,12 @@ V_GO=${GO_PKG_VERSION:-1.24.4-1}
 V_ETCD=${ETCD_VERSION:-3.5.16-4}
 V_KUBECTL=${KUBECTL_VERSION:-1.32.3+ds-2}
 K8S_GIT_VERSION=v1.20.2
-BUILD_REVISION=1
+V_REFLECT2=${REFLECT2_VERSION:-1.0.2-2}
+V_JSONITER=${JSONITER_VERSION:-1.1.12-1}
+BUILD_REVISION=2
 
-key=$(echo "$V_K8S $V_GO $V_ETCD $V_KUBECTL $BUILD_REVISION" | sha256sum | cut -c1-16)
+key=$(echo "$V_K8S $V_GO $V_ETCD $V_KUBECTL $V_REFLECT2 $V_JSONITER $BUILD_REVISION" \
+      | sha256sum | cut -c1-16)
 OUT=$CACHE/$key
 BIN=$OUT/bin
 if [ "${1:-}" = --print ]; then
@@ -73,6 +81,8 @@ unpack() { # unpack NAME=VERSION... into $OUT/$dest (once)
 unpack go "golang-1.24-go=$V_GO" "golang-1.24-src=$V_GO"
 unpack etcd "etcd-server=$V_ETCD"
 unpack kubectl "kubectl=$V_KUBECTL"
+unpack godeps "golang-github-modern-go-reflect2-dev=$V_REFLECT2" \
+              "golang-github-json-iterator-go-dev=$V_JSONITER"
 
 # Kubernetes source: the orig tarball of the bookworm source package, as a GOPATH tree
 GOPATH=$OUT/gopath
@@ -83,13 +93,17 @@ if [ ! -f "$KSRC/.done" ]; then
   orig=$(ls "$OUT"/src/kubernetes_*.orig.tar.* | head -n1)
   rm -rf "$KSRC" && mkdir -p "$KSRC"
   tar -xf "$orig" -C "$KSRC" --strip-components=1
+  for dep in github.com/modern-go/reflect2 github.com/json-iterator/go; do
+    rm -rf "$KSRC/vendor/$dep"
+    cp -r "$OUT/godeps/usr/share/gocode/src/$dep" "$KSRC/vendor/$dep"
+  done
   touch "$KSRC/.done"
 fi
 
 GOROOT=$(ls -d "$OUT"/go/usr/lib/go-1.24)
 export GOROOT GOPATH PATH="$GOROOT/bin:$PATH"
 export GO111MODULE=off GOTOOLCHAIN=local GOPROXY=off CGO_ENABLED=0 GOFLAGS=
-export GOCACHE=$OUT/gocache
+export GOCACHE=$CACHE/gocache
 cd "$KSRC"
 
 vpkg=k8s.io/kubernetes/vendor/k8s.io/component-base/version

@@ -61,11 +61,13 @@ CNI_PLUGIN = """#!/bin/sh
 # nri-cpumgr test cluster: a CNI plugin that configures nothing (the tests' pods need no network)
 cat >/dev/null
 case "$CNI_COMMAND" in
-  ADD) echo '{"cniVersion":"0.4.0","ips":[{"version":"4","address":"169.254.99.1/32"}]}' ;;
+  ADD) echo '{"cniVersion":"0.4.0"%s}' ;;
   VERSION) echo '{"cniVersion":"0.4.0","supportedVersions":["0.3.0","0.3.1","0.4.0"]}' ;;
   *) : ;;
 esac
 """
+POD_IP = ',"ips":[{"version":"4","address":"169.254.99.1/32"}]'
+"""The address every non-host-network pod reports (link-local, configured nowhere)."""
 CNI_CONF = {"cniVersion": "0.4.0", "name": "nri-cpumgr-test",
             "plugins": [{"type": "nri-cpumgr-noop"}]}
 
@@ -258,8 +260,9 @@ class Inside:
         cni = self.ctrd.workdir / "cni"
         (cni / "bin").mkdir(parents=True, exist_ok=True)
         (cni / "conf").mkdir(parents=True, exist_ok=True)
-        for name in ("nri-cpumgr-noop", "loopback"):  # containerd 1.7 also sets up lo
-            (cni / "bin" / name).write_text(CNI_PLUGIN)
+        # containerd 1.7 also runs the "loopback" plugin: it reports no address
+        for name, ips in (("nri-cpumgr-noop", POD_IP), ("loopback", "")):
+            (cni / "bin" / name).write_text(CNI_PLUGIN % ips)
             (cni / "bin" / name).chmod(0o755)
         (cni / "conf/10-test.conflist").write_text(json.dumps(CNI_CONF))
         self.ctrd.start()

@@ -54,7 +54,7 @@ def write_overlay(c: Cluster) -> Path:
     cfg["sharedPoolGrowDelay"] = "2s"
     state = c.work / "plugin-state"
     state.mkdir(exist_ok=True)
-    nri_dir = str(Path(c.node_info["nri_socket"]).parent)
+    nri_dir = str(c.nri_socket.parent)
     ds_patch = {
         "apiVersion": "apps/v1", "kind": "DaemonSet",
         "metadata": {"name": "nri-cpumgr", "namespace": NS},
@@ -113,9 +113,17 @@ def plugin_status(c: Cluster) -> dict[str, Any]:
 
 
 def nrt_cpu(c: Cluster) -> dict[str, str]:
-    obj = c.get_json("noderesourcetopologies.topology.node.k8s.io", NODE_NAME)
+    """Available CPUs per zone of the node's NRT object ({} while it does not exist)."""
+    out = c.kubectl("get", "-o", "json", "noderesourcetopologies.topology.node.k8s.io",
+                    NODE_NAME, "--ignore-not-found")
+    zones = json.loads(out)["zones"] if out.strip() else []
     return {z["name"]: next(r["available"] for r in z["resources"] if r["name"] == "cpu")
-            for z in obj["zones"]}
+            for z in zones}
+
+
+def exporter_log(c: Cluster) -> str:
+    return c.kubectl("logs", "-n", NS, "ds/nri-cpumgr", "-c", "nrt-exporter", "--tail=30",
+                     check=False)
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +168,7 @@ def test_docs_pods_pinned_nrt_follows_restart_keeps_delete_returns(deployed: Clu
                  on_timeout=lambda cid=cid: str(cpus_seen(cri, cid)))
     # the plugin pod itself is Burstable: in the shared pool, off the exclusive CPU
     wait_for(lambda: nrt_cpu(c) == {"node-0": "0"}, 30, "NRT available cpu 0 on node-0",
-             on_timeout=lambda: str(nrt_cpu(c)))
+             on_timeout=lambda: f"{nrt_cpu(c)}\n{exporter_log(c)}")
     before = {n: cpus_seen(cri, cid) for n, cid in ids.items()}
 
     # a rolling restart of the plugin while the pods run: nothing moves, nothing doubles
@@ -177,7 +185,7 @@ def test_docs_pods_pinned_nrt_follows_restart_keeps_delete_returns(deployed: Clu
     for name in pods:
         c.kubectl("delete", "pod", name, "-n", "default", "--wait=true", timeout=120)
     wait_for(lambda: nrt_cpu(c) == {"node-0": "1"}, 60, "NRT available cpu back to 1",
-             on_timeout=lambda: str(nrt_cpu(c)))
+             on_timeout=lambda: f"{nrt_cpu(c)}\n{exporter_log(c)}")
     status = plugin_status(c)
     assert not [r for r in status["containers"] if r["exclusive"]]
     assert status["defaultCpuSet"] == "0-1"
