@@ -1,7 +1,8 @@
 """nri-cpumgr: the kubelet's CPU, Topology and Memory managers as an NRI plugin.
 
 Commands: run (the plugin), topology (the machine as the managers see it), status (the
-checkpointed assignments). Started by the runtime from its plugin_path with no arguments
+checkpointed assignments), plan (a dry run for Pod manifests), explain (why a container got
+its CPUs). Started by the runtime from its plugin_path with no arguments
 (NRI_PLUGIN_SOCKET set), it runs the plugin: configuration from the runtime's Configure
 request, else /etc/nri-cpumgr/config.yaml if present, else the defaults; log in
 <stateDirectory>/nri-cpumgr.log.
@@ -33,6 +34,7 @@ else:
     import asyncio
 
 from nri_cpumgr.config import Config, ConfigError, load_config
+from nri_cpumgr.config.model import with_source
 
 log = logging.getLogger("nri_cpumgr")
 
@@ -81,15 +83,61 @@ class _DeferredQueueHandler(logging.handlers.QueueHandler):
         return record
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def _launched_log_file(config: Config) -> str:
+    """Where a plugin launched by the runtime logs: ``logFile``, else
+    ``<stateDirectory>/nri-cpumgr.log``."""
+    return config.logFile or str(Path(config.stateDirectory) / "nri-cpumgr.log")
+
+
+def _fallback_log_file(args: argparse.Namespace) -> str:
+    """The launched-mode log file when the start-up config could not be loaded: its
+    ``logFile`` / ``stateDirectory`` when the file is YAML with those keys as strings
+    (whatever else is wrong in it; ``--state-dir`` still overrides), else the defaults'
+    (/var/lib/nri-cpumgr/nri-cpumgr.log)."""
+    keys: dict[str, str] = {}
+    path = _config_path(getattr(args, "config", None))
+    if path is not None:
+        try:
+            import yaml
+
+            doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+            if isinstance(doc, dict):
+                keys = {k: doc[k] for k in ("logFile", "stateDirectory")
+                        if isinstance(doc.get(k), str) and doc[k]}
+        except Exception:  # noqa: BLE001 - unreadable or not YAML: the defaults' file
+            pass
+    if getattr(args, "state_dir", None):
+        keys["stateDirectory"] = args.state_dir
+    return _launched_log_file(Config(**keys))
+
+
+def _log_fatal_launched(message: str, args: argparse.Namespace) -> None:
+    """Append a fatal start-up error to the launched-mode log file (the runtime gives the
+    plugin /dev/null for stdio, so stderr alone would lose it): the one logging was set up
+    with, else :func:`_fallback_log_file`. Best effort: a file that cannot be written is
+    skipped."""
+    record = logging.LogRecord("nri_cpumgr", logging.ERROR, __file__, 0, "%s", (message,), None)
+    try:
+        path = Path(getattr(args, "launched_log", None) or _fallback_log_file(args))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as f:
+            f.write(logging.Formatter(LOG_FORMAT).format(record) + "\n")
+    except OSError:
+        pass
+
+
 def _setup_logging(config: Config, launched: bool, verbose: bool) -> logging.handlers.QueueListener:
     """Log through a queue to stderr, or to a file (``logFile``; launched by the runtime:
     ``<stateDirectory>/nri-cpumgr.log`` since stdio is /dev/null). Returns the started
     listener (stop it at exit to flush)."""
     level = logging.DEBUG if verbose else logging.INFO
-    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    fmt = logging.Formatter(LOG_FORMAT)
     log_file = config.logFile
     if launched and not log_file:
-        log_file = str(Path(config.stateDirectory) / "nri-cpumgr.log")
+        log_file = _launched_log_file(config)
     target: logging.Handler
     if log_file:
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
@@ -117,7 +165,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from nri_cpumgr.transport.stub import Stub
 
     launched = "NRI_PLUGIN_SOCKET" in os.environ
-    config = load_config(_config_path(args.config))
+    source = _config_path(args.config)
+    config = load_config(source)
     overrides = {}
     if args.socket:
         overrides["socketPath"] = args.socket
@@ -125,6 +174,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides["stateDirectory"] = args.state_dir
     if overrides:
         config = config.model_copy(update=overrides)
+    if launched:
+        args.launched_log = _launched_log_file(config)
     listener = _setup_logging(config, launched, args.verbose)
     try:
         machine = _discover(args.sysfs_root)
@@ -175,6 +226,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             if server is not None:
                 server.close()
             log.info("nri-cpumgr stopped")
+    except ConfigError as e:  # the machine-dependent checks: name the file as load_config does
+        raise with_source(e, source) from None
     finally:
         listener.stop()  # flush what is queued
     return 0
@@ -206,7 +259,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"nri-cpumgr: {e}", file=sys.stderr)
         return 1
     if body is None:
-        print(f"nri-cpumgr: no checkpoint in {state_dir}", file=sys.stderr)
+        print(f"nri-cpumgr: no checkpoint in {state_dir} (the plugin writes it once it runs "
+              "with that stateDirectory; --config FILE or --state-dir DIR reads another)",
+              file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(body, indent=1))
@@ -214,7 +269,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"policy:        {body.get('policyName')}")
     print(f"reserved CPUs: {body.get('reservedCpuSet') or '-'}")
     print(f"shared pool:   {body.get('defaultCpuSet') or '-'}")
-    rows = body.get("containers", [])
+    rows = sorted(body.get("containers", []), key=lambda r: (r["pod"], r["container"]))
     hdr = ("POD", "CONTAINER", "QOS", "CPUS", "MEMS", "NUMA", "EXCLUSIVE", "STATE")
     table = [hdr] + [
         (r["pod"], r["container"], r["qos"], r["cpus"] or "-", r.get("mems") or "-",
@@ -226,6 +281,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     print()
     for row in table:
         print("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+    _print_pod_level(body)
     return 0
 
 
@@ -244,6 +300,28 @@ def cmd_nrt_export(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return run(node, _discover(args.sysfs_root), config, kubeconfig=args.kubeconfig,
                interval=args.interval)
+
+def _print_pod_level(body: dict) -> None:
+    """Pod pools (pod-level resource managers) and resized containers, when there are."""
+    names = {}
+    for r in body.get("containers", []):
+        names.setdefault(r.get("podUID"), r["pod"])
+    pools = body.get("podPools") or {}
+    if pools:
+        print("\npod pools (pod-level resource managers):")
+        for uid, p in sorted(pools.items()):
+            members = [f"{r['container']}={r.get('pool', '')}"
+                       for r in body.get("containers", []) if r.get("podUID") == uid]
+            print(f"  {names.get(uid, uid)}  bubble={p['bubble']}  "
+                  f"pod-shared-pool={p['podSharedPool'] or '-'}  mems={p.get('mems') or '-'}  "
+                  f"{' '.join(members)}".rstrip())
+    resized = body.get("resized") or {}
+    if resized:
+        print("\nresized containers:")
+        for key, r in sorted(resized.items()):
+            uid, _, name = key.partition("/")
+            print(f"  {names.get(uid, uid)} {name}  {r['from']} -> {r['to']}  "
+                  f"(promised {r['promised']})")
 
 
 def _version() -> str:
@@ -281,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--socket", help="NRI socket to dial (overrides socketPath)")
     r.add_argument("--state-dir", help="state directory (overrides stateDirectory)")
     r.add_argument("--sysfs-root", default="/", help="read topology from DIR/sys instead of /sys")
-    r.add_argument("-v", "--verbose", action="store_true")
+    r.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
     r.set_defaults(func=cmd_run)
 
     t = sub.add_parser("topology", help="print the machine's CPU/NUMA/cache topology")
@@ -308,8 +386,15 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster service account)")
     n.add_argument("--interval", type=float, default=1.0,
                    help="seconds between looks at the state directory (default 1)")
-    n.add_argument("-v", "--verbose", action="store_true")
+    n.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
     n.set_defaults(func=cmd_nrt_export)
+
+    from nri_cpumgr.planner.cli import add_parser as add_plan  # plan (issue 12)
+
+    add_plan(sub)
+    from nri_cpumgr.explain.cli import add_parser as add_explain  # explain (issue 12)
+
+    add_explain(sub)
     return p
 
 
@@ -318,16 +403,29 @@ def main(argv: list[str] | None = None) -> int:
 
     if argv is None:
         argv = sys.argv[1:]
-    if not argv and "NRI_PLUGIN_SOCKET" in os.environ:
+    launched = "NRI_PLUGIN_SOCKET" in os.environ
+    if launched and not argv:
         argv = ["run"]  # launched by the runtime from plugin_path: no arguments
     args = build_parser().parse_args(argv)
+    launched = launched and args.cmd == "run"  # also `run` from a wrapper script
+
+    def fail(message: str, status: int) -> int:
+        print(f"nri-cpumgr: {message}", file=sys.stderr)
+        if launched:  # stderr is /dev/null there
+            _log_fatal_launched(f"{message}; exiting", args)
+        return status
+
     try:
         return args.func(args)
     except ConfigError as e:
-        print(f"nri-cpumgr: {e}", file=sys.stderr)
-        return 2
+        return fail(str(e), 2)
     except SysfsError as e:
-        print(f"nri-cpumgr: cannot read the topology: {e}", file=sys.stderr)
-        return 1
+        return fail(f"cannot read the topology: {e}", 1)
     except BrokenPipeError:
         return 0
+    except Exception:
+        if launched:
+            import traceback
+
+            _log_fatal_launched("crashed:\n" + traceback.format_exc().rstrip(), args)
+        raise

@@ -4,7 +4,8 @@
 # docker-archive tarball that `ctr images import`, `kind load image-archive` or
 # `docker load` take.
 #
-#   scripts/build_image.sh [TAG]        default TAG nri-cpumgr:dev
+#   usage: scripts/build_image.sh [TAG]     default TAG nri-cpumgr:dev
+#          scripts/build_image.sh --help    this text
 #
 # Environment:
 #   OUT=PATH            the tarball (default .runtime/images/nri-cpumgr.tar)
@@ -22,6 +23,14 @@
 #  3. buildah bud the Dockerfile; 4. buildah push to the tarball. Prints the time and sizes.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
+usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
+case "${1:-}" in
+  -h|--help) usage; exit 0 ;;
+  -*) printf 'build_image.sh: unknown option %s\n\n' "$1" >&2; usage >&2; exit 2 ;;
+esac
+if [ $# -gt 1 ]; then
+  printf 'build_image.sh: one TAG at most, got %d arguments\n\n' $# >&2; usage >&2; exit 2
+fi
 TAG=${1:-nri-cpumgr:dev}
 OUT=${OUT:-$top/.runtime/images/nri-cpumgr.tar}
 BASE=localhost/nri-cpumgr-base:bookworm

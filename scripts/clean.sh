@@ -1,21 +1,44 @@
 #!/usr/bin/env bash
 # `make clean`: remove what this project created, and nothing else.
 #  * .venv/ and .runtime/ (containerd, runc, busybox, schemas, image tools, the private image
-#    store .runtime/image-store, the image tarball);
-#  * cgroups the tests and the demo left under /nri-cpumgr-test (only empty ones can go);
+#    store .runtime/image-store, the image tarballs .runtime/images); when .runtime is a
+#    symlink (a shared runtime), only the link goes, never what it points to;
+#  * caches and build output in the checkout: .pytest_cache, .ruff_cache, .hypothesis,
+#    every __pycache__, *.egg-info, build/, dist/, the generated tests/e2e/_cri/;
+#  * cgroups the tests and the demo left under /nri-cpumgr-test (only empty ones, and only
+#    those of runs that have ended: a run-<pid> whose process still lives is left alone);
 #  * what older versions of scripts/build_image.sh left in the system-wide buildah storage
 #    (/var/lib/containers): the images tagged nri-cpumgr:* and the local base image they
 #    committed as docker.io/library/debian:bookworm-slim, recognised by the annotation
 #    org.nri-cpumgr.base-recipe (a real Debian image has none), and
 #    /tmp/nri-cpumgr-debootstrap.log. Packages those versions apt-installed (buildah,
 #    debootstrap) are left: they may be used by others; `apt-get remove buildah debootstrap`.
+# Not touched: pytest's /tmp/pytest-of-<user> (shared by every pytest on the machine; this
+# project keeps only failed tests' directories there, see pyproject.toml).
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 VENV=${VENV:-.venv}
-rm -rf "${top:?}/$VENV" "$top/.runtime"
+rm -rf "${top:?}/$VENV"
+if [ -L "$top/.runtime" ]; then
+  echo "removed the symlink .runtime (its target $(readlink "$top/.runtime") is left)"
+  rm -f "$top/.runtime"
+else
+  rm -rf "$top/.runtime"
+fi
+rm -rf "$top"/{.pytest_cache,.ruff_cache,.hypothesis,build,dist,tests/e2e/_cri} "$top"/*.egg-info
+# find does not follow symlinks (-P): nothing outside the checkout is visited
+find "$top" -path "$top/.git" -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +
 for h in $(awk '$3 == "cgroup" || $3 == "cgroup2" {print $2}' /proc/self/mounts); do
   d="$h/nri-cpumgr-test"
-  [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} + 2>/dev/null
+  [ -d "$d" ] || continue
+  for r in "$d"/*; do
+    [ -d "$r" ] || continue
+    case "${r##*/}" in
+      run-*) [ -d "/proc/${r##*/run-}" ] && continue ;;  # that run is still going
+    esac
+    find "$r" -depth -type d -exec rmdir {} + 2>/dev/null
+  done
+  rmdir "$d" 2>/dev/null
 done
 rm -f /tmp/nri-cpumgr-debootstrap.log
 if command -v buildah >/dev/null && [ -d /var/lib/containers/storage ]; then

@@ -21,9 +21,10 @@ Life cycle (kubelet semantics, cpu_manager.go and policy_static.go):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from nri_cpumgr.cm.cpumanager import CPUManagerState, NonePolicy, StaticPolicy
@@ -32,7 +33,7 @@ from nri_cpumgr.cm.providers import CPUProvider, DeviceProvider, MemoryProvider
 from nri_cpumgr.cm.topologymanager import ERROR_TOPOLOGY_AFFINITY, TopologyManager
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.podmodel import Pod, QOSClass
-from nri_cpumgr.podmodel.nri import ContainerInfo
+from nri_cpumgr.podmodel.nri import ContainerInfo, Resources
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,8 @@ class Decision:
     policy does). ``exclusive``: the CPUs are the container's alone (clear its CFS quota).
     ``mems``: its cpuset.mems (``None``: left alone). ``quota``: a CFS quota (microseconds
     per period) to restore because the container left exclusive CPUs (``None``: unchanged).
+    ``pod_updates``: other containers of the same pod to move with it (pod-level resource
+    managers: the pod shared pool shrank; see nri_cpumgr.cm.podresources).
     """
 
     container_id: str
@@ -57,6 +60,7 @@ class Decision:
     exclusive: bool = False
     mems: CPUSet | None = None
     quota: int | None = None
+    pod_updates: list[Decision] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -99,6 +103,8 @@ class ContainerManager:
         memory: MemoryManager | None = None,
         align_mems_with_cpus: bool = False,
         numa_nodes: tuple[int, ...] | None = None,
+        feature_gates: Mapping[str, bool] | None = None,
+        topology_manager_scope: str | None = None,
     ) -> None:
         self.policy = policy
         self.state = state
@@ -117,6 +123,16 @@ class ContainerManager:
         self.devices = DeviceProvider(nodes)
         self.tm.add_hint_provider(self.devices)
         self.managed = self.static or memory is not None
+        # --- pod-level resource managers and in-place resize (nri_cpumgr.cm.podresources)
+        from nri_cpumgr.cm.podresources.gates import pod_level_enabled
+        from nri_cpumgr.cm.podresources.manager import PodLevelManager
+        from nri_cpumgr.cm.podresources.resizer import Resizer
+
+        scope = topology_manager_scope or self.tm.scope_name
+        self.pod_level = (
+            PodLevelManager(self, scope) if pod_level_enabled(feature_gates) else None
+        )
+        self.resizer = Resizer(self, feature_gates)
 
     # ------------------------------------------------------------------ queries
     def shared_pool(self) -> CPUSet:
@@ -207,6 +223,10 @@ class ContainerManager:
             self._track(info.id, _Tracked(info, False, None))
             return Decision(info.id, None)
         self._release_stopped_of_pod(info.pod_uid, keep=info.name)
+        if self.pod_level is not None:
+            d = self.pod_level.admit(info, device_numa)
+            if d is not None:
+                return d
         key = info.key
         if info.qos is not QOSClass.GUARANTEED and not info.devices:
             # no provider has a hint for it (CPU and memory managers only pin Guaranteed
@@ -277,12 +297,16 @@ class ContainerManager:
             return CPUSet(details[c].numa for c in cpus)
         return None
 
-    def update(self, container_id: str) -> Decision | None:
+    def update(self, container_id: str, resources: Resources | None = None) -> Decision | None:
         """An UpdateContainer (CRI UpdateContainerResources) for a tracked container: the
-        cpuset it must keep, so an update cannot silently drop the pinning."""
+        cpuset it must keep, so an update cannot silently drop the pinning. With the new
+        ``resources`` of an in-place resize, a container with exclusive CPUs is resized
+        (nri_cpumgr.cm.podresources.resize; raises its ResizeRefused, nothing changes)."""
         t = self.containers.get(container_id)
         if t is None:
             return None
+        if resources is not None and self.resizer.resize(container_id, resources):
+            t.info = dataclasses.replace(t.info, resources=resources)
         cpus = self.shared_pool() if t.shared and self.static else t.applied
         if cpus is None and t.mems is None:
             return None
@@ -304,6 +328,7 @@ class ContainerManager:
         if self._owner.get(t.info.key) == container_id:
             del self._owner[t.info.key]
             self._release(t.info.pod_uid, t.info.name)
+            self.resizer.forget(t.info.pod_uid, t.info.name)
 
     def remove_pod(self, pod_uid: str) -> None:
         """A pod sandbox stopped or was removed: release every container of the pod."""
@@ -313,6 +338,9 @@ class ContainerManager:
             if self._owner.get(t.info.key) == cid:
                 del self._owner[t.info.key]
             self.tm.remove_container(cid)
+        if self.pod_level is not None:
+            self.pod_level.pod_removed(pod_uid)
+        self.resizer.forget(pod_uid)
         names = set(self.state.assignments.get(pod_uid, {}))
         if self.memory is not None:
             names |= set(self.memory.state.get_memory_assignments().get(pod_uid, {}))
@@ -417,6 +445,8 @@ class ContainerManager:
                 updates[i.id] = d
             elif not d.exclusive and d.quota is not None:
                 updates[i.id] = d
+        if self.pod_level is not None:
+            self.pod_level.after_synchronize(updates)
         if not self.static:
             return updates
         pool = self.shared_pool()
@@ -473,8 +503,29 @@ class ContainerManager:
                 for uid, conts in self.state.assignments.items()
                 if conts
             },
-            "containers": self.rows(),
+            "containers": self._annotated(self.rows()),
+            **self._pod_level_sections(),
         }
+
+    def _annotated(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Rows with the container's pool (pod-level resource managers) and last resize."""
+        if self.pod_level is None and not self.resizer.resized:
+            return rows
+        resized = self.resizer.rows()
+        for r in rows:
+            if self.pod_level is not None:
+                r["pool"] = self.pod_level.role(r["id"])
+            if f"{r['podUID']}/{r['container']}" in resized:
+                r["resized"] = resized[f"{r['podUID']}/{r['container']}"]
+        return rows
+
+    def _pod_level_sections(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.pod_level is not None:
+            out["podPools"] = self.pod_level.pools()
+        if self.resizer.resized:
+            out["resized"] = self.resizer.rows()
+        return out
 
 
 def _restored_quota(info: ContainerInfo) -> int | None:

@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import math
 import re
@@ -40,6 +41,11 @@ KNOWN_FEATURE_GATES = frozenset({
     "TopologyManagerPolicyAlphaOptions",
     "TopologyManagerPolicyBetaOptions",
     "TopologyManagerPolicyOptions",
+    # pod-level resource managers and in-place resize (nri_cpumgr.cm.podresources.gates)
+    "PodLevelResources",
+    "PodLevelResourceManagers",
+    "InPlacePodVerticalScalingExclusiveCPUs",
+    "InPlacePodVerticalScalingExclusiveMemory",
 })
 
 _PLUGIN_NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -73,6 +79,25 @@ def _unique_key_loader() -> type:
     UniqueKeyLoader.add_constructor(
         yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
     return UniqueKeyLoader
+
+
+def did_you_mean(word: str, known: Any) -> str:
+    """``"; did you mean 'X'?"`` for the entry of ``known`` (strings) closest to ``word``: the
+    same name in another case, else difflib's closest match with a ratio of at least 0.6;
+    ``""`` when nothing is close."""
+    names = [k for k in known if isinstance(k, str)]
+    same_case = [k for k in names if k.lower() == word.lower()]
+    best = same_case or difflib.get_close_matches(word, names, n=1, cutoff=0.6)
+    return f"; did you mean {best[0]!r}?" if best else ""
+
+
+def with_source(e: ConfigError, source: str | None) -> ConfigError:
+    """``e`` with `` (<source>)`` appended (the file, or where the text came from), unless
+    its message already names it or there is no source (built-in defaults)."""
+    msg = str(e)
+    if not source or msg.endswith(f"({source})"):
+        return e
+    return ConfigError(f"{msg} ({source})")
 
 
 class _Invalid(Exception):
@@ -131,6 +156,12 @@ class Config:
     sharedPoolShrinkDelay: str = "1s"
     sharedPoolGrowDelay: str = "10s"
     sharedPoolUpdateBatchSize: int = 10
+    # --- the plugin's own: with no checkpoint of its own, start from the kubelet's
+    # cpu_manager_state / memory_manager_state found here ("" = never; nri_cpumgr.adopt) ---
+    kubeletStateDirectory: str = "/var/lib/kubelet"
+    # --- the plugin's own: record why each container got its CPUs (nri_cpumgr.explain;
+    # `nri-cpumgr explain`); also on at debug level (-v) ---
+    explainDecisions: bool = False
 
     @classmethod
     def model_validate(cls, doc: Any) -> Config:
@@ -144,7 +175,7 @@ class Config:
         for key, raw in doc.items():
             check = _CHECKS.get(key) if isinstance(key, str) else None
             if check is None:
-                errors.append(f"{key}: unknown key")
+                errors.append(f"{key}: unknown key{did_you_mean(str(key), _CHECKS)}")
                 continue
             try:
                 values[key] = check(key, raw)
@@ -267,7 +298,9 @@ def _boolean(key: str, v: Any) -> bool:
 def _one_of(*allowed: str) -> Callable[[str, Any], str]:
     def check(key: str, v: Any) -> str:
         if v not in allowed:
-            raise _Invalid(key, f"{v!r} is not one of {', '.join(repr(a) for a in allowed)}")
+            hint = did_you_mean(v, allowed) if isinstance(v, str) else ""
+            raise _Invalid(
+                key, f"{v!r} is not one of {', '.join(repr(a) for a in allowed)}{hint}")
         return v
     return check
 
@@ -348,7 +381,8 @@ def _feature_gates(key: str, v: Any) -> dict[str, bool]:
     unknown = sorted(set(gates) - KNOWN_FEATURE_GATES)
     if unknown:
         raise _Invalid(
-            key, f"unknown feature gate(s) {unknown}; known: {sorted(KNOWN_FEATURE_GATES)}")
+            key, f"unknown feature gate(s) {unknown}; known: {sorted(KNOWN_FEATURE_GATES)}"
+            f"{did_you_mean(unknown[0], KNOWN_FEATURE_GATES)}")
     return gates
 
 
@@ -365,7 +399,8 @@ def _reserved_memory(key: str, v: Any) -> list[ReservedMemory]:
         entry = _mapping(where, entry)
         unknown = sorted(set(entry) - {"numaNode", "limits"})
         if unknown:
-            raise _Invalid(f"{where}.{unknown[0]}", "unknown key")
+            raise _Invalid(f"{where}.{unknown[0]}",
+                           "unknown key" + did_you_mean(str(unknown[0]), ("numaNode", "limits")))
         for required in ("numaNode", "limits"):
             if required not in entry:
                 raise _Invalid(f"{where}.{required}", "required")
@@ -424,6 +459,8 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "sharedPoolShrinkDelay": _duration,
     "sharedPoolGrowDelay": _duration,
     "sharedPoolUpdateBatchSize": _positive_int,
+    "kubeletStateDirectory": _string,
+    "explainDecisions": _boolean,
 }
 
 
@@ -455,7 +492,7 @@ def parse_config(text: str, source: str = "<config>") -> Config:
     try:
         return Config.model_validate(doc)
     except ConfigError as e:
-        raise ConfigError(f"{e} ({source})") from None
+        raise with_source(e, source) from None
 
 
 def load_config(path: str | Path | None) -> Config:

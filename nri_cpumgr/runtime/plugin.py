@@ -20,16 +20,23 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from nri_cpumgr.adopt.adopt import adopt_memory
+from nri_cpumgr.adopt.adopt import seed as adopt_seed
 from nri_cpumgr.api import nri_pb2
 from nri_cpumgr.checkpoint import BackgroundWriter, Checkpoint, CheckpointError
-from nri_cpumgr.cm.container_manager import AdmissionError, ContainerManager, Decision
-from nri_cpumgr.cm.cpumanager import CPUManagerState, NonePolicy, StaticPolicy
-from nri_cpumgr.cm.memorymanager.config import MemoryReservation, new_manager
-from nri_cpumgr.cm.memorymanager.manager import MemoryManager
+from nri_cpumgr.cm.container_manager import AdmissionError, Decision
 from nri_cpumgr.cm.memorymanager.state import MemoryState
-from nri_cpumgr.cm.topologymanager import TopologyManager
 from nri_cpumgr.config import Config, ConfigError, parse_config
+from nri_cpumgr.config.model import with_source
 from nri_cpumgr.cpuset import CPUSet
+from nri_cpumgr.managers import (  # noqa: F401 - shared with the planner, re-exported
+    build_container_manager,
+    build_memory_manager,
+    build_policy,
+    build_topology_manager,
+    restore_memory_state,
+    restore_state,
+)
 from nri_cpumgr.metrics import Metrics
 from nri_cpumgr.podmodel import QOSClass
 from nri_cpumgr.podmodel.nri import ContainerInfo, container_info, qos_from_resources
@@ -69,94 +76,6 @@ _LIVE_STATES = (
 #: ``async (UpdateContainersRequest bytes) -> failed container ids`` (the stub's
 #: ``update_containers``).
 Sender = Callable[[bytes], Awaitable[set[str]]]
-
-
-def build_policy(config: Config, machine: Machine) -> StaticPolicy | NonePolicy:
-    """The CPU policy the config names. Raises :class:`ConfigError` (one line) when the
-    static policy cannot be built (no reservation, bad option, reserved list vs count...)."""
-    if config.cpuManagerPolicy == "none":
-        return NonePolicy(machine.topology)
-    reserved = config.reserved_cpus()
-    count = config.reserved_cpu_count()
-    try:
-        return StaticPolicy(
-            machine.topology,
-            count,
-            reserved if reserved else None,
-            config.cpuManagerPolicyOptions,
-            topology_manager_policy=config.topologyManagerPolicy,
-            feature_gates=dict(config.featureGates),
-        )
-    except Exception as e:
-        raise ConfigError(f"invalid config: cpuManagerPolicy static: {e}") from None
-
-
-def build_topology_manager(config: Config, machine: Machine) -> TopologyManager:
-    """The Topology Manager the config names. Raises :class:`ConfigError`."""
-    nodes = sorted(machine.numa_nodes) or sorted(machine.topology.numa_nodes())
-    distances: dict[int, list[int]] = {}
-    for n in nodes:
-        info = machine.numa_nodes.get(n)
-        if info is not None and info.distances:
-            distances[n] = [info.distances.get(j, 0) for j in range(max(nodes) + 1)]
-    try:
-        return TopologyManager(
-            config.topologyManagerPolicy,
-            config.topologyManagerScope,
-            config.topologyManagerPolicyOptions,
-            numa_nodes=nodes,
-            distances=distances or None,
-            feature_gates=dict(config.featureGates),
-        )
-    except Exception as e:
-        raise ConfigError(f"invalid config: topologyManagerPolicy: {e}") from None
-
-
-def build_memory_manager(config: Config, machine: Machine) -> MemoryManager | None:
-    """The Memory Manager for ``memoryManagerPolicy: Static`` (None for ``None``).
-    Raises :class:`ConfigError` (reservedMemory must match the node's reserved memory)."""
-    if config.memoryManagerPolicy == "None":
-        return None
-    reserved = [MemoryReservation(r.numaNode, dict(r.limits)) for r in config.reservedMemory]
-    try:
-        return new_manager(
-            "Static", machine, config.node_allocatable_memory_reservation(), reserved
-        )
-    except Exception as e:
-        raise ConfigError(f"invalid config: memoryManagerPolicy Static: {e}") from None
-
-
-def restore_state(
-    policy: StaticPolicy | NonePolicy, body: dict[str, Any] | None, path: Any = ""
-) -> CPUManagerState:
-    """CPU manager state from a checkpoint body (``None``: fresh), validated by the policy.
-
-    Raises :class:`ConfigError` when the checkpoint was written by another policy: like the
-    kubelet ("configured policy differs from state checkpoint"), the plugin refuses to start
-    rather than silently drop the node's assignments. A state the policy rejects (it does
-    not fit the topology or the reservation) is logged and rebuilt from Synchronize.
-    """
-    state = CPUManagerState(assignments={}, default_set=CPUSet())
-    name = "static" if isinstance(policy, StaticPolicy) else "none"
-    if body and body.get("policyName") not in (None, name):
-        raise ConfigError(
-            f"checkpoint {path} was written by cpuManagerPolicy {body.get('policyName')!r} but "
-            f"the config says {name!r}: drain the node and remove the checkpoint to change "
-            f"policy (the kubelet refuses the same)"
-        )
-    if body:
-        state.default_set = CPUSet.parse(body.get("defaultCpuSet", ""))
-        state.assignments = {
-            uid: {n: CPUSet.parse(c) for n, c in conts.items()}
-            for uid, conts in body.get("entries", {}).items()
-        }
-    try:
-        policy.start(state)
-    except Exception as e:
-        log.warning("checkpoint state rejected by the policy (%s): rebuilding from the runtime", e)
-        state = CPUManagerState(assignments={}, default_set=CPUSet())
-        policy.start(state)
-    return state
 
 
 class Plugin:
@@ -209,21 +128,33 @@ class Plugin:
                 body = self.checkpoint.load()
             except CheckpointError as e:
                 corrupt = e  # said once the setup is known to go on (not before a fatal exit)
+        # no checkpoint of our own: start from the kubelet's (nri_cpumgr.adopt)
+        self.adoption = None
+        kubelet_memory = None
+        if body is None and corrupt is None and not provisional:
+            body, kubelet_memory, self.adoption = adopt_seed(
+                config.kubeletStateDirectory, config.cpuManagerPolicy, config.memoryManagerPolicy)
         state = restore_state(self.policy, body, self.checkpoint.path)
+        if self.adoption is not None and body and body["entries"] and not state.assignments:
+            self.adoption = None  # the policy rejected it (logged): the runtime is the truth
         if corrupt is not None:
             log.error("%s; rebuilding the state from the runtime's Synchronize", corrupt)
         if memory is not None:
             if provisional:
                 memory.start(MemoryState())
+            elif kubelet_memory is not None:
+                adopt_memory(memory, kubelet_memory)
             else:
                 restore_memory_state(memory, self.memory_checkpoint)
-        self.manager = ContainerManager(
-            self.policy,
-            state,
-            topology_manager=tm,
-            memory=memory,
-            align_mems_with_cpus=config.alignMemoryWithExclusiveCPUs,
-        )
+        self.manager = build_container_manager(config, self.policy, state, tm, memory)
+        # explanations (nri_cpumgr.explain): only when asked, written with the snapshots
+        self.explainer = None
+        if config.explainDecisions or log.isEnabledFor(logging.DEBUG):
+            from nri_cpumgr.explain.explainer import EXPLANATIONS_NAME, Explainer
+
+            self.explanations = Checkpoint(config.state_path(EXPLANATIONS_NAME))
+            self.explainer = Explainer(self.manager, config)
+        self.manager.resizer.restore(body)  # promised CPUs of resized containers
         if self.pool_sync is not None:
             self.pool_sync.close()
         self.pool_sync = SharedPoolSync(
@@ -271,6 +202,8 @@ class Plugin:
         out = [(self.checkpoint, self.manager.checkpoint())]
         if self.manager.memory is not None:
             out.append((self.memory_checkpoint, self.manager.memory.state.to_dict()))
+        if self.explainer is not None:
+            out.append((self.explanations, self.explainer.snapshot()))
         return out
 
     def save(self) -> None:
@@ -321,8 +254,12 @@ class Plugin:
         if self.accept_runtime_config:
             try:
                 if req.config.strip():
-                    cfg = parse_config(req.config, "(from the runtime's Configure)")
-                    self._setup(cfg.model_copy(update=self.overrides))
+                    source = "from the runtime's Configure"
+                    cfg = parse_config(req.config, source)
+                    try:
+                        self._setup(cfg.model_copy(update=self.overrides))
+                    except ConfigError as e:
+                        raise with_source(e, source) from None
                     log.info("configuration taken from the runtime's Configure request")
                 elif self.provisional:
                     self._setup(self.config)
@@ -349,6 +286,9 @@ class Plugin:
                 (infos if c.state in _LIVE_STATES else stopped).append(container_info(p, c))
         live_pods = {p.uid or p.id for p in pods}
         devices = {i.id: self._device_numa(i) for i in infos if i.devices}
+        if self.adoption is not None:  # the kubelet's assignments meet the runtime's truth
+            self.adoption.reconcile(self.manager.state, infos, stopped, live_pods)
+            self.adoption = None
         updates = self.manager.synchronize(infos, devices, live_pods=live_pods, stopped=stopped)
         self.synchronized = True
         reply = [_update(d) for d in updates.values()]
@@ -396,7 +336,8 @@ class Plugin:
             log.debug("pod %s/%s pod-resources=%s overhead=%s", info.namespace,
                       info.pod_name, info.pod_resources, info.pod_overhead)
         try:
-            d = self.manager.admit(info, self._device_numa(info))
+            admit = self.explainer.admit if self.explainer is not None else self.manager.admit
+            d = admit(info, self._device_numa(info))
         except AdmissionError as e:
             self._count(info, False, t0)
             log.warning(
@@ -413,15 +354,20 @@ class Plugin:
                 cpu.quota.value = -1  # exclusive CPUs: no CFS quota (kubelet >= 1.32)
         if d.mems:
             cpu.mems = str(d.mems)
+        for u in d.pod_updates:  # pod-level: the pod's shared containers follow its pool
+            resp.update.append(_update(u))
         ps = self.pool_sync
         if ps is not None and self.manager.static:
             if d.exclusive:
                 ps.discard(info.id)
                 ps.allocated(info.id)
-            elif d.cpus is not None:
+            elif d.cpus is not None and self.manager.is_shared(info.id):
+                # (a pod-level pod's shared containers follow their pod's pool instead)
                 ps.add(info.id, d.cpus, _mems_text(d.mems))
             self._pool_changed()
         self._log_decision("create", info, d)
+        if self.manager.pod_level is not None:
+            self.manager.pod_level.log_decision(info, d)
         self._changed()
         self._observe("CreateContainer", t0)
         return resp
@@ -432,13 +378,40 @@ class Plugin:
         t0 = time.perf_counter()
         resp = nri_pb2.UpdateContainerResponse()
         cid = req.container.id
-        d = self.manager.update(cid)
+        d = self._resize(req)
         if d is not None:
             resp.update.append(_update(d))
             if self.pool_sync is not None and self.manager.is_shared(cid) and d.cpus:
                 self.pool_sync.add(cid, d.cpus, _mems_text(d.mems))
         self._observe("UpdateContainer", t0)
         return resp
+
+    def _resize(self, req: nri_pb2.UpdateContainerRequest) -> Decision | None:
+        """The manager's answer to an UpdateContainer, resizing exclusive CPUs when the new
+        resources ask for it (nri_cpumgr.cm.podresources); a refused resize fails the call
+        with the kubelet's reason, so the runtime applies none of it."""
+        from nri_cpumgr.cm.podresources.resize import ResizeRefused
+        from nri_cpumgr.podmodel.nri import resources_from_nri
+
+        cid = req.container.id
+        new = resources_from_nri(req.linux_resources) if req.HasField("linux_resources") \
+            else None
+        t = self.manager.containers.get(cid)
+        before = t.applied if t is not None else None
+        try:
+            d = self.manager.update(cid, new)
+        except ResizeRefused as e:
+            if t is not None:
+                log.warning("resize pod=%s/%s container=%s refused, keeps cpus=%s: %s",
+                            t.info.namespace, t.info.pod_name, t.info.name, before, e)
+            raise PluginError(str(e)) from None
+        if t is not None and d is not None and t.exclusive and before != t.applied:
+            log.info("resize pod=%s/%s container=%s cpus=%s -> %s shared-pool=%s",
+                     t.info.namespace, t.info.pod_name, t.info.name, before, t.applied,
+                     self.manager.shared_pool())
+            self._pool_changed()
+            self._changed()
+        return d
 
     def stop_container(self, req: nri_pb2.StopContainerRequest) -> nri_pb2.StopContainerResponse:
         t0 = time.perf_counter()
@@ -473,6 +446,8 @@ class Plugin:
                 for cid in self.manager.pod_container_ids(uid):
                     ps.discard(cid)
             self.manager.remove_pod(uid)
+            if self.explainer is not None:
+                self.explainer.forget_pod(uid)
             what = f"{nri_pb2.Event.Name(req.event).lower()} pod={req.pod.namespace}/{req.pod.name}"
         else:
             return
@@ -588,20 +563,3 @@ def _write_failed(cp: Checkpoint, e: OSError) -> None:
 @functools.lru_cache(maxsize=1024)
 def _device_node(root: str, kind: str, major: int, minor: int) -> int | None:
     return device_numa_node(root, kind, major, minor)
-
-
-def restore_memory_state(memory: MemoryManager, checkpoint: Checkpoint) -> None:
-    """Start the Memory Manager on its checkpointed state, or fresh when there is none or
-    it is corrupt or does not fit the machine."""
-    try:
-        body = checkpoint.load()
-    except CheckpointError as e:
-        log.error("%s; rebuilding the memory state from the runtime", e)
-        body = None
-    if body:
-        try:
-            memory.start(MemoryState.from_dict(body))
-            return
-        except Exception as e:
-            log.warning("memory checkpoint rejected (%s): starting fresh", e)
-    memory.start(MemoryState())

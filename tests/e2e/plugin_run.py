@@ -24,6 +24,9 @@ def write_config(workdir: Path, containerd: Containerd, **keys: Any) -> Path:
         "stateDirectory": str(workdir / "state"),
         "cpuManagerPolicy": "static",
         "reservedSystemCPUs": "0",
+        # never adopt the host's kubelet checkpoints (a kubelet may run on a development
+        # machine); tests/e2e/test_adopt_kubelet_node.py passes its own directory
+        "kubeletStateDirectory": "",
     }
     cfg.update(keys)
     path = workdir / "config.yaml"

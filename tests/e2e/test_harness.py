@@ -172,7 +172,7 @@ def test_besteffort_container_cpusets(containerd: Containerd, cri: CRIClient) ->
     assert CPUSet.parse(cri.cgroup_mems(cid)) == host_mems
     assert CPUSet.parse(cri.proc_mems(cid)) == host_mems
     assert cri.cgroup_cfs_quota(cid) == -1
-    assert cri.cgroup_cpu_shares(cid) == 2
+    assert cri.cgroup_cpu_weight_or_shares(cid) in cgroups.expected_cpu_weight_or_shares(2)
     # kubelet-style metadata reached the runtime
     status = cri.container_status(cid).status
     assert status.labels["io.kubernetes.container.name"] == "busybox"
@@ -215,7 +215,9 @@ def test_guaranteed_container_quota(containerd: Containerd, cri: CRIClient) -> N
         cpu_m * 1024 // 1000, cpu_m * 100000 // 1000, 100000)
     assert spec["linux"]["resources"]["memory"]["limit"] == mem
     assert cri.cgroup_cfs_quota(cid) == cpu_m * 100000 // 1000
-    assert cri.cgroup_cpu_shares(cid) == cpu_m * 1024 // 1000
+    # v1: cpu.shares exactly; v2: cpu.weight as the runtime's runc converts the shares
+    assert cri.cgroup_cpu_weight_or_shares(cid) in cgroups.expected_cpu_weight_or_shares(
+        cpu_m * 1024 // 1000)
     limit = cgroups.read_cgroup_file("memory", spec["linux"]["cgroupsPath"],
                                      "memory.limit_in_bytes")
     assert int(limit) == mem

@@ -72,8 +72,9 @@ def test_status_table_from_checkpoint(tmp_path, capsys):
     assert out[:3] == ["policy:        static", "reserved CPUs: 0", "shared pool:   0,2-3"]
     rows = [line.split() for line in out[4:]]
     assert rows[0] == ["POD", "CONTAINER", "QOS", "CPUS", "MEMS", "NUMA", "EXCLUSIVE", "STATE"]
-    assert rows[1] == ["ns/g", "app", "Guaranteed", "1", "0", "0", "yes", "live"]
-    assert rows[2] == ["ns/be", "app", "BestEffort", "0,2-3", "-", "0", "no", "live"]
+    # sorted by pod and container, whatever the checkpoint's order
+    assert rows[1] == ["ns/be", "app", "BestEffort", "0,2-3", "-", "0", "no", "live"]
+    assert rows[2] == ["ns/g", "app", "Guaranteed", "1", "0", "0", "yes", "live"]
     assert main(["status", "--json", "--state-dir", str(tmp_path)]) == 0
     assert '"reservedCpuSet": "0"' in capsys.readouterr().out
 
@@ -205,7 +206,8 @@ def test_status_finds_the_state_directory_in_the_config(tmp_path, capsys, monkey
     assert "reserved CPUs: 0" in capsys.readouterr().out
     # --state-dir overrides the config
     assert main(["status", "--config", str(cfg), "--state-dir", str(tmp_path / "none")]) == 1
-    assert "no checkpoint in" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no checkpoint in" in err and "--state-dir DIR" in err
 
 
 @pytest.mark.parametrize(
@@ -234,13 +236,122 @@ def test_version(capsys):
     assert capsys.readouterr().out.strip() == f"nri-cpumgr {nri_cpumgr.__version__}"
 
 
-def test_help_is_plain_text_and_every_status_option_has_help(capsys):
+def test_help_is_plain_text_and_every_option_has_help(capsys):
     from nri_cpumgr.cli import build_parser
 
     p = build_parser()
     text = p.format_help()
     assert "``" not in text and "nri-cpumgr" in text
-    status = next(a for a in p._subparsers._group_actions[0].choices.items()
-                  if a[0] == "status")[1]
-    for action in status._actions:
-        assert action.help, action.option_strings
+    for name, sub in p._subparsers._group_actions[0].choices.items():
+        for action in sub._actions:
+            assert action.help, (name, action.option_strings)
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        # the checks against the machine and the kubelet's policy builders name the file too
+        ("cpuManagerPolicy: static\nreservedSystemCPUs: '0,7'\n", "not on this machine"),
+        ("cpuManagerPolicy: static\n", "greater than zero"),
+        ("cpuManagerPolicy: static\nreservedSystemCPUs: '0'\n"
+         "cpuManagerPolicyOptions: {full-pcpu-only: 'true'}\n",
+         "cpuManagerPolicyOptions.full-pcpu-only: unknown CPU Manager Policy option: "
+         "'full-pcpu-only'; did you mean 'full-pcpus-only'?"),
+        ("memoryManagerPolicy: Static\nreservedMemory: [{numaNode: 5, limits: {memory: 1Gi}}]\n",
+         "NUMA node 5"),
+        # did you mean: keys (also in another case), values, nested keys, feature gates
+        ("reservedSystemCpus: '0'\n", "reservedSystemCpus: unknown key; did you mean "
+                                      "'reservedSystemCPUs'?"),
+        ("cpuManagerPolicyOption: {}\n", "did you mean 'cpuManagerPolicyOptions'?"),
+        ("topologyManagerPolicy: single-numa\n", "did you mean 'single-numa-node'?"),
+        ("memoryManagerPolicy: static\n", "did you mean 'Static'?"),
+        ("reservedMemory: [{numaNode: 0, limit: {memory: 1Gi}}]\n",
+         "reservedMemory.0.limit: unknown key; did you mean 'limits'?"),
+        ("featureGates: {CPUManagerPolicyAlphaOption: true}\n",
+         "did you mean 'CPUManagerPolicyAlphaOptions'?"),
+    ],
+)
+def test_config_errors_name_the_file_and_key(tmp_path, capsys, text, words):
+    assert _run(tmp_path, text) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert words in err, err
+    assert err.endswith(f"({tmp_path / 'c.yaml'})"), err
+
+
+def test_nothing_close_no_suggestion(tmp_path, capsys):
+    assert _run(tmp_path, "zzzzqqq: 1\n") == 2
+    err = capsys.readouterr().err
+    assert "zzzzqqq: unknown key" in err and "did you mean" not in err
+
+
+def _launched(monkeypatch, tmp_path, text: str) -> None:
+    """As the runtime starts the plugin (no arguments, NRI_PLUGIN_SOCKET set), with ``text``
+    as the start-up config file."""
+    import nri_cpumgr.cli as cli
+
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(text)
+    monkeypatch.setattr(cli, "DEFAULT_CONFIG", str(cfg))
+    monkeypatch.setenv("NRI_PLUGIN_SOCKET", "99")  # never reached: the start fails first
+    monkeypatch.setenv("NRI_PLUGIN_NAME", "cpumgr")
+    monkeypatch.setenv("NRI_PLUGIN_IDX", "90")
+
+
+@pytest.mark.parametrize(
+    "text, logname, words",
+    [
+        # refused while loading: the log file is found from the keys that are valid
+        ("stateDirectory: {state}\ncpuManagerPolicy: statc\n", "state/nri-cpumgr.log",
+         "cpuManagerPolicy: 'statc' is not one of"),
+        ("logFile: {tmp}/own.log\nreservedSystemCpus: '0'\n", "own.log",
+         "did you mean 'reservedSystemCPUs'?"),
+        # refused after the logging started: the machine checks
+        ("stateDirectory: {state}\ncpuManagerPolicy: static\nreservedSystemCPUs: '0-999'\n",
+         "state/nri-cpumgr.log", "not on this machine"),
+    ],
+)
+def test_launched_start_errors_reach_the_log_file(tmp_path, monkeypatch, capsys, text, logname,
+                                                  words):
+    _launched(monkeypatch, tmp_path,
+              text.format(state=tmp_path / "state", tmp=tmp_path))
+    assert main([]) == 2
+    line = (tmp_path / logname).read_text().strip().splitlines()[-1]
+    assert " ERROR nri_cpumgr: invalid config" in line and words in line, line
+    assert line.endswith(f"({tmp_path / 'config.yaml'}); exiting"), line
+    assert words in capsys.readouterr().err  # and stderr, for a run by hand
+
+
+def test_launched_run_from_a_wrapper_logs_start_errors_too(tmp_path, monkeypatch):
+    """A plugin_path script may exec ``nri-cpumgr run --state-dir DIR`` (or --config): still
+    launched, and the log file follows those options."""
+    _launched(monkeypatch, tmp_path, f"stateDirectory: {tmp_path / 'cfg-state'}\n"
+                                     "cpuManagerPolicy: statc\n")
+    assert main(["run", "--state-dir", str(tmp_path / "given")]) == 2
+    assert "'statc' is not one of" in (tmp_path / "given/nri-cpumgr.log").read_text()
+    other = tmp_path / "other.yaml"
+    other.write_text(f"logFile: {tmp_path / 'other.log'}\nreservedSystemCPUs: 'x'\n")
+    assert main(["run", "--config", str(other)]) == 2
+    assert "invalid cpulist 'x'" in (tmp_path / "other.log").read_text()
+    assert not (tmp_path / "cfg-state").exists()
+
+
+def test_launched_crash_traceback_reaches_the_log_file(tmp_path, monkeypatch):
+    import nri_cpumgr.cli as cli
+
+    _launched(monkeypatch, tmp_path, f"stateDirectory: {tmp_path / 'state'}\n")
+
+    def boom(_root):
+        raise RuntimeError("sysfs exploded")
+
+    monkeypatch.setattr(cli, "_discover", boom)
+    with pytest.raises(RuntimeError):
+        main([])
+    text = (tmp_path / "state/nri-cpumgr.log").read_text()
+    assert "ERROR nri_cpumgr: crashed:" in text and "RuntimeError: sysfs exploded" in text
+
+
+def test_run_by_hand_writes_no_launched_log(tmp_path, monkeypatch):
+    monkeypatch.delenv("NRI_PLUGIN_SOCKET", raising=False)
+    assert _run(tmp_path, f"stateDirectory: {tmp_path / 'state'}\ncpuManagerPolicy: statc\n") == 2
+    assert not (tmp_path / "state").exists()

@@ -158,6 +158,15 @@ def test_live_node_detection(tmp_path: Path) -> None:
     assert "kubepods holds processes" in r
     _write(proc / "900/comm", "kubelet")
     assert cg.live_node_reasons(proc, {})[0] == "a kubelet process runs (pid 900)"
+    # a kubelet in a mount namespace of its own (the test cluster, a kind node) does not count
+    (proc / "self/ns").mkdir(parents=True)
+    (proc / "900/ns").mkdir()
+    (proc / "self/ns/mnt").symlink_to("mnt:[4026531841]")
+    (proc / "900/ns/mnt").symlink_to("mnt:[4026532999]")
+    assert cg.live_node_reasons(proc, {}) == []
+    (proc / "900/ns/mnt").unlink()
+    (proc / "900/ns/mnt").symlink_to("mnt:[4026531841]")
+    assert cg.live_node_reasons(proc, {})[0] == "a kubelet process runs (pid 900)"
 
 
 @pytest.mark.parametrize(("qos", "expected"), [
@@ -169,3 +178,40 @@ def test_classifier_knows_the_harness_parent(qos: str, expected: QOSClass) -> No
     parent = cgroup_parent(qos, "0b4a6c1e-1111-2222")
     assert parent.startswith(cg.TEST_ROOT + "/kubepods/")
     assert qos_from_cgroup_parent(parent) is expected
+
+
+@pytest.mark.parametrize(("shares", "weight"),
+                         [(0, 0), (1, 1), (2, 1), (1024, 100), (262144, 10000), (300000, 10000)])
+def test_shares_to_weight_log(shares: int, weight: int) -> None:
+    # runc >= 1.3.2: the ends and the v1 default (1024) onto the v2 default (100)
+    assert cg.shares_to_weight_log(shares) == weight
+
+
+def test_shares_to_weight_log_is_monotonic() -> None:
+    weights = [cg.shares_to_weight_log(s) for s in range(2, 262145, 97)]
+    assert weights == sorted(weights) and weights[0] == 1 and weights[-1] <= 10000
+
+
+@pytest.mark.parametrize("convert", [cg.shares_to_weight, cg.shares_to_weight_log])
+def test_guaranteed_request_on_v2_matches_either_runc(v2: Path, convert) -> None:
+    """A 1500m request (shares 1536) as each runc version writes it on v2 is accepted; the
+    v1 number itself (the check the e2e test used to make) is not what v2 holds."""
+    path = f"{cg.KUBEPODS}/podu1/{CID}"
+    _write(v2 / path.lstrip("/") / "cpu.weight", str(convert(1536)))
+    got = cg.cpu_weight_or_shares(path, v2)
+    assert got == convert(1536) and got in cg.expected_cpu_weight_or_shares(1536, v2)
+    assert cg.cpu_shares(path, v2) != 1536
+
+
+def test_wrong_weight_on_v2_is_refused(v2: Path) -> None:
+    path = f"{cg.KUBEPODS}/podu1/{CID}"
+    for wrong in (cg.shares_to_weight(1024), cg.shares_to_weight_log(1024), 1536):
+        _write(v2 / path.lstrip("/") / "cpu.weight", str(wrong))
+        assert cg.cpu_weight_or_shares(path, v2) not in cg.expected_cpu_weight_or_shares(1536, v2)
+
+
+def test_shares_checked_exactly_on_v1(v1: Path) -> None:
+    path = f"{cg.KUBEPODS}/podu1/{CID}"
+    assert cg.cpu_weight_or_shares(path, v1) == 2048
+    assert cg.expected_cpu_weight_or_shares(2048, v1) == {2048}
+    assert 2048 not in cg.expected_cpu_weight_or_shares(2047, v1)

@@ -185,7 +185,23 @@ def test_bad_runtime_config_fails_configure(workdir):
         with pytest.raises(PeerCallError) as ei:
             await conn.handshake(config="cpuManagerPolicy: statik\n")
         assert "cpuManagerPolicy" in ei.value.message
+        assert "did you mean 'static'?" in ei.value.message
+        assert ei.value.message.endswith("(from the runtime's Configure)")
         assert plugin.config.cpuManagerPolicy == "none"  # nothing half-applied
+
+    run(workdir, body, config="", accept_runtime_config=True)
+
+
+def test_runtime_config_refused_by_the_policy_names_its_source(workdir):
+    """An error from the policy builders (after parsing) says where the config came from."""
+    async def body(conn, plugin):
+        with pytest.raises(PeerCallError) as ei:
+            await conn.handshake(config="cpuManagerPolicy: static\nreservedSystemCPUs: '0'\n"
+                                        "cpuManagerPolicyOptions: {full-pcpu-only: 'true'}\n")
+        msg = ei.value.message
+        assert "cpuManagerPolicyOptions.full-pcpu-only" in msg, msg
+        assert msg.endswith("did you mean 'full-pcpus-only'? (from the runtime's Configure)"), msg
+        assert plugin.config.cpuManagerPolicy == "none"
 
     run(workdir, body, config="", accept_runtime_config=True)
 

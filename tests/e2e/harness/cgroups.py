@@ -24,6 +24,7 @@ expands to ``/<slice hierarchy>/<prefix>-<name>.scope`` (``a-b-c.slice`` lives i
 from __future__ import annotations
 
 import errno
+import math
 import os
 from pathlib import Path
 
@@ -123,18 +124,55 @@ def cpu_quota_us(cgroups_path: str, root: Path = CGROUP_ROOT) -> int:
 
 
 def shares_to_weight(shares: int) -> int:
-    """cgroup v2 ``cpu.weight`` (1-10000) for v1 ``cpu.shares`` (2-262144), as runc converts
-    it (libcontainer/cgroups utils ``ConvertCPUSharesToCgroupV2Value``); 0 = unset."""
+    """cgroup v2 ``cpu.weight`` (1-10000) for v1 ``cpu.shares`` (2-262144), as runc before
+    1.3.2 converts it (libcontainer/cgroups utils ``ConvertCPUSharesToCgroupV2Value``,
+    linear: 1024 -> 39); 0 = unset. Newer runtimes: :func:`shares_to_weight_log`."""
     if shares == 0:
         return 0
     return 1 + ((shares - 2) * 9999) // 262142
 
 
+def shares_to_weight_log(shares: int) -> int:
+    """cgroup v2 ``cpu.weight`` for v1 ``cpu.shares`` as runc >= 1.3.2 / crun >= 1.23 convert
+    it (opencontainers/cgroups PR #20, after kubernetes#131216): a quadratic in log2(shares)
+    through the ends and the defaults, so 2 -> 1, 1024 -> 100 (the v1 default onto the v2
+    default) and 262144 -> 10000: ``ceil(10 ** ((l*l + 125*l) / 612 - 7/34))``, l = log2.
+    0 = unset; values outside 2..262144 are clamped to 1..10000."""
+    if shares == 0:
+        return 0
+    if shares <= 2:
+        return 1
+    if shares >= 262144:
+        return 10000
+    exp2 = math.log2(shares)
+    return math.ceil(10 ** ((exp2 * exp2 + 125 * exp2) / 612 - 7 / 34))
+
+
+def cpu_weight_or_shares(cgroups_path: str, root: Path = CGROUP_ROOT) -> int:
+    """What the cgroup holds for the CPU request, unconverted: v1 ``cpu.shares``, v2
+    ``cpu.weight``. Compare it with :func:`expected_cpu_weight_or_shares`."""
+    d = controller_dir("cpu", cgroups_path, root)
+    name = "cpu.weight" if cgroup_version(root) == 2 else "cpu.shares"
+    return int((d / name).read_text())
+
+
+def expected_cpu_weight_or_shares(shares: int, root: Path = CGROUP_ROOT) -> set[int]:
+    """The values :func:`cpu_weight_or_shares` may read for a container whose OCI spec says
+    ``linux.resources.cpu.shares = shares``: on v1 exactly ``{shares}``; on v2 the weight of
+    the runtime's conversion, which depends on the runc version (linear
+    :func:`shares_to_weight` before runc 1.3.2, :func:`shares_to_weight_log` since), so
+    either one (the kubelet's own e2e tests accept both the same way)."""
+    if cgroup_version(root) != 2:
+        return {shares}
+    return {shares_to_weight(shares), shares_to_weight_log(shares)}
+
+
 def cpu_shares(cgroups_path: str, root: Path = CGROUP_ROOT) -> int:
-    """v1 ``cpu.shares``. On v2 the runtime writes ``cpu.weight`` = :func:`shares_to_weight`
-    (many shares values map to one weight): the smallest shares value of that weight is
-    returned, so compare ``shares_to_weight(result)`` with ``shares_to_weight(expected)``
-    rather than the raw numbers there."""
+    """v1 ``cpu.shares``. On v2 the runtime writes ``cpu.weight`` (many shares values map to
+    one weight): the smallest shares value of that weight under the linear
+    :func:`shares_to_weight` is returned, which is exact only for shares 2 (weight 1) and
+    the extremes; to check a request, compare :func:`cpu_weight_or_shares` with
+    :func:`expected_cpu_weight_or_shares` instead."""
     d = controller_dir("cpu", cgroups_path, root)
     if cgroup_version(root) == 2:
         weight = int((d / "cpu.weight").read_text())
@@ -209,13 +247,15 @@ def cgroup_v1_cpuset_available() -> bool:
 def live_node_reasons(proc: Path = Path("/proc"),
                       hierarchies: dict[str, Path] | None = None) -> list[str]:
     """Why this machine looks like a live Kubernetes node (empty list = it does not): a
-    ``kubelet`` process runs, or a cgroup in the node's own ``/kubepods`` / ``/kubepods.slice``
-    tree holds processes, in some hierarchy. The tests refuse to run there unless
-    ``NRI_E2E_ALLOW_LIVE_NODE=1``."""
+    ``kubelet`` process runs in this mount namespace, or a cgroup in the node's own
+    ``/kubepods`` / ``/kubepods.slice`` tree holds processes, in some hierarchy. The tests
+    refuse to run there unless ``NRI_E2E_ALLOW_LIVE_NODE=1``. A kubelet in a mount namespace of
+    its own (the project's test cluster, a kind node) manages its own containers, not this
+    node's: it does not count."""
     reasons: list[str] = []
     for comm in proc.glob("[0-9]*/comm"):
         try:
-            if comm.read_text().strip() == "kubelet":
+            if comm.read_text().strip() == "kubelet" and _same_mount_ns(comm.parent, proc):
                 reasons.append(f"a kubelet process runs (pid {comm.parent.name})")
                 break
         except OSError:
@@ -230,6 +270,14 @@ def live_node_reasons(proc: Path = Path("/proc"),
                 reasons.append(f"{d} holds processes (in {len(busy)} cgroups, e.g. {busy[0]})")
                 return reasons
     return reasons
+
+
+def _same_mount_ns(pid_dir: Path, proc: Path) -> bool:
+    """Whether the process shares our mount namespace (True when that cannot be read)."""
+    try:
+        return os.readlink(pid_dir / "ns/mnt") == os.readlink(proc / "self/ns/mnt")
+    except OSError:
+        return True
 
 
 def _has_procs(d: Path) -> bool:

@@ -236,8 +236,15 @@ class CRIClient:
     # -- pods
     def run_pod(self, name: str, qos: str, uid: str | None = None, namespace: str = "e2e", *,
                 labels: dict[str, str] | None = None,
-                annotations: dict[str, str] | None = None, attempt: int = 0) -> str:
+                annotations: dict[str, str] | None = None, attempt: int = 0,
+                pod_resources: dict[str, dict[str, Any]] | None = None) -> str:
         """RunPodSandbox for a host-network pod of QoS class ``qos``; returns the pod id.
+
+        ``pod_resources`` (``{"requests": {...}, "limits": {...}}``, the pod's
+        ``.spec.resources``) becomes the sandbox's ``linux.resources`` as the kubelet sends
+        it (kuberuntime applySandboxResources: cpu shares from the request, quota/period from
+        the limit, the memory limit); containerd passes it to NRI plugins as
+        ``pod.linux.pod_resources``. Without it no sandbox resources are sent.
 
         Metadata {name, uid, namespace, attempt}; labels ``io.kubernetes.pod.{name,namespace,
         uid}`` plus ``labels``; ``linux.cgroup_parent`` from :func:`cgroup_parent`; namespace
@@ -269,6 +276,12 @@ class CRIClient:
                 security_context=pb.LinuxSandboxSecurityContext(namespace_options=ns),
             ),
         )
+        if pod_resources is not None:
+            r = linux_resources(pod_resources.get("requests"), pod_resources.get("limits"), qos,
+                                hugepage_sizes=[])
+            config.linux.resources.CopyFrom(pb.LinuxContainerResources(
+                cpu_period=r["cpu_period"], cpu_quota=r["cpu_quota"],
+                cpu_shares=r["cpu_shares"], memory_limit_in_bytes=r["memory_limit_in_bytes"]))
         self.cgroup_parents.append(parent)
         resp = self.runtime.RunPodSandbox(pb.RunPodSandboxRequest(config=config),
                                           timeout=self.timeout)
@@ -452,6 +465,11 @@ class CRIClient:
     def cgroup_cpu_shares(self, cid: str) -> int:
         """``cpu.shares`` of the container's cgroup (v2: see :func:`cgroups.cpu_shares`)."""
         return cgroups.cpu_shares(self.cgroups_path(cid))
+
+    def cgroup_cpu_weight_or_shares(self, cid: str) -> int:
+        """v1 ``cpu.shares`` / v2 ``cpu.weight`` of the container's cgroup, as read (see
+        :func:`cgroups.expected_cpu_weight_or_shares`)."""
+        return cgroups.cpu_weight_or_shares(self.cgroups_path(cid))
 
     def _pid(self, cid: str) -> int:
         pid = self.inspect(cid)[0]

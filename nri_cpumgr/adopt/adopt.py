@@ -1,0 +1,212 @@
+"""Adoption: the plugin's first state taken from the kubelet's checkpoints.
+
+When the plugin starts with no checkpoint of its own, it looks for the kubelet's
+``cpu_manager_state`` (and ``memory_manager_state``) in ``kubeletStateDirectory`` (default
+``/var/lib/kubelet``; ``""`` turns adoption off):
+
+1. :func:`seed` reads and verifies them and gives the plugin's starting state: the kubelet's
+   exclusive assignments (pod uid -> container name -> CPUs) and default set, and its Memory
+   Manager machine state and blocks. A corrupt checkpoint, or one written by a policy other
+   than ``static`` / ``Static``, is refused with one line and nothing is adopted: the
+   runtime's cpusets are the truth, as without a checkpoint.
+2. :meth:`Adoption.reconcile`, at the first Synchronize, before the container manager's own
+   reconciliation: every assignment is matched by pod uid and container name (v1 checkpoints:
+   by container id) to the containers the runtime lists, running or exited. An assignment
+   whose container's cpuset, as the runtime reports it, differs is dropped with a warning
+   (the runtime wins: the container keeps what it runs on, adopted from the runtime when
+   those CPUs are free). An assignment of a live pod's container the runtime does not list
+   (containerd 1.7 lists no exited containers) is kept for its restart, as the kubelet keeps
+   it. Assignments of pods the runtime no longer has are reported as not matched (the
+   container manager releases them). Nothing that matches is moved.
+
+Pure apart from :func:`seed` reading the two files.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nri_cpumgr.adopt.kubelet import (
+    KubeletCheckpointError,
+    KubeletCPUState,
+    load_cpu_state,
+    load_memory_state,
+)
+from nri_cpumgr.cm.cpumanager import CPUManagerState
+from nri_cpumgr.cpuset import CPUSet
+from nri_cpumgr.podmodel.nri import ContainerInfo
+
+log = logging.getLogger("nri_cpumgr.adopt")
+
+CPU_STATE = "cpu_manager_state"
+MEMORY_STATE = "memory_manager_state"
+
+
+@dataclass
+class Adoption:
+    """What was taken from the kubelet, waiting for the first Synchronize."""
+
+    cpu: KubeletCPUState
+    memory_entries: int = 0
+    lines: list[str] = field(default_factory=list)
+
+    def reconcile(
+        self,
+        state: CPUManagerState,
+        live: Iterable[ContainerInfo],
+        stopped: Iterable[ContainerInfo],
+        live_pods: Iterable[str],
+    ) -> list[str]:
+        """Match the adopted assignments to the runtime's containers (see the module
+        docstring); mutates ``state``. Returns the report, one line per finding (also
+        logged: the summary at INFO, disagreements as WARNING)."""
+        live, stopped = list(live), list(stopped)
+        pods = set(live_pods) | {i.pod_uid for i in live}
+        by_id = {i.id: i for i in live + stopped}
+        if self.cpu.version == 1:  # keyed by container id: find pod uid and name
+            for cid, cpus in self.cpu.by_container_id.items():
+                i = by_id.get(cid)
+                if i is None:  # seed() left its CPUs in the default set
+                    self._say(f"not matched: container id {cid} (cpus {cpus}) is not in the "
+                              "runtime; its CPUs stay in the shared pool")
+                    continue
+                state.set_cpuset(i.pod_uid, i.name, cpus)
+                state.default_set = state.default_set - cpus
+        by_key = {i.key: (i, False) for i in stopped}
+        by_key.update({i.key: (i, True) for i in live})
+        adopted = exited = 0
+        for uid, conts in list(state.assignments.items()):
+            for name, cpus in list(conts.items()):
+                found = by_key.get((uid, name))
+                if found is None:
+                    if uid not in pods:
+                        self._say(f"not matched: pod {uid} container {name} (cpus {cpus}): "
+                                  "its pod is gone: released")
+                        continue
+                    # the pod lives, the container is not listed: an exited container (the
+                    # runtime may list only live ones) or one not created yet: kept, as the
+                    # kubelet keeps it, for its (re)start
+                    adopted += 1
+                    exited += 1
+                    continue
+                i, running = found
+                runtime = CPUSet.parse(i.cpus) if i.cpus else None
+                if runtime is not None and runtime != cpus:
+                    state.delete(uid, name)
+                    state.default_set = state.default_set | cpus
+                    msg = (f"disagrees: pod {i.namespace}/{i.pod_name} container {name}: kubelet "
+                           f"checkpoint says cpus {cpus}, the runtime reports {runtime}; the "
+                           "runtime wins")
+                    log.warning("%s", msg)
+                    self.lines.append(msg)
+                    continue
+                adopted += 1
+                exited += not running
+        summary = (f"adopted from {self.cpu.path}: {adopted} exclusive assignment(s) "
+                   f"({exited} of exited or not listed containers of live pods), "
+                   f"{self.memory_entries} container(s) with memory blocks; "
+                   f"shared pool {state.default_set}")
+        log.info("%s", summary)
+        self.lines.insert(0, summary)
+        return self.lines
+
+    def _say(self, msg: str) -> None:
+        log.info("%s", msg)
+        self.lines.append(msg)
+
+
+def seed(
+    directory: str, cpu_policy: str, memory_policy: str
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None, Adoption | None]:
+    """``(cpu body, memory body, adoption)`` from the kubelet's checkpoints in
+    ``directory`` (``(None, None, None)``: nothing to adopt). ``cpu body`` has the keys of
+    the plugin's own ``cpu_manager_state``, ``memory body`` those of
+    :meth:`~nri_cpumgr.cm.memorymanager.state.MemoryState.to_dict`. Logs one line for a
+    checkpoint that is refused (corrupt, foreign policy, unreadable)."""
+    if not directory:
+        return None, None, None
+    d = Path(directory)
+    try:
+        cpu = load_cpu_state(d / CPU_STATE)
+    except KubeletCheckpointError as e:
+        log.error("%s: not adopted; the runtime's cpusets are the truth", e)
+        return None, None, None
+    if cpu is None:
+        return None, None, None
+    if cpu.policy == "none":
+        log.info("kubelet checkpoint %s: cpuManagerPolicy none, no exclusive CPUs to adopt",
+                 cpu.path)
+        return None, None, None
+    if cpu.policy != "static":
+        log.error("kubelet checkpoint %s: written by cpuManagerPolicy %r, which this plugin "
+                  "does not adopt (only static): not adopted; the runtime's cpusets are the "
+                  "truth", cpu.path, cpu.policy)
+        return None, None, None
+    if cpu_policy != "static":
+        log.warning("kubelet checkpoint %s holds static assignments but cpuManagerPolicy is "
+                    "%r: not adopted", cpu.path, cpu_policy)
+        return None, None, None
+    default = cpu.default_set
+    for cpus in cpu.by_container_id.values():  # v1: placed at the first Synchronize
+        default = default | cpus
+    body = {"policyName": "static", "defaultCpuSet": str(default),
+            "entries": {uid: {n: str(c) for n, c in conts.items()}
+                        for uid, conts in cpu.entries.items()}}
+    mem_body, n_mem = _memory(d, memory_policy)
+    log.info("no checkpoint of our own: starting from the kubelet's %s (v%d, %d pod(s))",
+             cpu.path, cpu.version, len(cpu.entries) or len(cpu.by_container_id))
+    return body, mem_body, Adoption(cpu, n_mem)
+
+
+def _memory(d: Path, memory_policy: str) -> tuple[dict[str, Any] | None, int]:
+    if memory_policy != "Static":
+        return None, 0
+    try:
+        mem = load_memory_state(d / MEMORY_STATE)
+    except KubeletCheckpointError as e:
+        log.error("%s: memory not adopted", e)
+        return None, 0
+    if mem is None:
+        return None, 0
+    if mem.policy != "Static":
+        log.error("kubelet checkpoint %s: written by memoryManagerPolicy %r: memory not "
+                  "adopted", mem.path, mem.policy)
+        return None, 0
+    machine = {
+        str(n): {
+            "number_of_assignments": s.get("numberOfAssignments") or 0,
+            "memory_map": {
+                res: {"total_mem_size": t.get("total") or 0,
+                      "system_reserved": t.get("systemReserved") or 0,
+                      "allocatable": t.get("allocatable") or 0,
+                      "reserved": t.get("reserved") or 0, "free": t.get("free") or 0}
+                for res, t in (s.get("memoryMap") or {}).items() if t is not None},
+            "cells": s.get("cells") or [],
+        }
+        for n, s in mem.machine_state.items() if s is not None
+    }
+    assignments = {
+        uid: {name: [{"numa_affinity": b.get("numaAffinity") or [], "type": b.get("type"),
+                      "size": b.get("size") or 0} for b in blocks or []]
+              for name, blocks in (conts or {}).items()}
+        for uid, conts in mem.entries.items()
+    }
+    n = sum(len(c) for c in assignments.values())
+    return {"machine_state": machine, "assignments": assignments}, n
+
+
+def adopt_memory(memory: Any, body: dict[str, Any]) -> None:
+    """Start the Memory Manager (nri_cpumgr.cm.memorymanager.manager.MemoryManager) on the
+    kubelet's memory state; fresh, with a warning, when it does not fit the machine and the
+    reservation (the kubelet's own check, policy_static.go validateState)."""
+    from nri_cpumgr.cm.memorymanager.state import MemoryState
+
+    try:
+        memory.start(MemoryState.from_dict(body))
+    except Exception as e:  # noqa: BLE001 - any rejection means: not adopted
+        log.warning("kubelet memory state rejected (%s): memory not adopted, starting fresh", e)
+        memory.start(MemoryState())

@@ -1,0 +1,302 @@
+"""Pod-level resource managers container by container (the runtime's view), pure.
+
+The kubelet admits a whole pod (AllocatePod); the runtime shows us one container at a time.
+So, with ``PodLevelResources`` + ``PodLevelResourceManagers`` on and the static CPU policy:
+
+``topologyManagerScope: pod``, Guaranteed pod whose pod-level CPU request is a whole number:
+
+* the pod's first container creation takes the **bubble**: the Topology Manager merges the
+  providers' pod hints for the pod's totals (``pod.linux.pod_resources``: CPUs from the
+  shares, memory and hugepage limits) and the CPU and Memory managers allocate them, recorded
+  under the pseudo container :data:`POD_ENTRY` of the pod (so the checkpoint, the state
+  validation and the release on pod removal need nothing new);
+* a container that qualifies (:func:`qualifies`) takes an exclusive **slice** of the bubble's
+  free CPUs (bubble minus the live slices), packed by topology; no CFS quota;
+* every other container runs on the **pod shared pool** = bubble minus the live slices,
+  isolated from the node's shared pool; when a later slice shrinks it, the pod's shared
+  containers are moved in the same reply (:attr:`Decision.pod_updates`), so a sidecar never
+  runs on the main container's CPUs;
+* a slice of an exited container (a finished init container) goes back to the bubble when
+  the pod's next container is created (the kubelet's reusable init-container CPUs); the
+  bubble goes back to the node only when the pod sandbox stops or is removed (the docs'
+  "persistent pool");
+* refusals: a shared container with an empty pod shared pool, or a slice that would empty
+  it while the pod has live shared containers: ``EmptyPodSharedPoolError`` with the
+  kubelet's text; a slice larger than the free part of the bubble: ``NotEnoughCPUsError``.
+  The kubelet refuses such pods at admission; we can refuse only the container that shows
+  it (the others already run).
+
+``topologyManagerScope: container`` (the hybrid model): no bubble; a container of a
+Guaranteed pod gets exclusive CPUs from the node only when it qualifies itself; the others
+run on the node's shared pool.
+
+Where the runtime does not pass ``pod_resources`` the plugin says so once in its log and the
+container is handled as before (per-container rules).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from nri_cpumgr.cm.cpumanager.cpu_assignment import take_by_topology
+from nri_cpumgr.cm.cpumanager.errors import NotEnoughCPUsError
+from nri_cpumgr.cm.memorymanager.manager import mems_for
+from nri_cpumgr.cm.podresources.policy import (
+    EMPTY_POD_SHARED_POOL,
+    TEXT_NO_CPUS_FOR_SHARED,
+    enforce_smt,
+    text_no_memory_for_shared,
+)
+from nri_cpumgr.cpuset import CPUSet
+from nri_cpumgr.podmodel import ContainerSpec, Pod, QOSClass
+from nri_cpumgr.podmodel.nri import ContainerInfo, Resources
+
+if TYPE_CHECKING:  # the container manager imports this module
+    from nri_cpumgr.cm.container_manager import ContainerManager, Decision
+
+log = logging.getLogger(__name__)
+
+#: Name of the pod's bubble in the CPU and memory states (not a valid container name).
+POD_ENTRY = "<pod>"
+
+
+def qualifies(r: Resources) -> bool:
+    """The container would be Guaranteed on its own: a whole CPU request equal to its CPU
+    limit and a memory limit (NRI passes limits only; the kubelet sets a Guaranteed
+    container's memory request equal to its limit) (kubelet cm/qos
+    IsContainerEquivalentQOSGuaranteed, policy_static.go guaranteedCPUs)."""
+    n = r.integer_cpus
+    return bool(n) and r.cpu_limit_milli == n * 1000 and r.memory_limit is not None
+
+
+def budget_spec(r: Resources) -> ContainerSpec:
+    """The pod's totals as one pseudo container (:data:`POD_ENTRY`): whole CPUs, memory and
+    hugepage limits as requests and limits."""
+    req: dict[str, int] = {"cpu": r.integer_cpus * 1000}
+    if r.memory_limit is not None:
+        req["memory"] = r.memory_limit
+    req.update(r.hugepages)
+    return ContainerSpec(POD_ENTRY, requests=dict(req), limits=dict(req))
+
+
+class PodLevelManager:
+    """The pod-level rules for a :class:`ContainerManager` (which calls :meth:`admit` first
+    for every container when the gates are on, and :meth:`pod_removed` /
+    :meth:`after_synchronize`)."""
+
+    def __init__(self, cm: ContainerManager, scope: str) -> None:
+        self.cm = cm
+        self.scope = scope  # the configured topologyManagerScope
+        self._said_missing = False
+
+    # ------------------------------------------------------------------ queries
+    def bubble(self, pod_uid: str) -> CPUSet | None:
+        return self.cm.state.get_cpuset(pod_uid, POD_ENTRY)
+
+    def slices(self, pod_uid: str, *, but: str = "") -> CPUSet:
+        out: set[int] = set()
+        for name, cpus in self.cm.state.assignments.get(pod_uid, {}).items():
+            if name not in (POD_ENTRY, but):
+                out |= cpus
+        return CPUSet(out)
+
+    def pod_pool(self, pod_uid: str) -> CPUSet:
+        """The pod shared pool: bubble minus the live slices (empty without a bubble)."""
+        b = self.bubble(pod_uid)
+        return b - self.slices(pod_uid) if b is not None else CPUSet()
+
+    def pod_mems(self, pod_uid: str, bubble: CPUSet) -> CPUSet | None:
+        cm = self.cm
+        if cm.memory is not None:
+            mems = mems_for(cm.memory.get_memory(pod_uid, POD_ENTRY))
+            if mems:
+                return mems
+        if cm.align_mems_with_cpus and bubble:
+            details = cm.policy.topology.details
+            return CPUSet(details[c].numa for c in bubble)
+        return None
+
+    def role(self, container_id: str) -> str:
+        """``pod-exclusive`` / ``pod-shared`` for containers of a pod with a bubble,
+        ``exclusive`` / ``shared`` otherwise (status rows)."""
+        t = self.cm.containers.get(container_id)
+        if t is None:
+            return ""
+        pooled = self.bubble(t.info.pod_uid) is not None
+        if t.exclusive:
+            return "pod-exclusive" if pooled else "exclusive"
+        if pooled and t.applied is not None:
+            return "pod-shared"
+        return "shared"
+
+    def pools(self) -> dict[str, dict[str, str]]:
+        """pod uid -> {"bubble", "podSharedPool", "mems"} for every pod with a bubble."""
+        out = {}
+        for uid, conts in self.cm.state.assignments.items():
+            b = conts.get(POD_ENTRY)
+            if b is None:
+                continue
+            mems = self.pod_mems(uid, b)
+            out[uid] = {"bubble": str(b), "podSharedPool": str(self.pod_pool(uid)),
+                        "mems": str(mems) if mems else ""}
+        return out
+
+    # ------------------------------------------------------------------ events
+    def admit(self, info: ContainerInfo, device_numa: frozenset[int]) -> Decision | None:
+        """The decision for ``info`` under the pod-level rules, or None when they do not apply
+        (the caller goes on with the per-container rules). Raises AdmissionError."""
+        cm = self.cm
+        if not cm.static or info.qos is not QOSClass.GUARANTEED:
+            return None
+        if info.pod_resources is None:
+            if not self._said_missing:
+                self._said_missing = True
+                log.warning(
+                    "pod-level resource managers: the runtime passes no pod resources "
+                    "(pod.linux.pod_resources) for pod %s/%s; containers are pinned by the "
+                    "per-container rules (said once)", info.namespace, info.pod_name)
+            return None
+        pod_cpus = info.pod_resources.integer_cpus
+        if self.scope == "pod" and pod_cpus:
+            return self._admit_pod_scope(info, device_numa)
+        # container scope (or no whole-CPU pod budget): the hybrid model
+        if qualifies(info.resources):
+            return None  # exclusive from the node, as for any Guaranteed container
+        return self._node_shared(info)
+
+    def _node_shared(self, info: ContainerInfo) -> Decision:
+        from nri_cpumgr.cm.container_manager import Decision, _Tracked
+
+        self.cm._track(info.id, _Tracked(info, False, None))
+        return Decision(info.id, self.cm.shared_pool())
+
+    def _admit_pod_scope(self, info: ContainerInfo, device_numa: frozenset[int]) -> Decision:
+        from nri_cpumgr.cm.container_manager import AdmissionError, Decision, _Tracked
+
+        cm = self.cm
+        uid, name = info.pod_uid, info.name
+        bubble = self.bubble(uid)
+        if bubble is None:
+            bubble = self._take_bubble(info, device_numa)
+        mems = self.pod_mems(uid, bubble)
+        existing = cm.state.get_cpuset(uid, name)
+        live_shared = [
+            cid for cid, t in cm._pod_containers(uid)
+            if t.info.name != name and not t.stopped and not t.exclusive
+            and t.applied is not None
+        ]
+        free = bubble - self.slices(uid, but=name)
+        cpus: CPUSet
+        if existing is not None:
+            cpus, exclusive = existing, True  # a restart keeps its slice
+        elif qualifies(info.resources):
+            n = info.resources.integer_cpus
+            if n > len(free):
+                raise AdmissionError(f"NotEnoughCPUsError: {NotEnoughCPUsError(n, len(free))}")
+            if live_shared and n == len(free):
+                raise AdmissionError(f"{EMPTY_POD_SHARED_POOL}: {TEXT_NO_CPUS_FOR_SHARED}")
+            self._check_memory(info, live_shared)
+            cpus = take_by_topology(cm.policy.topology, free, n, cm.policy.options)
+            cm.state.set_cpuset(uid, name, cpus)
+            exclusive = True
+        else:
+            if not free:
+                raise AdmissionError(f"{EMPTY_POD_SHARED_POOL}: {TEXT_NO_CPUS_FOR_SHARED}")
+            cpus, exclusive = free, False
+        old = cm._owner.get(info.key)
+        if old is not None and old != info.id:
+            cm._untrack(old)  # a restart replaces the stopped container
+        cm._owner[info.key] = info.id
+        cm._track(info.id, _Tracked(info, exclusive, cpus, mems=mems))
+        d = Decision(info.id, cpus, exclusive=exclusive, mems=mems)
+        pool = self.pod_pool(uid)
+        for cid in live_shared:
+            t = cm.containers[cid]
+            if t.applied != pool:
+                t.applied = pool
+                d.pod_updates.append(Decision(cid, pool, mems=t.mems))
+        return d
+
+    def _take_bubble(self, info: ContainerInfo, device_numa: frozenset[int]) -> CPUSet:
+        """Admit the pod's totals through the Topology Manager (pod hints of the CPU, memory
+        and device providers) and let the managers allocate them to :data:`POD_ENTRY`."""
+        from nri_cpumgr.cm.container_manager import AdmissionError, _admission_text
+        from nri_cpumgr.cm.topologymanager import ERROR_TOPOLOGY_AFFINITY
+
+        cm = self.cm
+        assert info.pod_resources is not None
+        uid = info.pod_uid
+        spec = budget_spec(info.pod_resources)
+        pod = Pod(uid=uid, name=info.pod_name, namespace=info.namespace, containers=(spec,),
+                  qos=QOSClass.GUARANTEED)
+        try:
+            enforce_smt(cm.policy, cm.state, spec.guaranteed_cpus())
+        except Exception as e:
+            raise AdmissionError(_admission_text(e)) from None
+        key = (uid, POD_ENTRY)
+        if device_numa:
+            cm.devices.current[key] = frozenset(device_numa)
+        result = cm.tm.admit(pod)
+        allocated = cm.cpu_provider.allocated.get(key)
+        cm.cpu_provider.allocated.clear()
+        if not result.admit:
+            cm.policy.remove_container(cm.state, uid, POD_ENTRY)
+            if cm.memory is not None:
+                cm.memory.policy.remove_container(cm.memory.state, uid, POD_ENTRY)
+            cm.devices.current.pop(key, None)
+            if result.reason == ERROR_TOPOLOGY_AFFINITY or result.error is None:
+                raise AdmissionError(f"{result.reason}: {result.message}")
+            raise AdmissionError(_admission_text(result.error))
+        cm.tm.add_container(pod, POD_ENTRY, _bubble_id(uid))
+        assert allocated, "the static policy allocates a whole-CPU budget"
+        log.info("pod %s/%s: pod-level bubble cpus=%s (pod budget %d cpus)",
+                 info.namespace, info.pod_name, allocated, len(allocated))
+        return CPUSet(allocated)
+
+    def _check_memory(self, info: ContainerInfo, live_shared: list[str]) -> None:
+        """The Memory Manager's empty-pod-shared-pool check for a new slice."""
+        from nri_cpumgr.cm.container_manager import AdmissionError
+
+        pr = info.pod_resources
+        if self.cm.memory is None or pr is None or pr.memory_limit is None or not live_shared:
+            return
+        used = info.resources.memory_limit or 0
+        for _, t in self.cm._pod_containers(info.pod_uid):
+            if t.exclusive and not t.stopped and t.info.name != info.name:
+                used += t.info.resources.memory_limit or 0
+        if used >= pr.memory_limit:
+            raise AdmissionError(f"{EMPTY_POD_SHARED_POOL}: {text_no_memory_for_shared('memory')}")
+
+    def log_decision(self, info: ContainerInfo, d: Decision) -> None:
+        """One decision-log line for a container of a pod with a bubble."""
+        b = self.bubble(info.pod_uid)
+        if b is None or not log.isEnabledFor(logging.INFO):
+            return
+        log.info("pod-level pod=%s/%s container=%s pool=%s cpus=%s bubble=%s "
+                 "pod-shared-pool=%s moved=%d", info.namespace, info.pod_name, info.name,
+                 self.role(d.container_id), d.cpus, b, self.pod_pool(info.pod_uid),
+                 len(d.pod_updates))
+
+    def pod_removed(self, pod_uid: str) -> None:
+        """The pod sandbox went away (its bubble was released with the pod's entries)."""
+        self.cm.tm.remove_container(_bubble_id(pod_uid))
+        self.cm.devices.current.pop((pod_uid, POD_ENTRY), None)
+
+    def after_synchronize(self, updates: dict[str, Decision]) -> None:
+        """Pod shared containers whose reported cpuset differs from their pod's pool."""
+        from nri_cpumgr.cm.container_manager import Decision
+
+        for cid, t in self.cm.containers.items():
+            if t.exclusive or t.stopped or t.applied is None:
+                continue
+            if self.bubble(t.info.pod_uid) is None:
+                continue
+            pool = self.pod_pool(t.info.pod_uid)
+            t.applied = pool
+            if CPUSet.parse(t.info.cpus) != pool:
+                updates[cid] = Decision(cid, pool, mems=t.mems)
+
+
+def _bubble_id(pod_uid: str) -> str:
+    return f"{POD_ENTRY}/{pod_uid}"

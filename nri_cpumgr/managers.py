@@ -1,0 +1,157 @@
+"""Building the resource managers from a config and a machine, and restoring their state.
+
+One place for the plugin (nri_cpumgr.runtime.plugin) and the dry-run planner
+(nri_cpumgr.planner): both get the same CPU policy, Topology Manager and Memory Manager, so a
+plan is the plugin's answer. No transport here; the only I/O is reading a checkpoint in
+:func:`restore_memory_state`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
+from nri_cpumgr.cm.container_manager import ContainerManager
+from nri_cpumgr.cm.cpumanager import CPUManagerState, NonePolicy, StaticPolicy
+from nri_cpumgr.cm.cpumanager.errors import InvalidPolicyOptionError
+from nri_cpumgr.cm.cpumanager.policy_options import ALL_OPTIONS
+from nri_cpumgr.cm.memorymanager.config import MemoryReservation, new_manager
+from nri_cpumgr.cm.memorymanager.manager import MemoryManager
+from nri_cpumgr.cm.memorymanager.state import MemoryState
+from nri_cpumgr.cm.topologymanager import TopologyManager
+from nri_cpumgr.config import Config, ConfigError
+from nri_cpumgr.config.model import did_you_mean
+from nri_cpumgr.cpuset import CPUSet
+from nri_cpumgr.topology import Machine
+
+# the plugin's logger: these lines were always the plugin's
+log = logging.getLogger("nri_cpumgr.plugin")
+
+
+def build_policy(config: Config, machine: Machine) -> StaticPolicy | NonePolicy:
+    """The CPU policy the config names. Raises :class:`ConfigError` (one line) when the
+    static policy cannot be built (no reservation, bad option, reserved list vs count...)."""
+    if config.cpuManagerPolicy == "none":
+        return NonePolicy(machine.topology)
+    reserved = config.reserved_cpus()
+    count = config.reserved_cpu_count()
+    try:
+        return StaticPolicy(
+            machine.topology,
+            count,
+            reserved if reserved else None,
+            config.cpuManagerPolicyOptions,
+            topology_manager_policy=config.topologyManagerPolicy,
+            feature_gates=dict(config.featureGates),
+        )
+    except InvalidPolicyOptionError as e:
+        hint = "" if e.option in ALL_OPTIONS else did_you_mean(e.option, ALL_OPTIONS)
+        raise ConfigError(f"invalid config: cpuManagerPolicyOptions.{e.option}: {e}{hint}") \
+            from None
+    except Exception as e:
+        raise ConfigError(f"invalid config: cpuManagerPolicy static: {e}") from None
+
+
+def build_topology_manager(config: Config, machine: Machine) -> TopologyManager:
+    """The Topology Manager the config names. Raises :class:`ConfigError`."""
+    nodes = sorted(machine.numa_nodes) or sorted(machine.topology.numa_nodes())
+    distances: dict[int, list[int]] = {}
+    for n in nodes:
+        info = machine.numa_nodes.get(n)
+        if info is not None and info.distances:
+            distances[n] = [info.distances.get(j, 0) for j in range(max(nodes) + 1)]
+    try:
+        return TopologyManager(
+            config.topologyManagerPolicy,
+            config.topologyManagerScope,
+            config.topologyManagerPolicyOptions,
+            numa_nodes=nodes,
+            distances=distances or None,
+            feature_gates=dict(config.featureGates),
+        )
+    except Exception as e:
+        raise ConfigError(f"invalid config: topologyManagerPolicy: {e}") from None
+
+
+def build_memory_manager(config: Config, machine: Machine) -> MemoryManager | None:
+    """The Memory Manager for ``memoryManagerPolicy: Static`` (None for ``None``).
+    Raises :class:`ConfigError` (reservedMemory must match the node's reserved memory)."""
+    if config.memoryManagerPolicy == "None":
+        return None
+    reserved = [MemoryReservation(r.numaNode, dict(r.limits)) for r in config.reservedMemory]
+    try:
+        return new_manager(
+            "Static", machine, config.node_allocatable_memory_reservation(), reserved
+        )
+    except Exception as e:
+        raise ConfigError(f"invalid config: memoryManagerPolicy Static: {e}") from None
+
+
+def restore_state(
+    policy: StaticPolicy | NonePolicy, body: dict[str, Any] | None, path: Any = ""
+) -> CPUManagerState:
+    """CPU manager state from a checkpoint body (``None``: fresh), validated by the policy.
+
+    Raises :class:`ConfigError` when the checkpoint was written by another policy: like the
+    kubelet ("configured policy differs from state checkpoint"), the plugin refuses to start
+    rather than silently drop the node's assignments. A state the policy rejects (it does
+    not fit the topology or the reservation) is logged and rebuilt from Synchronize.
+    """
+    state = CPUManagerState(assignments={}, default_set=CPUSet())
+    name = "static" if isinstance(policy, StaticPolicy) else "none"
+    if body and body.get("policyName") not in (None, name):
+        raise ConfigError(
+            f"checkpoint {path} was written by cpuManagerPolicy {body.get('policyName')!r} but "
+            f"the config says {name!r}: drain the node and remove the checkpoint to change "
+            f"policy (the kubelet refuses the same)"
+        )
+    if body:
+        state.default_set = CPUSet.parse(body.get("defaultCpuSet", ""))
+        state.assignments = {
+            uid: {n: CPUSet.parse(c) for n, c in conts.items()}
+            for uid, conts in body.get("entries", {}).items()
+        }
+    try:
+        policy.start(state)
+    except Exception as e:
+        log.warning("checkpoint state rejected by the policy (%s): rebuilding from the runtime", e)
+        state = CPUManagerState(assignments={}, default_set=CPUSet())
+        policy.start(state)
+    return state
+
+
+
+
+def restore_memory_state(memory: MemoryManager, checkpoint: Checkpoint) -> None:
+    """Start the Memory Manager on its checkpointed state, or fresh when there is none or
+    it is corrupt or does not fit the machine."""
+    try:
+        body = checkpoint.load()
+    except CheckpointError as e:
+        log.error("%s; rebuilding the memory state from the runtime", e)
+        body = None
+    if body:
+        try:
+            memory.start(MemoryState.from_dict(body))
+            return
+        except Exception as e:
+            log.warning("memory checkpoint rejected (%s): starting fresh", e)
+    memory.start(MemoryState())
+
+
+def build_container_manager(config: Config, policy: StaticPolicy | NonePolicy,
+                            state: CPUManagerState, topology_manager: TopologyManager | None,
+                            memory: MemoryManager | None) -> ContainerManager:
+    """The container manager over the built managers, with the config's memory alignment,
+    feature gates (pod-level resource managers, in-place resize) and Topology Manager scope:
+    the one construction the plugin and the planner share."""
+    return ContainerManager(
+        policy,
+        state,
+        topology_manager=topology_manager,
+        memory=memory,
+        align_mems_with_cpus=config.alignMemoryWithExclusiveCPUs,
+        feature_gates=dict(config.featureGates),
+        topology_manager_scope=config.topologyManagerScope,
+    )

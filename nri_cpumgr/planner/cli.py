@@ -1,0 +1,154 @@
+"""``nri-cpumgr plan``: read the inputs, run :class:`~nri_cpumgr.planner.plan.Planner`, print.
+
+Exit status: 0 when the plan was made (refusals are part of a plan), 2 for bad input (config,
+topology, state or manifest; one line naming the file and the problem).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
+
+if TYPE_CHECKING:
+    from nri_cpumgr.planner.manifest import PlannedPod
+    from nri_cpumgr.topology import Machine
+
+# the planner's modules are imported when `plan` runs: building the command line of
+# `nri-cpumgr run` must not load them
+
+CPU_STATE = "cpu_manager_state"
+MEMORY_STATE = "memory_manager_state"
+
+
+class InputError(Exception):
+    """Bad input for the plan; the message names the file."""
+
+
+def load_machine(sysfs_root: str | None, topology_json: str | None) -> Machine:
+    from nri_cpumgr.planner.plan import machine_from_json
+
+    if topology_json:
+        try:
+            doc = json.loads(_read(topology_json))
+            return machine_from_json(doc)
+        except (ValueError, KeyError, TypeError) as e:
+            raise InputError(f"{topology_json}: not the JSON of `nri-cpumgr topology --json`: "
+                             f"{e!r}") from None
+    from nri_cpumgr.sysfs import discover
+
+    return discover(sysfs_root or "/")
+
+
+def load_state(path: str | None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """``(cpu body, memory body)`` from the plugin's state directory (checkpoints verified),
+    a checkpoint file, the output of ``nri-cpumgr status --json``, or the kubelet's own
+    ``cpu_manager_state`` (v2, checksum verified: a node the kubelet still manages)."""
+    if not path:
+        return None, None
+    p = Path(path)
+    try:
+        if p.is_dir():
+            cpu = Checkpoint(p / CPU_STATE).load()
+            if cpu is None:
+                raise InputError(f"{p}: no {CPU_STATE} in this directory")
+            return cpu, Checkpoint(p / MEMORY_STATE).load()
+        doc = json.loads(_read(path))
+    except CheckpointError as e:
+        raise InputError(str(e)) from None
+    except ValueError as e:
+        raise InputError(f"{path}: not JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise InputError(f"{path}: not a checkpoint or `status --json` output")
+    if "checksum" in doc and "data" in doc:
+        try:
+            return Checkpoint(p).load(), None
+        except CheckpointError as e:
+            raise InputError(str(e)) from None
+    if "checksum" in doc and "data" not in doc:  # the kubelet's own cpu_manager_state
+        from nri_cpumgr.adopt.kubelet import KubeletCheckpointError, load_cpu_state
+
+        try:
+            k = load_cpu_state(p)
+        except KubeletCheckpointError as e:
+            raise InputError(str(e)) from None
+        assert k is not None
+        if k.version != 2:
+            raise InputError(f"{path}: a v1 kubelet checkpoint (keyed by container id) "
+                             "cannot be planned on")
+        return {"policyName": k.policy, "defaultCpuSet": str(k.default_set),
+                "entries": {u: {n: str(c) for n, c in cs.items()}
+                            for u, cs in k.entries.items()}}, None
+    if "defaultCpuSet" not in doc:
+        raise InputError(f"{path}: not a checkpoint or `status --json` output "
+                         "(no defaultCpuSet)")
+    return doc, None
+
+
+def _read(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        return Path(path).read_text()
+    except OSError as e:
+        raise InputError(f"{path}: {e.strerror or e}") from None
+
+
+def load_manifests(paths: list[str]) -> list[PlannedPod]:
+    from nri_cpumgr.planner.manifest import load_pods
+
+    pods: list[PlannedPod] = []
+    for path in paths:
+        pods += load_pods(_read(path), "stdin" if path == "-" else path)
+    return pods
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from nri_cpumgr.config import ConfigError, load_config
+    from nri_cpumgr.planner.manifest import ManifestError
+    from nri_cpumgr.planner.plan import Planner, format_plan
+
+    try:
+        from nri_cpumgr.cli import _config_path
+
+        config = load_config(_config_path(args.config))
+        machine = load_machine(args.sysfs_root, args.topology)
+        cpu, mem = load_state(args.state)
+        pods = load_manifests(args.manifests)
+        planner = Planner(config, machine, cpu, mem, explain=args.explain)
+        result = planner.plan(pods)
+    except (InputError, ManifestError, ConfigError) as e:
+        print(f"nri-cpumgr plan: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result.to_json(), indent=1))
+    else:
+        print(format_plan(result), end="")
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    """The ``plan`` sub-command (called by nri_cpumgr.cli.build_parser)."""
+    p = sub.add_parser(
+        "plan", help="dry run: what the plugin would give some pods on a node",
+        description="Dry run: the plugin's managers decide for the pods of the manifests on "
+        "the machine (and state) given. No runtime, nothing written.")
+    p.add_argument("manifests", nargs="+", metavar="MANIFEST",
+                   help="Pod manifests (YAML, several documents allowed; - for stdin)")
+    p.add_argument("--config", help="the plugin's config file (default: "
+                   "/etc/nri-cpumgr/config.yaml if present, else the built-in defaults)")
+    m = p.add_mutually_exclusive_group()
+    m.add_argument("--sysfs-root", help="read the machine from DIR/sys (default: /)")
+    m.add_argument("--topology", metavar="JSON",
+                   help="the machine as `nri-cpumgr topology --json` printed it on the node")
+    p.add_argument("--state", metavar="DIR|FILE",
+                   help="the node's current state: the plugin's state directory, the "
+                   "output of `nri-cpumgr status --json`, or the kubelet's cpu_manager_state "
+                   "(default: an empty node)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--explain", action="store_true", help="say why, for each container")
+    p.set_defaults(func=cmd_plan)

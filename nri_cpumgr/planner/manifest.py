@@ -1,0 +1,243 @@
+"""Kubernetes Pod manifests -> the containers the runtime would show the plugin.
+
+A manifest (YAML, several documents allowed; ``kind: Pod``, a ``List`` of them, or a workload
+with a pod template: Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob) becomes a
+:class:`PlannedPod`: its QoS class and its containers in the order the kubelet starts them
+(kuberuntime ``computePodActions``: init containers one by one, a restartable init container
+``restartPolicy: Always``, a sidecar, keeps running while the next starts; then the app
+containers in spec order).
+
+Each container is then turned into the NRI messages the runtime would send for it
+(:func:`nri_messages`): the kubelet's cgroup parent for the QoS class
+(cm/qos_container_manager_linux.go: ``/kubepods/pod<uid>``, ``/kubepods/burstable/...``,
+``/kubepods/besteffort/...``) and the container's Linux resources as the kubelet computes them
+(cm/helpers_linux.go: ``cpu.shares = request * 1024 / 1000`` (minimum 2; a limit alone is
+also the request, as the API server defaults it), ``cpu.quota = limit * period / 1000``
+(minimum 1000 us, period 100000 us), ``memory.limit`` and hugepage limits in bytes). The
+plugin's own :func:`~nri_cpumgr.podmodel.nri.container_info` then reads them, so a plan sees a
+container exactly as the plugin does.
+
+Errors: :class:`ManifestError` (one line naming the document and the field).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from nri_cpumgr.api import nri_pb2
+from nri_cpumgr.podmodel.model import ContainerSpec, Pod, QOSClass, parse_quantity, pod_qos
+from nri_cpumgr.podmodel.nri import (
+    LABEL_CONTAINER_NAME,
+    LABEL_POD_UID,
+    ContainerInfo,
+    container_info,
+)
+
+MIN_SHARES = 2
+SHARES_PER_CPU = 1024
+QUOTA_PERIOD = 100000  # us, the kubelet's default cpuCFSQuotaPeriod
+MIN_QUOTA = 1000  # us, kubelet MinQuotaPeriod
+
+_WORKLOADS = {
+    "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "ReplicationController",
+}
+
+
+class ManifestError(ValueError):
+    """A manifest the planner cannot read; the message names the document and the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedContainer:
+    """One container of a planned pod. ``kind``: ``init`` (runs to completion before the
+    next starts), ``sidecar`` (restartable init container: keeps running) or ``app``."""
+
+    spec: ContainerSpec
+    kind: str
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedPod:
+    """A pod from a manifest: ``namespace``/``name``, ``uid`` (``metadata.uid``, else a
+    stable one derived from namespace and name), its QoS class (the kubelet's rule,
+    :func:`~nri_cpumgr.podmodel.model.pod_qos`) and its containers in start order."""
+
+    namespace: str
+    name: str
+    uid: str
+    qos: QOSClass
+    containers: tuple[PlannedContainer, ...] = field(default_factory=tuple)
+    source: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def load_pods(text: str, source: str = "<manifest>") -> list[PlannedPod]:
+    """Every pod of a YAML stream (see the module docstring). Raises :class:`ManifestError`."""
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as e:
+        raise ManifestError(f"{source}: not YAML: {str(e).splitlines()[0]}") from None
+    pods: list[PlannedPod] = []
+    for n, doc in enumerate(docs, 1):
+        where = f"{source} document {n}"
+        pods += _pods_of(doc, where)
+    if not pods:
+        raise ManifestError(f"{source}: no Pod in it")
+    return pods
+
+
+def _pods_of(doc: Any, where: str) -> list[PlannedPod]:
+    if not isinstance(doc, Mapping):
+        raise ManifestError(f"{where}: not a Kubernetes object")
+    kind = doc.get("kind")
+    if kind == "List":
+        out: list[PlannedPod] = []
+        for i, item in enumerate(doc.get("items") or [], 1):
+            out += _pods_of(item, f"{where} item {i}")
+        return out
+    meta = doc.get("metadata") or {}
+    if kind == "Pod":
+        return [pod_from_spec(meta, doc.get("spec"), where)]
+    if kind in _WORKLOADS or kind == "CronJob":
+        spec = doc.get("spec") or {}
+        if kind == "CronJob":
+            spec = (spec.get("jobTemplate") or {}).get("spec") or {}
+        tmpl = spec.get("template") or {}
+        tmeta = dict(tmpl.get("metadata") or {})
+        tmeta.setdefault("name", meta.get("name", ""))
+        tmeta.setdefault("namespace", meta.get("namespace", "default"))
+        return [pod_from_spec(tmeta, tmpl.get("spec"), f"{where} ({kind} template)")]
+    raise ManifestError(f"{where}: kind {kind!r} has no pod (expected Pod, List or a workload)")
+
+
+def pod_from_spec(meta: Mapping[str, Any], spec: Any, where: str) -> PlannedPod:
+    """One pod from its ``metadata`` and ``spec``. Raises :class:`ManifestError`."""
+    name = str(meta.get("name") or meta.get("generateName") or "")
+    if not name:
+        raise ManifestError(f"{where}: metadata.name is missing")
+    namespace = str(meta.get("namespace") or "default")
+    if not isinstance(spec, Mapping):
+        raise ManifestError(f"{where}: pod {name}: spec is missing")
+    uid = str(meta.get("uid") or _uid(namespace, name))
+    inits: list[ContainerSpec] = []
+    planned: list[PlannedContainer] = []
+    for c in spec.get("initContainers") or []:
+        s = _container(c, f"{where}: pod {name} initContainers")
+        sidecar = isinstance(c, Mapping) and c.get("restartPolicy") == "Always"
+        s = ContainerSpec(s.name, s.requests, s.limits, restartable=sidecar)
+        inits.append(s)
+        planned.append(PlannedContainer(s, "sidecar" if sidecar else "init"))
+    apps = [_container(c, f"{where}: pod {name} containers") for c in spec.get("containers") or []]
+    if not apps:
+        raise ManifestError(f"{where}: pod {name}: spec.containers is empty")
+    planned += [PlannedContainer(s, "app") for s in apps]
+    names = [p.name for p in planned]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise ManifestError(f"{where}: pod {name}: container name(s) used twice: {sorted(dup)}")
+    qos = pod_qos(Pod(uid=uid, name=name, namespace=namespace, containers=tuple(apps),
+                      init_containers=tuple(inits)))
+    return PlannedPod(namespace, name, uid, qos, tuple(planned), where)
+
+
+def _uid(namespace: str, name: str) -> str:
+    h = hashlib.sha256(f"{namespace}/{name}".encode()).hexdigest()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def _container(c: Any, where: str) -> ContainerSpec:
+    if not isinstance(c, Mapping) or not c.get("name"):
+        raise ManifestError(f"{where}: a container without a name")
+    name = str(c["name"])
+    res = c.get("resources") or {}
+    if not isinstance(res, Mapping):
+        raise ManifestError(f"{where}: {name}: resources is not a mapping")
+    requests = _quantities(res.get("requests"), f"{where}: {name}: resources.requests")
+    limits = _quantities(res.get("limits"), f"{where}: {name}: resources.limits")
+    # API server defaulting: a limit without a request is also the request
+    for k, v in limits.items():
+        requests.setdefault(k, v)
+    return ContainerSpec(name=name, requests=requests, limits=limits)
+
+
+def _quantities(m: Any, where: str) -> dict[str, int]:
+    if m is None:
+        return {}
+    if not isinstance(m, Mapping):
+        raise ManifestError(f"{where}: not a mapping")
+    out: dict[str, int] = {}
+    for k, v in m.items():
+        try:
+            out[str(k)] = parse_quantity(str(v), milli=(k == "cpu"))
+        except ValueError:
+            raise ManifestError(f"{where}.{k}: invalid quantity {v!r}") from None
+    return out
+
+
+# ------------------------------------------------------------------ to NRI
+def cgroup_parent(qos: QOSClass, uid: str) -> str:
+    """The kubelet's pod cgroup (cgroupfs driver) for a QoS class."""
+    if qos is QOSClass.GUARANTEED:
+        return f"/kubepods/pod{uid}"
+    return f"/kubepods/{'burstable' if qos is QOSClass.BURSTABLE else 'besteffort'}/pod{uid}"
+
+
+def linux_resources(spec: ContainerSpec) -> nri_pb2.LinuxResources:
+    """The container's resources as the kubelet passes them to the runtime (see the module
+    docstring for the formulas)."""
+    r = nri_pb2.LinuxResources()
+    req = spec.requests.get("cpu") or 0
+    shares = max(MIN_SHARES, req * SHARES_PER_CPU // 1000) if req else MIN_SHARES
+    r.cpu.shares.value = shares
+    lim = spec.limits.get("cpu")
+    if lim:
+        r.cpu.quota.value = max(MIN_QUOTA, lim * QUOTA_PERIOD // 1000)
+        r.cpu.period.value = QUOTA_PERIOD
+    mem = spec.limits.get("memory")
+    if mem:
+        r.memory.limit.value = mem
+    for k, v in sorted(spec.limits.items()):
+        if k.startswith("hugepages-"):
+            r.hugepage_limits.add(page_size=_page_size(k[len("hugepages-"):]), limit=v)
+    return r
+
+
+def _page_size(size: str) -> str:
+    """``"2Mi"`` -> ``"2MB"`` (the runtime's spelling, as runc's)."""
+    for suffix, out in (("Ki", "KB"), ("Mi", "MB"), ("Gi", "GB"), ("Ti", "TB")):
+        if size.endswith(suffix):
+            return size[: -len(suffix)] + out
+    return size
+
+
+def nri_messages(
+    pod: PlannedPod, c: PlannedContainer, container_id: str
+) -> tuple[nri_pb2.PodSandbox, nri_pb2.Container]:
+    """The ``PodSandbox`` and ``Container`` messages of a CreateContainer for ``c``."""
+    p = nri_pb2.PodSandbox(id=f"sandbox-{pod.uid}", name=pod.name, uid=pod.uid,
+                           namespace=pod.namespace)
+    p.labels[LABEL_POD_UID] = pod.uid
+    p.linux.cgroup_parent = cgroup_parent(pod.qos, pod.uid)
+    ctr = nri_pb2.Container(id=container_id, pod_sandbox_id=p.id, name=c.name)
+    ctr.labels[LABEL_CONTAINER_NAME] = c.name
+    ctr.linux.resources.CopyFrom(linux_resources(c.spec))
+    return p, ctr
+
+
+def container_infos(pod: PlannedPod, ids: Iterable[str]) -> list[ContainerInfo]:
+    """The plugin's view of each container of ``pod`` (in start order), read by the plugin's
+    own :func:`~nri_cpumgr.podmodel.nri.container_info`."""
+    return [container_info(*nri_messages(pod, c, cid))
+            for c, cid in zip(pod.containers, ids, strict=True)]

@@ -1,0 +1,187 @@
+"""nri-cpumgr plan: manifests -> pod model, the dry run on the plugin's managers, the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nri_cpumgr.checkpoint import Checkpoint
+from nri_cpumgr.cli import main
+from nri_cpumgr.config import ConfigError, parse_config
+from nri_cpumgr.planner.manifest import ManifestError, load_pods
+from nri_cpumgr.planner.plan import Planner, machine_from_json
+from nri_cpumgr.podmodel import QOSClass
+from nri_cpumgr.sysfs import discover
+from nri_cpumgr.topology.render import to_json
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs"
+DUAL = FIXTURES / "dual-socket-smt"
+
+SIDECAR_POD = """
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: shop}
+spec:
+  initContainers:
+  - name: setup
+    resources: {limits: {cpu: "4", memory: 1Gi}}
+  - name: proxy
+    restartPolicy: Always
+    resources: {limits: {cpu: "2", memory: 1Gi}}
+  containers:
+  - name: app
+    resources: {limits: {cpu: "4", memory: 1Gi}}
+  - name: log
+    resources: {limits: {cpu: 500m, memory: 100Mi}}
+"""
+
+
+def planner(text: str = "cpuManagerPolicy: static\nreservedSystemCPUs: '0'\n", **kw):
+    return Planner(parse_config(text), discover(str(DUAL)), **kw)
+
+
+def test_manifest_start_order_kinds_and_qos():
+    docs = SIDECAR_POD + """
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: api, namespace: shop}
+spec:
+  template:
+    spec:
+      containers: [{name: c, resources: {requests: {cpu: 500m}, limits: {cpu: "1"}}}]
+---
+kind: Pod
+metadata: {name: idle}
+spec: {containers: [{name: c}]}
+"""
+    web, api, idle = load_pods(docs)
+    assert [(c.name, c.kind) for c in web.containers] == [
+        ("setup", "init"), ("proxy", "sidecar"), ("app", "app"), ("log", "app")]
+    assert web.qos is QOSClass.GUARANTEED and web.key == "shop/web"
+    assert api.key == "shop/api" and api.qos is QOSClass.BURSTABLE
+    assert idle.key == "default/idle" and idle.qos is QOSClass.BESTEFFORT
+    # a stable uid when the manifest has none
+    assert load_pods(docs)[0].uid == web.uid
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("kind: Service\nmetadata: {name: s}\n", "kind 'Service'"),
+    ("kind: Pod\nmetadata: {name: p}\nspec: {containers: []}\n", "spec.containers is empty"),
+    ("kind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n"
+     "    resources: {limits: {cpu: lots}}\n", "resources.limits.cpu: invalid quantity"),
+    ("kind: Pod\nspec: {containers: [{name: c}]}\n", "metadata.name is missing"),
+    ("a: [", "not YAML"),
+    ("kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c}, {name: c}]}\n",
+     "used twice"),
+])
+def test_manifest_errors_name_the_problem(text, needle):
+    with pytest.raises(ManifestError, match="f.yaml") as ei:
+        load_pods(text, "f.yaml")
+    assert needle in str(ei.value)
+
+
+def test_init_container_cpus_are_reused_sidecar_keeps_its_own():
+    p = planner()
+    res = p.plan(load_pods(SIDECAR_POD))
+    rows = {c.container: c for c in res.pods[0].containers}
+    assert [rows[n].decision for n in ("setup", "proxy", "app", "log")] == [
+        "exclusive", "exclusive", "exclusive", "shared"]
+    setup, proxy, app = (set(_cpus(rows[n].cpus)) for n in ("setup", "proxy", "app"))
+    assert len(setup) == 4 and len(proxy) == 2 and len(app) == 4
+    assert proxy.isdisjoint(app)
+    assert app & setup, "the finished init container's CPUs are reused"
+    pool = set(_cpus(res.pods[0].shared_pool_after))
+    assert pool == set(range(16)) - proxy - app
+    assert set(_cpus(rows["log"].cpus)) == pool
+
+
+def test_refused_init_container_stops_the_pod():
+    text = SIDECAR_POD.replace('cpu: "4", memory: 1Gi}}\n  - name: proxy',
+                               'cpu: "16", memory: 1Gi}}\n  - name: proxy', 1)
+    res = planner().plan(load_pods(text))
+    rows = res.pods[0].containers
+    assert rows[0].decision == "refused"
+    assert rows[0].error.startswith("NotEnoughCPUsError: not enough cpus available")
+    assert [r.decision for r in rows[1:]] == ["not-started"] * 3
+    assert res.pods[0].shared_pool_after == "0-15"
+
+
+def test_topology_json_plans_like_sysfs():
+    m = discover(str(DUAL))
+    again = machine_from_json(json.loads(json.dumps(to_json(m, "x"))))
+    assert again == m
+
+
+def test_current_state_is_respected_and_foreign_policy_refused(tmp_path):
+    first = planner()
+    first.plan(load_pods("kind: Pod\nmetadata: {name: a}\nspec:\n  containers:\n"
+                         "  - {name: c, resources: {limits: {cpu: '8', memory: 1G}}}\n"))
+    body = first.manager.checkpoint()
+    taken = set(_cpus(next(iter(body["entries"].values()))["c"]))
+    second = planner(cpu_state=body)
+    res = second.plan(load_pods("kind: Pod\nmetadata: {name: b}\nspec:\n  containers:\n"
+                                "  - {name: c, resources: {limits: {cpu: '4', memory: 1G}}}\n"))
+    got = set(_cpus(res.pods[0].containers[0].cpus))
+    assert len(got) == 4 and got.isdisjoint(taken)
+    with pytest.raises(ConfigError, match="cpuManagerPolicy 'static'"):
+        planner("cpuManagerPolicy: none\n", cpu_state=body)
+
+
+def test_cli_plan_text_json_and_state_dir(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("cpuManagerPolicy: static\nreservedSystemCPUs: '0'\n"
+                   "topologyManagerPolicy: single-numa-node\n")
+    pods = tmp_path / "p.yaml"
+    pods.write_text("kind: Pod\nmetadata: {name: big}\nspec:\n  containers:\n"
+                    "  - {name: c, resources: {limits: {cpu: '9', memory: 1G}}}\n")
+    argv = ["plan", "--config", str(cfg), "--sysfs-root", str(DUAL), str(pods)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "refused: TopologyAffinityError: Resources cannot be allocated" in out
+    assert "shared pool after default/big: 0-15" in out
+    # the plugin's state directory: 12 CPUs already exclusive on node 1 + node 0
+    state = tmp_path / "state"
+    Checkpoint(state / "cpu_manager_state").save({
+        "policyName": "static", "defaultCpuSet": "0,3,8,11", "reservedCpuSet": "0",
+        "entries": {"u1": {"x": "1-2,4-7,9-10,12-15"}}})
+    pods.write_text(pods.read_text().replace("'9'", "'2'"))
+    assert main(argv + ["--state", str(state), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["sharedPoolBefore"] == "0,3,8,11"
+    c = doc["pods"][0]["containers"][0]
+    assert (c["decision"], c["cpus"], c["numa"]) == ("exclusive", "3,11", "0")
+    # bad input: one line, status 2
+    pods.write_text("kind: Pod\n")
+    assert main(argv) == 2
+    assert "metadata.name is missing" in capsys.readouterr().err
+
+
+def _cpus(text: str) -> list[int]:
+    from nri_cpumgr.cpuset import CPUSet
+
+    return list(CPUSet.parse(text))
+
+
+def test_plan_on_the_kubelets_checkpoint(tmp_path, capsys):
+    from nri_cpumgr.adopt.kubelet import cpu_checksum
+
+    body = {"policyName": "static", "defaultCpuSet": "0,3,8,11",
+            "entries": {"u1": {"x": "1-2,4-7,9-10,12-15"}}}
+    k = tmp_path / "cpu_manager_state"
+    k.write_text(json.dumps({**body, "checksum": cpu_checksum(body)}))
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("cpuManagerPolicy: static\nreservedSystemCPUs: '0'\n")
+    pods = tmp_path / "p.yaml"
+    pods.write_text("kind: Pod\nmetadata: {name: two}\nspec:\n  containers:\n"
+                    "  - {name: c, resources: {limits: {cpu: '2', memory: 1G}}}\n")
+    argv = ["plan", "--json", "--config", str(cfg), "--sysfs-root", str(DUAL), "--state", str(k),
+            str(pods)]
+    assert main(argv) == 0
+    c = json.loads(capsys.readouterr().out)["pods"][0]["containers"][0]
+    assert (c["decision"], c["cpus"]) == ("exclusive", "3,11")
+    k.write_text(json.dumps({**body, "checksum": cpu_checksum(body) ^ 1}))
+    assert main(argv) == 2
+    assert "checksum mismatch" in capsys.readouterr().err

@@ -1,0 +1,276 @@
+"""Pod-level resource managers (KEP-5526) container by container, and in-place resize of
+exclusive CPUs: the docs' example pods on the 2-socket conformance topology
+(dual-socket-ht: NUMA node 0 = the even CPUs, node 1 = the odd ones, cores i and i+6;
+CPU 0 reserved)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from nri_cpumgr.cm.container_manager import AdmissionError, ContainerManager
+from nri_cpumgr.cm.cpumanager import CPUManagerState, StaticPolicy
+from nri_cpumgr.cm.podresources.manager import POD_ENTRY
+from nri_cpumgr.cm.podresources.resize import ResizeRefused
+from nri_cpumgr.cm.topologymanager import TopologyManager
+from nri_cpumgr.cpuset import CPUSet
+from nri_cpumgr.podmodel import QOSClass
+from nri_cpumgr.podmodel.nri import ContainerInfo, Resources
+from tests.conformance_data import topology
+
+TOPO = topology("dual-socket-ht")
+NODE0 = CPUSet(range(0, 12, 2))
+NODE1 = CPUSet(range(1, 12, 2))
+GI = 1 << 30
+ON = {"PodLevelResources": True, "PodLevelResourceManagers": True}
+
+
+def res(cpus: int | None = None, mem: int | None = None) -> Resources:
+    """A container's resources as NRI passes them (shares 2 = no request)."""
+    if cpus is None:
+        return Resources(2, None, None, mem, {})
+    return Resources(cpus * 1024, cpus * 1000, cpus * 1000, mem, {}, cpus * 100000, 100000)
+
+
+def ctr(cid: str, pod: str, name: str, r: Resources, pod_res: Resources | None,
+        current: str = "") -> ContainerInfo:
+    return ContainerInfo(
+        id=cid, pod_id="sb-" + pod, pod_uid=pod, pod_name=pod, namespace="ns", name=name,
+        restart_count=0, qos=QOSClass.GUARANTEED, qos_source="cgroup-parent", resources=r,
+        cpus=current, devices=(), pod_resources=pod_res)
+
+
+def manager(scope: str = "pod", gates: dict | None = None,
+            state: CPUManagerState | None = None) -> ContainerManager:
+    policy = StaticPolicy(TOPO, 1, CPUSet({0}))
+    if state is None:
+        state = CPUManagerState()
+    policy.start(state)
+    tm = TopologyManager("single-numa-node", scope, numa_nodes=[0, 1])
+    return ContainerManager(policy, state, topology_manager=tm,
+                            feature_gates=ON if gates is None else gates,
+                            topology_manager_scope=scope)
+
+
+POD4 = res(4, 4 * GI)
+
+
+def docs_pod_scope(m: ContainerManager):
+    """pod-level-resource-managers-pod-scope-mixed.yaml: budget 4 CPUs / 4Gi, two sidecars
+    without resources (created first, as restartable init containers), main-app 2 / 2Gi."""
+    metrics = m.admit(ctr("metrics", "p", "metrics-sidecar", res(), POD4))
+    logging_ = m.admit(ctr("logging", "p", "logging-sidecar", res(), POD4))
+    main = m.admit(ctr("main", "p", "main-app", res(2, 2 * GI), POD4))
+    return metrics, logging_, main
+
+
+def test_pod_scope_docs_example():
+    m = manager()
+    metrics, logging_, main = docs_pod_scope(m)
+    bubble = m.state.get_cpuset("p", POD_ENTRY)
+    assert bubble is not None and len(bubble) == 4
+    assert bubble <= NODE0 or bubble <= NODE1  # one NUMA-aligned bubble
+    # before main-app the sidecars share the whole bubble
+    assert metrics.cpus == bubble and not metrics.exclusive
+    assert logging_.cpus == bubble
+    # main-app carves an exclusive 2-CPU slice; the sidecars move to the rest in the reply
+    assert main.exclusive and len(main.cpus) == 2 and main.cpus <= bubble
+    pod_pool = bubble - main.cpus
+    assert {u.container_id: u.cpus for u in main.pod_updates} == {
+        "metrics": pod_pool, "logging": pod_pool}
+    # isolated from the node's shared pool, which lost the whole bubble
+    assert m.shared_pool() == CPUSet(range(12)) - bubble
+    assert m.shared_containers() == []
+    rows = {r["id"]: r for r in m.checkpoint()["containers"]}
+    assert rows["main"]["pool"] == "pod-exclusive" and rows["metrics"]["pool"] == "pod-shared"
+    assert rows["metrics"]["cpus"] == str(pod_pool)
+    assert m.checkpoint()["podPools"] == {
+        "p": {"bubble": str(bubble), "podSharedPool": str(pod_pool), "mems": ""}}
+    # deleting the pod returns everything
+    m.remove_pod("p")
+    assert m.shared_pool() == CPUSet(range(12))
+    assert m.state.assignments == {}
+    assert m.checkpoint()["podPools"] == {}
+
+
+def test_pod_scope_slice_restart_keeps_cpus_and_removed_slice_returns_to_the_pod():
+    m = manager()
+    _, _, main = docs_pod_scope(m)
+    bubble = m.state.get_cpuset("p", POD_ENTRY)
+    m.stop("main")
+    again = m.admit(ctr("main2", "p", "main-app", res(2, 2 * GI), POD4))
+    assert again.cpus == main.cpus and "main" not in m.containers
+    # a removed slice goes back to the bubble, never to the node
+    m.remove("main2")
+    assert m.shared_pool() == CPUSet(range(12)) - bubble
+    assert m.pod_level.pod_pool("p") == bubble
+
+
+def test_pod_scope_empty_shared_pool_is_refused_with_the_kubelets_text():
+    """pod-level-resource-managers-empty-shared-pool.yaml: 4 CPUs = metrics-sidecar 1 +
+    main-app 3, logging-sidecar shared: the container that empties the pool is refused."""
+    m = manager()
+    m.admit(ctr("metrics", "p", "metrics-sidecar", res(1, GI), POD4))
+    m.admit(ctr("logging", "p", "logging-sidecar", res(), POD4))
+    before = {k: dict(v) for k, v in m.state.assignments.items()}
+    with pytest.raises(AdmissionError) as e:
+        m.admit(ctr("main", "p", "main-app", res(3, 3 * GI), POD4))
+    assert str(e.value) == (
+        "EmptyPodSharedPoolError: pod rejected, sum of exclusive container cpu requests "
+        "equals pod budget, leaving no cpus for shared containers")
+    assert m.state.assignments == before
+
+
+def test_pod_scope_slice_larger_than_the_budget():
+    m = manager()
+    with pytest.raises(AdmissionError, match=r"requested=5, available=4"):
+        m.admit(ctr("big", "p", "big", res(5, GI), POD4))
+
+
+def test_pod_scope_bubble_that_fits_no_numa_node_is_refused():
+    m = manager()
+    with pytest.raises(AdmissionError, match="TopologyAffinityError"):
+        m.admit(ctr("a", "p", "a", res(), res(8, GI)))
+    assert m.state.assignments == {} and m.shared_pool() == CPUSet(range(12))
+
+
+def test_container_scope_docs_example_hybrid():
+    """pod-level-resource-managers-container-scope-mixed.yaml: the infrastructure sidecar
+    (2 / 2Gi) is exclusive from the node's pool, the workers share the node's pool."""
+    m = manager("container")
+    side = m.admit(ctr("side", "p", "infrastructure-sidecar", res(2, 2 * GI), POD4))
+    w1 = m.admit(ctr("w1", "p", "worker-1", res(), POD4))
+    w2 = m.admit(ctr("w2", "p", "worker-2", res(), POD4))
+    assert side.exclusive and len(side.cpus) == 2
+    assert (side.cpus <= NODE0) or (side.cpus <= NODE1)
+    assert w1.cpus == w2.cpus == m.shared_pool() == CPUSet(range(12)) - side.cpus
+    assert sorted(m.shared_containers()) == ["w1", "w2"]
+    assert m.state.get_cpuset("p", POD_ENTRY) is None
+
+
+def test_container_scope_only_guaranteed_equivalent_containers_get_exclusive_cpus():
+    """A whole CPU request without an equal limit does not qualify (the kubelet's
+    IsContainerEquivalentQOSGuaranteed); the per-container rules would have pinned it."""
+    r = Resources(2048, 2000, None, GI, {})
+    assert not manager("container").admit(ctr("a", "p", "a", r, POD4)).exclusive
+    assert manager("container", gates={}).admit(ctr("a", "p", "a", r, POD4)).exclusive
+
+
+def test_gates_off_is_todays_behaviour():
+    m = manager(gates={})
+    metrics, logging_, main = docs_pod_scope(m)
+    assert metrics.cpus == logging_.cpus == CPUSet(range(12))  # the node's pool then
+    assert main.exclusive and len(main.cpus) == 2 and main.pod_updates == []
+    assert m.state.get_cpuset("p", POD_ENTRY) is None
+    assert m.shared_pool() == CPUSet(range(12)) - main.cpus
+    assert "podPools" not in m.checkpoint()
+
+
+def test_no_pod_resources_from_the_runtime_is_said_once_and_falls_back(caplog):
+    m = manager()
+    with caplog.at_level(logging.WARNING):
+        a = m.admit(ctr("a", "p", "a", res(2, GI), None))
+        m.admit(ctr("b", "q", "b", res(1, GI), None))
+    assert a.exclusive and len(a.cpus) == 2
+    said = [r for r in caplog.records if "passes no pod resources" in r.getMessage()]
+    assert len(said) == 1
+
+
+def test_synchronize_restores_pod_pools_and_fixes_shared_containers():
+    m = manager()
+    docs_pod_scope(m)
+    bubble = m.state.get_cpuset("p", POD_ENTRY)
+    main = m.state.get_cpuset("p", "main-app")
+    state = CPUManagerState(assignments={u: dict(c) for u, c in m.state.assignments.items()},
+                            default_set=m.state.default_set)
+    m2 = manager(state=state)
+    ups = m2.synchronize([
+        ctr("metrics", "p", "metrics-sidecar", res(), POD4, current=str(bubble)),
+        ctr("logging", "p", "logging-sidecar", res(), POD4, current=str(bubble - main)),
+        ctr("main", "p", "main-app", res(2, 2 * GI), POD4, current=str(main)),
+    ])
+    assert {k: d.cpus for k, d in ups.items()} == {"metrics": bubble - main}
+    assert m2.state.get_cpuset("p", POD_ENTRY) == bubble
+
+
+# ---------------------------------------------------------------------------- resize
+RESIZE_ON = {"InPlacePodVerticalScalingExclusiveCPUs": True}
+
+
+def test_resize_grow_keeps_cpus_takes_close_ones_and_shrink_keeps_the_first():
+    m = manager("container", gates=RESIZE_ON)
+    d = m.admit(ctr("g", "p", "app", res(2, GI), None))
+    first = d.cpus
+    grown = m.update("g", res(4, GI))
+    assert grown is not None and first < grown.cpus and len(grown.cpus) == 4
+    # close: the new CPUs are on the same NUMA node (siblings of its cores first)
+    node = NODE0 if first <= NODE0 else NODE1
+    assert grown.cpus <= node
+    assert m.shared_pool() == CPUSet(range(12)) - grown.cpus
+    shrunk = m.update("g", res(2, GI))
+    assert shrunk.cpus == first
+    assert m.shared_pool() == CPUSet(range(12)) - first
+    assert m.checkpoint()["resized"] == {
+        "p/app": {"from": str(grown.cpus), "to": str(first), "promised": str(first)}}
+
+
+def test_resize_below_promised_and_beyond_free_cpus_are_refused():
+    m = manager("container", gates=RESIZE_ON)
+    first = m.admit(ctr("g", "p", "app", res(2, GI), None)).cpus
+    with pytest.raises(ResizeRefused, match="prohibitedCPUAllocation Error"):
+        m.update("g", res(1, GI))
+    with pytest.raises(ResizeRefused, match=r"NotEnoughCPUsError: .*requested=10, available=9"):
+        m.update("g", res(12, GI))
+    assert m.state.get_cpuset("p", "app") == first
+    with pytest.raises(ResizeRefused, match="inconsistentCPUAllocation"):
+        m.update("g", Resources(1536, 1500, 1500, GI, {}))
+
+
+def test_resize_with_the_gate_off_changes_nothing_and_says_why():
+    m = manager("container", gates={})
+    first = m.admit(ctr("g", "p", "app", res(2, GI), None)).cpus
+    pool = m.shared_pool()
+    with pytest.raises(ResizeRefused) as e:
+        m.update("g", res(4, GI))
+    assert str(e.value) == ('Infeasible: Resize is infeasible for Guaranteed Pods alongside '
+                            'CPU Manager policy "static"')
+    assert m.state.get_cpuset("p", "app") == first and m.shared_pool() == pool
+    # the same count (a memory-only or limit-only update) keeps the pinning, as before
+    same = m.update("g", res(2, GI))
+    assert same is not None and same.cpus == first and same.exclusive
+
+
+def test_status_shows_pod_pools_and_resized_containers(tmp_path, capsys):
+    from nri_cpumgr.checkpoint import Checkpoint
+    from nri_cpumgr.cli import main
+
+    m = manager(gates={**ON, **RESIZE_ON})
+    _, _, main_app = docs_pod_scope(m)
+    bubble = m.state.get_cpuset("p", POD_ENTRY)
+    g = m.admit(ctr("g", "q", "app", res(1, GI), None))
+    grown = m.update("g", res(2, GI)).cpus
+    Checkpoint(tmp_path / "cpu_manager_state").save(m.checkpoint())
+    assert main(["status", "--state-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    pool = bubble - main_app.cpus
+    assert (f"  ns/p  bubble={bubble}  pod-shared-pool={pool}  mems=-  "
+            "logging-sidecar=pod-shared main-app=pod-exclusive metrics-sidecar=pod-shared"
+            ) in out.splitlines()
+    assert f"  ns/q app  {g.cpus} -> {grown}  (promised {g.cpus})" in out.splitlines()
+
+
+def test_promised_cpus_survive_a_restart_through_the_checkpoint():
+    m = manager("container", gates=RESIZE_ON)
+    first = m.admit(ctr("g", "p", "app", res(2, GI), None)).cpus
+    m.update("g", res(4, GI))
+    body = m.checkpoint()
+    state = CPUManagerState(assignments={u: dict(c) for u, c in m.state.assignments.items()},
+                            default_set=m.state.default_set)
+    m2 = manager("container", gates=RESIZE_ON, state=state)
+    m2.resizer.restore(body)
+    grown = m.state.get_cpuset("p", "app")
+    m2.synchronize([ctr("g", "p", "app", res(4, GI), None, current=str(grown))])
+    assert m2.update("g", res(2, GI)).cpus == first
+    m2.resizer.restore({"resized": {"gone/app": {"promised": "1"}, "p/app": {"x": 1}}})
+    assert set(m2.resizer.promised) == {("p", "app")}

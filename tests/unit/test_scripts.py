@@ -1,0 +1,78 @@
+"""The shell entry points a user runs first: ``scripts/build_image.sh --help`` and
+``scripts/clean.sh`` (``make clean``) on a throw-away checkout."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _run(*argv: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", *argv], cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_build_image_help_is_usage_not_a_tag(flag: str) -> None:
+    r = _run("scripts/build_image.sh", flag)
+    assert r.returncode == 0, r.stderr
+    assert "usage: scripts/build_image.sh [TAG]" in r.stdout
+    assert "IMAGE_STORE=DIR" in r.stdout and "set -euo" not in r.stdout
+    assert "[build_image]" not in r.stderr  # nothing was started
+
+
+@pytest.mark.parametrize("argv", [["--tag", "x"], ["-x"], ["a:1", "b:2"]])
+def test_build_image_bad_arguments(argv: list[str]) -> None:
+    r = _run("scripts/build_image.sh", *argv)
+    assert r.returncode == 2
+    assert r.stderr.startswith("build_image.sh: ") and "usage:" in r.stderr
+
+
+def _checkout(tmp_path: Path) -> tuple[Path, Path]:
+    """A fake checkout with everything setup, the tests and a shared runtime create."""
+    top = tmp_path / "co"
+    (top / "scripts").mkdir(parents=True)
+    shutil.copy(REPO / "scripts/clean.sh", top / "scripts/clean.sh")
+    shared = tmp_path / "shared-runtime"
+    (shared / "containerd-1.7").mkdir(parents=True)
+    (shared / "containerd-1.7/containerd").write_text("binary")
+    (top / ".runtime").symlink_to(shared)
+    for d in [".venv/bin", ".pytest_cache/v", ".ruff_cache/0.6", ".hypothesis/examples",
+              "nri_cpumgr.egg-info", "build/lib", "dist", "tests/e2e/_cri",
+              "nri_cpumgr/__pycache__", "nri_cpumgr/cm/__pycache__", "tests/unit/__pycache__",
+              ".git/hooks/__pycache__"]:
+        (top / d).mkdir(parents=True)
+        (top / d / "f").write_text("x")
+    for f in ["nri_cpumgr/__init__.py", "tests/unit/test_x.py", "README.md"]:
+        (top / f).write_text("kept")
+    return top, shared
+
+
+def _tree(top: Path) -> set[str]:
+    return {str(p.relative_to(top)) for p in top.rglob("*")}
+
+
+def test_clean_removes_setup_and_caches_but_not_a_shared_runtime(tmp_path: Path) -> None:
+    top, shared = _checkout(tmp_path)
+    r = _run("scripts/clean.sh", cwd=top)
+    assert r.returncode == 0, r.stderr
+    assert _tree(top) == {
+        "scripts", "scripts/clean.sh", "nri_cpumgr", "nri_cpumgr/__init__.py", "nri_cpumgr/cm",
+        "tests", "tests/unit", "tests/unit/test_x.py", "tests/e2e", "README.md",
+        ".git", ".git/hooks", ".git/hooks/__pycache__", ".git/hooks/__pycache__/f"}
+    # the link went, what it pointed to did not
+    assert (shared / "containerd-1.7/containerd").read_text() == "binary"
+    assert f"removed the symlink .runtime (its target {shared} is left)" in r.stdout
+
+
+def test_clean_removes_a_real_runtime_dir(tmp_path: Path) -> None:
+    top, _ = _checkout(tmp_path)
+    (top / ".runtime").unlink()
+    (top / ".runtime/images").mkdir(parents=True)
+    (top / ".runtime/images/nri-cpumgr.tar").write_text("x")
+    assert _run("scripts/clean.sh", cwd=top).returncode == 0
+    assert not (top / ".runtime").exists() and not (top / ".venv").exists()
