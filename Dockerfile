@@ -24,7 +24,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY nri_cpumgr ./nri_cpumgr
 RUN python3 -m venv /opt/nri-cpumgr \
-    && /opt/nri-cpumgr/bin/pip install --only-binary=:all: . \
+    && /opt/nri-cpumgr/bin/pip install --only-binary=:all: '.[nrt]' \
     && /opt/nri-cpumgr/bin/pip uninstall -y -q pip setuptools \
     && find /opt/nri-cpumgr -depth -name '__pycache__' -prune -exec rm -rf {} + \
     && /opt/nri-cpumgr/bin/python -m compileall -q -j 0 /opt/nri-cpumgr/lib

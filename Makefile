@@ -1,12 +1,13 @@
 # nri-cpumgr: two commands on a fresh machine (root, Debian 12):
 #   make demo   set everything up, run a real containerd + the plugin + the docs' example pods
-#   make test   set everything up and run every test (unit, conformance, real-containerd e2e)
+#   make test   set everything up and run every test (unit, conformance, real-containerd e2e,
+#               the single-node cluster e2e)
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup venv runtime proto proto-check lint test unit e2e demo bench clean
+.PHONY: setup venv runtime proto proto-check lint test unit e2e cluster cluster-e2e demo bench clean
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -35,7 +36,15 @@ unit: setup
 e2e: setup
 	$(PY) -m pytest -q tests/e2e
 
-test: setup lint
+# Kubernetes 1.20.2 built from Debian's source package, cached outside the checkout
+# (scripts/cluster/build.sh: ~15 min the first time, nothing after)
+cluster:
+	bash scripts/cluster/build.sh >/dev/null
+
+cluster-e2e: setup cluster
+	$(PY) -m pytest -q tests/cluster
+
+test: setup lint cluster
 	$(PY) -m pytest tests
 
 demo: setup

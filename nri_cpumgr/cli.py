@@ -289,6 +289,22 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_nrt_export(args: argparse.Namespace) -> int:
+    from nri_cpumgr.nrt.exporter import run
+
+    config = load_config(_config_path(args.config))
+    if args.state_dir:
+        config = config.model_copy(update={"stateDirectory": args.state_dir})
+    node = args.node_name or os.environ.get("NODE_NAME", "")
+    if not node:
+        print("nri-cpumgr: nrt-export needs the node's name (--node-name or NODE_NAME)",
+              file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return run(node, _discover(args.sysfs_root), config, kubeconfig=args.kubeconfig,
+               interval=args.interval)
+
 def _print_pod_level(body: dict) -> None:
     """Pod pools (pod-level resource managers) and resized containers, when there are."""
     names = {}
@@ -362,6 +378,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--state-dir", help="read the checkpoint from DIR (overrides the config)")
     s.add_argument("--json", action="store_true", help="print the checkpoint as JSON")
     s.set_defaults(func=cmd_status)
+
+    n = sub.add_parser("nrt-export", help="keep the node's NodeResourceTopology object up to "
+                       "date from the plugin's state (a second container of the DaemonSet)")
+    n.add_argument("--config", help="the plugin's config file (its stateDirectory, Topology "
+                   f"Manager policy and scope, reserved CPUs; default: {DEFAULT_CONFIG} if "
+                   "present, else the built-in defaults)")
+    n.add_argument("--state-dir", help="read the plugin's checkpoints from DIR")
+    n.add_argument("--node-name", help="the node's name (default: $NODE_NAME)")
+    n.add_argument("--sysfs-root", default="/", help="read topology from DIR/sys instead of /sys")
+    n.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster service account)")
+    n.add_argument("--interval", type=float, default=1.0,
+                   help="seconds between looks at the state directory (default 1)")
+    n.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    n.set_defaults(func=cmd_nrt_export)
 
     from nri_cpumgr.planner.cli import add_parser as add_plan  # plan (issue 12)
 

@@ -9,6 +9,7 @@ itself is unchanged.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -27,7 +28,6 @@ from tests.e2e.harness.paths import IMAGE_CACHE, REPO
 
 IMAGE_TAG = "nri-cpumgr:dev"
 IMAGE_REF = f"docker.io/library/{IMAGE_TAG}"  # containerd's normalized name of the tag
-ARCHIVE = IMAGE_CACHE / "nri-cpumgr.tar"
 BUILD_SCRIPT = REPO / "scripts/build_image.sh"
 DEPLOY = REPO / "deploy" / "base"
 BUILD_TIMEOUT = 900.0
@@ -46,19 +46,28 @@ def image_sources() -> list[Path]:
     return [p for p in files if p.exists()]
 
 
-def archive_is_fresh(archive: Path = ARCHIVE) -> bool:
-    """True when ``archive`` exists and is newer than every source file."""
-    if not archive.is_file():
-        return False
-    newest = max(p.stat().st_mtime for p in image_sources())
-    return archive.stat().st_mtime > newest
+def sources_digest() -> str:
+    """A hash of every source file's path and content (16 hex digits)."""
+    h = hashlib.sha256()
+    for p in sorted(image_sources()):
+        h.update(str(p.relative_to(REPO)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
 
 
-def ensure_image(archive: Path = ARCHIVE) -> Path:
-    """The docker-archive tarball of the image, (re)built with scripts/build_image.sh unless it
-    is newer than the sources. Raises :class:`ImageBuildError` with the script's output (e.g.
-    buildah could not be fetched from Debian's archive)."""
-    if archive_is_fresh(archive):
+def archive_path() -> Path:
+    """Where the image built from the current sources is cached: named by their digest, so two
+    checkouts sharing a runtime directory (or a checkout switching branches) never take one
+    another's image for their own."""
+    return IMAGE_CACHE / f"nri-cpumgr-{sources_digest()}.tar"
+
+
+def ensure_image(archive: Path | None = None) -> Path:
+    """The docker-archive tarball of the image of the current sources, built with
+    scripts/build_image.sh when not cached yet (older archives are removed). Raises
+    :class:`ImageBuildError` with the script's output (e.g. buildah could not be fetched from
+    Debian's archive)."""
+    archive = archive or archive_path()
+    if archive.is_file():
         return archive
     env = dict(os.environ, OUT=str(archive))
     try:
@@ -69,10 +78,13 @@ def ensure_image(archive: Path = ARCHIVE) -> Path:
     if r.returncode != 0 or not archive.is_file():
         raise ImageBuildError(f"scripts/build_image.sh failed ({r.returncode}):\n"
                               + (r.stdout + r.stderr)[-4000:])
+    for old in IMAGE_CACHE.glob("nri-cpumgr*.tar"):
+        if old != archive and time.time() - old.stat().st_mtime > 3600:
+            old.unlink(missing_ok=True)  # another checkout's may still be in use for an hour
     return archive
 
 
-def import_image(containerd: Containerd, archive: Path = ARCHIVE) -> None:
+def import_image(containerd: Containerd, archive: Path) -> None:
     """``ctr images import`` into the k8s.io namespace (CRI sees it as :data:`IMAGE_REF`)."""
     containerd.ctr("images", "import", str(archive))
     out = containerd.ctr("images", "ls", "-q").stdout.split()

@@ -42,9 +42,16 @@ def _daemonset() -> dict[str, Any]:
     return _all()["DaemonSet/nri-cpumgr"]
 
 
+def _containers() -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in _daemonset()["spec"]["template"]["spec"]["containers"]}
+
+
 def _container() -> dict[str, Any]:
-    (c,) = _daemonset()["spec"]["template"]["spec"]["containers"]
-    return c
+    """The plugin's container."""
+    return _containers()["nri-cpumgr"]
+
+
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
 
 
 def _plugin_config():
@@ -55,7 +62,9 @@ def _plugin_config():
 def test_the_expected_manifests_exist():
     assert set(_all()) == {"Namespace/nri-cpumgr", "ServiceAccount/nri-cpumgr",
                            "ResourceQuota/nri-cpumgr-critical-pods",
-                           "ConfigMap/nri-cpumgr-config", "DaemonSet/nri-cpumgr"}
+                           "ConfigMap/nri-cpumgr-config", "DaemonSet/nri-cpumgr",
+                           "ClusterRole/nri-cpumgr-nrt-exporter",
+                           "ClusterRoleBinding/nri-cpumgr-nrt-exporter"}
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
@@ -81,22 +90,26 @@ def test_the_validator_rejects_what_it_should():
 
 def test_kustomization_lists_every_manifest():
     top = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
-    assert top["resources"] == ["base"]  # kubectl apply -k deploy/ = the base
+    assert top["resources"] == ["crd", "base"]  # kubectl apply -k deploy/ = NRT CRD + base
     k = yaml.safe_load((BASE / "kustomization.yaml").read_text())
     assert k["kind"] == "Kustomization"
     assert k["apiVersion"] == "kustomize.config.k8s.io/v1beta1"
     assert sorted(k["resources"]) == [p.name for p in MANIFESTS]
     assert k["namespace"] == "nri-cpumgr"
     for doc in _all().values():
+        if doc["kind"] in CLUSTER_SCOPED - {"Namespace"}:
+            assert "namespace" not in doc["metadata"], doc["kind"]
+            continue
         ns = doc["metadata"]["name"] if doc["kind"] == "Namespace" else doc["metadata"]["namespace"]
         assert ns == k["namespace"], doc["kind"]
     # the image override names the image the DaemonSet uses
     assert _container()["image"].split(":")[0] in {i["name"] for i in k["images"]}
 
 
-def test_container_is_locked_down():
+@pytest.mark.parametrize("name", ["nri-cpumgr", "nrt-exporter"])
+def test_container_is_locked_down(name: str):
     spec = _daemonset()["spec"]["template"]["spec"]
-    sc = _container()["securityContext"]
+    sc = _containers()[name]["securityContext"]
     assert sc["privileged"] is False
     assert sc["allowPrivilegeEscalation"] is False
     assert sc["readOnlyRootFilesystem"] is True
@@ -111,10 +124,11 @@ def test_node_agent_scheduling():
     spec = _daemonset()["spec"]["template"]["spec"]
     assert spec["priorityClassName"] == "system-node-critical"
     assert {"operator": "Exists"} in spec["tolerations"]  # every taint
-    res = _container()["resources"]
-    assert set(res) == {"requests", "limits"}
-    # Burstable (requests < limits): the plugin must not take exclusive CPUs itself
-    assert res["requests"]["cpu"] != res["limits"]["cpu"]
+    for c in _containers().values():
+        res = c["resources"]
+        assert set(res) == {"requests", "limits"}
+        # Burstable (requests < limits): the plugin must not take exclusive CPUs itself
+        assert res["requests"]["cpu"] != res["limits"]["cpu"], c["name"]
 
 
 def test_probes_point_at_the_configured_metrics_port():
@@ -153,6 +167,52 @@ def test_mounts_match_the_config():
     assert volumes[mounts[str(cfg_path.parent)]["name"]]["configMap"]["name"] == \
         "nri-cpumgr-config"
     assert cfg_path.name in _all()["ConfigMap/nri-cpumgr-config"]["data"]
+
+
+def test_nrt_exporter_reads_what_the_plugin_writes_and_only_it_has_api_access():
+    plugin, exp = _container(), _containers()["nrt-exporter"]
+    spec = _daemonset()["spec"]["template"]["spec"]
+    assert exp["image"] == plugin["image"] and exp["command"] == ["nri-cpumgr", "nrt-export"]
+
+    def arg(c: dict[str, Any], flag: str) -> str:
+        a = c["args"]
+        return a[a.index(flag) + 1]
+
+    assert arg(exp, "--config") == arg(plugin, "--config")
+    assert arg(exp, "--sysfs-root") == arg(plugin, "--sysfs-root")
+    (env,) = exp["env"]
+    assert env == {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+    by_path = {m["mountPath"]: m for m in exp["volumeMounts"]}
+    assert all(m.get("readOnly") is True for m in exp["volumeMounts"])  # it writes nothing
+    pm = {m["mountPath"]: m["name"] for m in plugin["volumeMounts"]}
+    cfg = _plugin_config()
+    assert by_path[cfg.stateDirectory]["name"] == pm[cfg.stateDirectory]
+    token_dir = "/var/run/secrets/kubernetes.io/serviceaccount"
+    assert token_dir not in pm  # the plugin has no API credentials
+    vol = {v["name"]: v for v in spec["volumes"]}[by_path[token_dir]["name"]]
+    kinds = [next(iter(s)) for s in vol["projected"]["sources"]]
+    assert kinds == ["serviceAccountToken", "configMap", "downwardAPI"]
+    docs = _all()
+    role = docs["ClusterRole/nri-cpumgr-nrt-exporter"]
+    assert role["rules"] == [{"apiGroups": ["topology.node.k8s.io"],
+                              "resources": ["noderesourcetopologies"],
+                              "verbs": ["get", "create", "update"]}]
+    binding = docs["ClusterRoleBinding/nri-cpumgr-nrt-exporter"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": spec["serviceAccountName"],
+                                    "namespace": "nri-cpumgr"}]
+
+
+def test_nrt_crd_is_valid_and_names_what_the_exporter_writes():
+    from nri_cpumgr.nrt import model
+
+    (crd,) = _docs(DEPLOY / "crd/noderesourcetopologies.yaml")
+    assert kv.validate(crd, K8S_VERSIONS[-1], strict=True)
+    assert crd["spec"]["group"] == model.GROUP and crd["spec"]["scope"] == "Cluster"
+    assert crd["spec"]["names"]["plural"] == model.PLURAL
+    assert crd["metadata"]["name"] == f"{model.PLURAL}.{model.GROUP}"
+    (v,) = crd["spec"]["versions"]
+    assert v["name"] == model.VERSION and v["served"] and v["storage"]
 
 
 def test_configmap_config_is_the_static_policy():
@@ -233,7 +293,7 @@ def _base_docs() -> list[dict[str, Any]]:
     docs = [d for r in k["resources"] for d in _docs(BASE / r)]
     tags = {i["name"]: i["newTag"] for i in k["images"]}
     for d in docs:
-        if d["kind"] != "Namespace":
+        if d["kind"] not in CLUSTER_SCOPED:
             d["metadata"]["namespace"] = k["namespace"]
         for c in d.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
             name = c["image"].split(":")[0]
@@ -271,6 +331,12 @@ def _render_overlay() -> list[dict[str, Any]]:
             for v in spec["volumes"]:
                 if "configMap" in v and ("ConfigMap", v["configMap"]["name"]) in renamed:
                     v["configMap"]["name"] += sfx
+        if d["kind"] == "ClusterRoleBinding":
+            if ("ClusterRole", d["roleRef"]["name"]) in renamed:
+                d["roleRef"]["name"] += sfx
+            for s in d["subjects"]:
+                if (s["kind"], s["name"]) in renamed:
+                    s["name"] += sfx
     return docs
 
 
@@ -296,7 +362,8 @@ def _node_matches(pod_spec: dict[str, Any], labels: dict[str, str]) -> bool:
 
 def test_overlay_renders_valid_kubernetes():
     docs = _render_overlay()
-    assert sorted(d["kind"] for d in docs) == ["ConfigMap", "DaemonSet", "ServiceAccount"]
+    assert sorted(d["kind"] for d in docs) == ["ClusterRoleBinding", "ConfigMap", "DaemonSet",
+                                               "ServiceAccount"]
     for doc in docs:
         assert kv.validate(doc, K8S_VERSIONS[-1], strict=True)
 
@@ -329,6 +396,9 @@ def test_overlay_references_its_own_config():
     cfg = parse_config(cm["data"]["config.yaml"], "deploy/overlays/big-nodes/configmap.yaml")
     assert str(cfg.reserved_cpus()) != str(_plugin_config().reserved_cpus())
     assert ("ServiceAccount", spec["serviceAccountName"], "nri-cpumgr") in over
+    (crb,) = [d for d in over.values() if d["kind"] == "ClusterRoleBinding"]
+    assert crb["roleRef"]["name"] == "nri-cpumgr-nrt-exporter"  # the base's role
+    assert crb["subjects"][0]["name"] == spec["serviceAccountName"]
     # everything else (image, probes, security) is the base's
     assert spec["containers"] == _daemonset()["spec"]["template"]["spec"]["containers"]
 
@@ -336,7 +406,8 @@ def test_overlay_references_its_own_config():
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (kustomize) not on PATH")
 @pytest.mark.parametrize("where", ["base", "overlay"])
 def test_kubectl_kustomize_agrees(where: str):
-    path, ours = (DEPLOY, _base_docs()) if where == "base" else (OVERLAY, _render_overlay())
+    crd = _docs(DEPLOY / "crd/noderesourcetopologies.yaml")
+    path, ours = (DEPLOY, crd + _base_docs()) if where == "base" else (OVERLAY, _render_overlay())
     out = subprocess.run(["kubectl", "kustomize", str(path)], check=True, capture_output=True,
                          text=True, timeout=60).stdout
     theirs = {_key(d): d for d in yaml.safe_load_all(out) if d}

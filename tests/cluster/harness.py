@@ -1,0 +1,207 @@
+"""A single-node Kubernetes 1.20 cluster for the tests, from the binaries scripts/cluster/build.sh
+builds (../shared/docs/real-kubelet.md has what is known to work here).
+
+The whole cluster, control plane and node, runs in a network and mount namespace of its own
+(:mod:`tests.cluster.node`), so it touches neither the machine's network nor its mounts. This
+side makes the cluster's credentials (a CA and serving certificate with openssl, a static admin
+token, a service-account signing key), starts the namespace's process, and talks to the API
+server through ``nsenter --net`` into that namespace (kubectl). The node's containerd is
+reached through its unix socket (a file in the work dir), like any CRI client.
+
+``stop()`` ends all of it, with every pod, cgroup and mount it made; the work dir is removed
+unless ``NRI_E2E_KEEP=1``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.cluster.node import NODE_IP, PORTS, ClusterError, tail, wait_for
+from tests.e2e.harness import cgroups as cg
+from tests.e2e.harness import images as images_mod
+from tests.e2e.harness.paths import REPO
+
+__all__ = ["NODE_IP", "Cluster", "ClusterError", "built_bin_dir", "wait_for"]
+
+BUILD_SCRIPT = REPO / "scripts/cluster/build.sh"
+NODE_NAME = "nri-node"
+
+
+def built_bin_dir() -> Path | None:
+    """The cached binaries' directory, or None when scripts/cluster/build.sh has not run."""
+    r = subprocess.run(["bash", str(BUILD_SCRIPT), "--print"], capture_output=True, text=True)
+    return Path(r.stdout.strip()) if r.returncode == 0 else None
+
+
+class Cluster:
+    """The test cluster; ``with Cluster(bin_dir) as c: c.kubectl("get", "nodes")``."""
+
+    def __init__(self, bin_dir: Path, workdir: Path | None = None) -> None:
+        self.bin = Path(bin_dir)
+        self.work = Path(workdir or tempfile.mkdtemp(prefix="k8s-", dir="/tmp"))
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.token = os.urandom(16).hex()
+        self.info: dict[str, Any] = {}
+        self.cgroup_root = f"{cg.TEST_ROOT}/node"
+        self.ports = dict(PORTS)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.work / "admin.kubeconfig"
+
+    @property
+    def cri_socket(self) -> Path:
+        return Path(self.info["cri_socket"])
+
+    @property
+    def nri_socket(self) -> Path:
+        return Path(self.info["nri_socket"])
+
+    def _pki(self) -> None:
+        pki = self.work / "pki"
+        pki.mkdir(parents=True, exist_ok=True)
+
+        def ossl(*args: str) -> None:
+            subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=pki)
+
+        ossl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
+             "ca.crt", "-days", "2", "-subj", "/CN=nri-cpumgr-test-ca")
+        (pki / "san.cnf").write_text(
+            "[req]\ndistinguished_name=dn\n[dn]\n[ext]\n"
+            f"subjectAltName=IP:127.0.0.1,IP:{NODE_IP},DNS:localhost,DNS:kubernetes,"
+            "DNS:kubernetes.default,DNS:kubernetes.default.svc\n"
+            "extendedKeyUsage=serverAuth\n")
+        ossl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "apiserver.key", "-out",
+             "apiserver.csr", "-subj", "/CN=kube-apiserver")
+        ossl("x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+             "-CAcreateserial", "-out", "apiserver.crt", "-days", "2", "-extfile", "san.cnf",
+             "-extensions", "ext")
+        ossl("genrsa", "-out", "sa.key", "2048")
+        ossl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
+        (pki / "tokens.csv").write_text(f'{self.token},admin,admin,"system:masters"\n')
+        self.kubeconfig.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "test",
+            "clusters": [{"name": "test", "cluster": {
+                "server": f"https://127.0.0.1:{PORTS['apiserver']}",
+                "certificate-authority": str(pki / "ca.crt")}}],
+            "users": [{"name": "admin", "user": {"token": self.token}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin"}}],
+        }))
+
+    def start(self, timeout: float = 360.0) -> Cluster:
+        """Start the cluster and wait for its node to be Ready. Raises ClusterError (with the
+        log tail of what failed)."""
+        try:
+            self._start(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self, timeout: float) -> None:
+        self.work.mkdir(parents=True, exist_ok=True)
+        self._pki()
+        spec = {"workdir": str(self.work), "bin_dir": str(self.bin),
+                "kubeconfig": str(self.kubeconfig), "token": self.token,
+                "cgroup_root": self.cgroup_root, "node_name": NODE_NAME,
+                "pause_image": images_mod.PAUSE_IMAGE}
+        (self.work / "cluster.json").write_text(json.dumps(spec))
+        log = open(self.work / "cluster.log", "ab")  # noqa: SIM115 - for the process' life
+        self.proc = subprocess.Popen(
+            ["unshare", "-m", "-n", "--propagation", "private", "--",
+             sys.executable, "-m", "tests.cluster.node", str(self.work / "cluster.json")],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+            env=dict(os.environ, PYTHONPATH=str(REPO)))
+        ready, failed = self.work / "ready", self.work / "failed"
+
+        def up() -> bool:
+            if failed.exists():
+                raise ClusterError(failed.read_text())
+            if self.proc is not None and self.proc.poll() is not None:
+                raise ClusterError(f"cluster process exited with {self.proc.returncode}:\n"
+                                   + tail(self.work / "cluster.log"))
+            return ready.is_file()
+
+        wait_for(up, timeout, "the cluster", on_timeout=lambda: tail(self.work / "kubelet.log"))
+        self.info = json.loads(ready.read_text())
+
+    # -- use
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                timeout: float = 120.0) -> str:
+        """Run kubectl (1.32, Debian's) in the cluster's network namespace; returns stdout.
+        Raises ClusterError when it fails (unless ``check`` is False)."""
+        assert self.proc is not None, "cluster not started"
+        r = subprocess.run(["nsenter", f"--net=/proc/{self.proc.pid}/ns/net", "--",
+                            str(self.bin / "kubectl"), f"--kubeconfig={self.kubeconfig}",
+                            *args], input=input, capture_output=True, text=True,
+                           timeout=timeout)
+        if check and r.returncode != 0:
+            raise ClusterError(f"kubectl {' '.join(args)}: {r.stderr.strip()}")
+        return r.stdout
+
+    def get_json(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", "-o", "json", *args))
+
+    def import_image(self, archive: Path) -> None:
+        """Import a docker-archive tarball into the node's containerd (the CRI namespace)."""
+        ctr = Path(self.info["containerd_bin"]) / "ctr"
+        r = subprocess.run([str(ctr), "--address", str(self.cri_socket), "-n", "k8s.io",
+                            "images", "import", str(archive)],
+                           capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            raise ClusterError(f"ctr images import {archive}: {r.stderr.strip()}")
+
+    def log(self, name: str, n: int = 4000) -> str:
+        """The tail of a component's log (``kubelet``, ``kube-apiserver``, ``node/containerd``)."""
+        return tail(self.work / f"{name}.log", n)
+
+    # -- tear-down
+    def stop(self, timeout: float = 180.0) -> list[str]:
+        """Stop everything (the node's pods removed first); returns the problems met."""
+        problems: list[str] = []
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                problems.append(f"the cluster did not stop in {timeout:.0f} s: killed")
+                proc.kill()
+                proc.wait(10)
+        left = self.work / "cleanup-problems"
+        if left.exists():
+            problems += left.read_text().splitlines()
+        problems += [f"cgroup left: {x}" for x in cg.remove_empty_kubepods()]
+        if not os.environ.get("NRI_E2E_KEEP") and not problems:
+            with contextlib.suppress(OSError):
+                shutil.rmtree(self.work)
+        return problems
+
+    def __enter__(self) -> Cluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def wait_rollout(c: Cluster, ns: str, ds: str, timeout: float = 240.0) -> None:
+    """``kubectl rollout status`` of a DaemonSet, with the pods' description on failure."""
+    t0 = time.monotonic()
+    try:
+        c.kubectl("rollout", "status", "-n", ns, f"daemonset/{ds}", f"--timeout={timeout:.0f}s",
+                  timeout=timeout + 20)
+    except ClusterError:
+        pods = c.kubectl("get", "pods", "-A", "-o", "wide", check=False)
+        desc = c.kubectl("describe", "pods", "-n", ns, check=False)
+        raise ClusterError(f"rollout of {ns}/{ds} not done after "
+                           f"{time.monotonic() - t0:.0f}s:\n{pods}\n{desc[-4000:]}") from None

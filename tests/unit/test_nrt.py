@@ -1,0 +1,135 @@
+"""NodeResourceTopology: the object built from the machine and the plugin's checkpoints
+(nri_cpumgr.nrt.model), and the exporter's write-on-change and backoff (nri_cpumgr.nrt.exporter)
+with the API call replaced by a recording callable. The real API server is in tests/cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nri_cpumgr.checkpoint import Checkpoint
+from nri_cpumgr.config import Config
+from nri_cpumgr.cpuset import CPUSet
+from nri_cpumgr.nrt import exporter as ex
+from nri_cpumgr.nrt import model
+from nri_cpumgr.sysfs import discover
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs"
+# dual-socket-smt: NUMA 0 = CPUs 0-3,8-11, NUMA 1 = 4-7,12-15; distances 10/21
+MACHINE = discover(FIXTURES / "dual-socket-smt")
+
+
+def _zone(obj: dict, name: str) -> dict:
+    return next(z for z in obj["zones"] if z["name"] == name)
+
+
+def _res(zone: dict, name: str) -> dict:
+    return next(r for r in zone["resources"] if r["name"] == name)
+
+
+def test_cpu_per_numa_zone_reserved_and_exclusive() -> None:
+    state = {"policyName": "static", "reservedCpuSet": "0,8", "defaultCpuSet": "0-2,8-10,12-15",
+             "entries": {"uid-a": {"app": "3,11"}, "uid-b": {"db": "4-7"}}}
+    obj = model.build("node-a", MACHINE, policy="single-numa-node", scope="container",
+                      cpu_state=state)
+    assert obj["apiVersion"] == "topology.node.k8s.io/v1alpha2"
+    assert obj["kind"] == "NodeResourceTopology" and obj["metadata"] == {"name": "node-a"}
+    assert [z["name"] for z in obj["zones"]] == ["node-0", "node-1"]
+    z0, z1 = _zone(obj, "node-0"), _zone(obj, "node-1")
+    assert z0["type"] == "Node"
+    assert _res(z0, "cpu") == {"name": "cpu", "capacity": "8", "allocatable": "6",
+                               "available": "4"}
+    assert _res(z1, "cpu") == {"name": "cpu", "capacity": "8", "allocatable": "8",
+                               "available": "4"}
+    assert z0["costs"] == [{"name": "node-0", "value": 10}, {"name": "node-1", "value": 21}]
+    assert obj["topologyPolicies"] == ["SingleNUMANodeContainerLevel"]
+    assert obj["attributes"] == [{"name": "topologyManagerPolicy", "value": "single-numa-node"},
+                                 {"name": "topologyManagerScope", "value": "container"}]
+
+
+def test_reserved_from_config_when_no_checkpoint_and_never_negative() -> None:
+    obj = model.build("n", MACHINE, reserved=CPUSet.parse("0-1"))
+    assert _res(_zone(obj, "node-0"), "cpu")["allocatable"] == "6"
+    assert _res(_zone(obj, "node-0"), "cpu")["available"] == "6"
+    assert obj["topologyPolicies"] == ["None"]
+    # an exclusive assignment that overlaps the reserved CPUs is not counted twice
+    state = {"reservedCpuSet": "0-1", "entries": {"u": {"c": "0-3"}}}
+    assert _res(_zone(model.build("n", MACHINE, cpu_state=state), "node-0"),
+                "cpu")["available"] == "4"
+
+
+def test_memory_and_hugepages_from_the_memory_manager_state() -> None:
+    mem = {"machine_state": {"1": {"memory_map": {
+        "memory": {"total_mem_size": 8589934592, "system_reserved": 104857600,
+                   "allocatable": 7948206080, "reserved": 1073741824, "free": 6874464256},
+        "hugepages-2Mi": {"total_mem_size": 536870912, "system_reserved": 0,
+                          "allocatable": 536870912, "reserved": 0, "free": 536870912}}}}}
+    obj = model.build("n", MACHINE, memory_state=mem)
+    z1 = _zone(obj, "node-1")
+    assert _res(z1, "memory") == {"name": "memory", "capacity": "8589934592",
+                                  "allocatable": "7948206080", "available": "6874464256"}
+    assert _res(z1, "hugepages-2Mi")["available"] == "536870912"
+    assert [r["name"] for r in _zone(obj, "node-0")["resources"]] == ["cpu"]
+
+
+@pytest.mark.parametrize(("policy", "scope", "name"), [
+    ("none", "container", "None"), ("best-effort", "pod", "BestEffortPodLevel"),
+    ("restricted", "container", "RestrictedContainerLevel"),
+    ("single-numa-node", "pod", "SingleNUMANodePodLevel")])
+def test_topology_policy_names(policy: str, scope: str, name: str) -> None:
+    assert model.topology_policy_name(policy, scope) == name
+
+
+def test_unknown_policy_and_bad_cpuset_are_errors() -> None:
+    with pytest.raises(ValueError):
+        model.topology_policy_name("strict", "container")
+    with pytest.raises(ValueError):
+        model.build("n", MACHINE, cpu_state={"entries": {"u": {"c": "0-x"}}})
+
+
+def _config(tmp_path: Path, **kw: str) -> Config:
+    return Config(stateDirectory=str(tmp_path), cpuManagerPolicy="static",
+                  reservedSystemCPUs="0", **kw)
+
+
+def test_exporter_writes_on_change_only(tmp_path: Path) -> None:
+    sent: list[dict] = []
+    e = ex.Exporter("node-a", MACHINE, _config(tmp_path), lambda o: sent.append(o) or "x")
+    assert e.step() == 0.0 and len(sent) == 1  # no checkpoint yet: the machine alone
+    assert _res(_zone(sent[0], "node-0"), "cpu")["available"] == "7"
+    e.step()
+    assert len(sent) == 1  # nothing changed: no API call
+    cp = Checkpoint(tmp_path / ex.CPU_STATE)
+    cp.save({"policyName": "static", "reservedCpuSet": "0", "defaultCpuSet": "0-2,4-15",
+             "entries": {"u": {"app": "3"}}})
+    e.step()
+    assert len(sent) == 2 and _res(_zone(sent[1], "node-0"), "cpu")["available"] == "6"
+    cp.save({"policyName": "static", "reservedCpuSet": "0", "defaultCpuSet": "0-15",
+             "entries": {}})
+    e.step()
+    assert len(sent) == 3 and _res(_zone(sent[2], "node-0"), "cpu")["available"] == "7"
+
+
+def test_exporter_backs_off_and_keeps_last_state_on_a_corrupt_checkpoint(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    calls: list[dict] = []
+    fail = {"n": 3}
+
+    def apply(obj: dict) -> str:
+        calls.append(obj)
+        if fail["n"]:
+            fail["n"] -= 1
+            raise ConnectionRefusedError("API server down")
+        return "created"
+
+    e = ex.Exporter("node-a", MACHINE, _config(tmp_path), apply)
+    assert [e.step() for _ in range(3)] == [1.0, 2.0, 4.0]
+    assert sum("not written" in r.message for r in caplog.records) == 1  # logged once
+    assert e.step() == 0.0 and len(calls) == 4 and e.written is not None
+    Checkpoint(tmp_path / ex.CPU_STATE).save({"reservedCpuSet": "0",
+                                              "entries": {"u": {"app": "3"}}})
+    e.step()
+    (tmp_path / ex.CPU_STATE).write_text("{not json")
+    e.step()  # corrupt: the last good state stays, nothing new is written
+    assert len(calls) == 5 and _res(_zone(calls[-1], "node-0"), "cpu")["available"] == "6"
