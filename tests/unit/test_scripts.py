@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,8 +13,12 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _run(*argv: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", *argv], cwd=cwd, capture_output=True, text=True, timeout=60)
+def _run(*argv: str, cwd: Path = REPO, cache: Path | None = None
+         ) -> subprocess.CompletedProcess[str]:
+    # never the machine's /var/cache/nri-cpumgr: clean.sh removes the cache it is given
+    env = dict(os.environ, NRI_CPUMGR_CACHE=str(cache or cwd / "no-such-cache"))
+    return subprocess.run(["bash", *argv], cwd=cwd, capture_output=True, text=True, timeout=60,
+                          env=env)
 
 
 @pytest.mark.parametrize("flag", ["--help", "-h"])
@@ -58,8 +63,12 @@ def _tree(top: Path) -> set[str]:
 
 def test_clean_removes_setup_and_caches_but_not_a_shared_runtime(tmp_path: Path) -> None:
     top, shared = _checkout(tmp_path)
-    r = _run("scripts/clean.sh", cwd=top)
+    cache = tmp_path / "cache"  # the cluster binaries and guest images outside the checkout
+    (cache / "cluster/abc/bin").mkdir(parents=True)
+    (cache / "cluster/abc/bin/kubelet").write_text("binary")
+    r = _run("scripts/clean.sh", cwd=top, cache=cache)
     assert r.returncode == 0, r.stderr
+    assert not cache.exists() and f"removed {cache}" in r.stdout
     assert _tree(top) == {
         "scripts", "scripts/clean.sh", "nri_cpumgr", "nri_cpumgr/__init__.py", "nri_cpumgr/cm",
         "tests", "tests/unit", "tests/unit/test_x.py", "tests/e2e", "README.md",
