@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup venv runtime proto proto-check lint test unit e2e cluster cluster-e2e demo bench clean
+.PHONY: setup venv runtime proto proto-check lint test unit e2e cluster cluster-e2e demo bench clean clean-cache
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -55,3 +55,7 @@ bench: setup
 
 clean:
 	VENV=$(VENV) bash scripts/clean.sh
+
+# also the caches outside the checkout that every checkout shares (cluster binaries, guests)
+clean-cache:
+	VENV=$(VENV) bash scripts/clean.sh --cache

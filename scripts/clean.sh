@@ -13,9 +13,10 @@
 #    org.nri-cpumgr.base-recipe (a real Debian image has none), and
 #    /tmp/nri-cpumgr-debootstrap.log. Packages those versions apt-installed (buildah,
 #    debootstrap) are left: they may be used by others; `apt-get remove buildah debootstrap`.
-#  * the caches outside the checkout, ${NRI_CPUMGR_CACHE:-/var/cache/nri-cpumgr}: the test
-#    cluster's Kubernetes binaries (scripts/cluster/build.sh) and the QEMU guest images
-#    (shared by every checkout on the machine: the next `make test` builds them again);
+#  * with --cache (`make clean-cache`) only: the caches outside the checkout,
+#    ${NRI_CPUMGR_CACHE:-/var/cache/nri-cpumgr}: the test cluster's Kubernetes binaries
+#    (scripts/cluster/build.sh) and the QEMU guest images. Every checkout on the machine
+#    shares them, so a plain `make clean` leaves them (and says so);
 # Not touched: pytest's /tmp/pytest-of-<user> (shared by every pytest on the machine; this
 # project keeps only failed tests' directories there, see pyproject.toml).
 set -uo pipefail
@@ -45,8 +46,13 @@ for h in $(awk '$3 == "cgroup" || $3 == "cgroup2" {print $2}' /proc/self/mounts)
 done
 cache=${NRI_CPUMGR_CACHE:-/var/cache/nri-cpumgr}
 if [ -d "$cache" ]; then
-  echo "removed $cache ($(du -sh "$cache" 2>/dev/null | cut -f1))"
-  rm -rf "${cache:?}"
+  if [ "${1:-}" = --cache ]; then
+    echo "removed $cache ($(du -sh "$cache" 2>/dev/null | cut -f1))"
+    rm -rf "${cache:?}"
+  else
+    echo "kept $cache ($(du -sh "$cache" 2>/dev/null | cut -f1), shared by every checkout:" \
+         "make clean-cache removes it)"
+  fi
 fi
 rm -f /tmp/nri-cpumgr-debootstrap.log
 if command -v buildah >/dev/null && [ -d /var/lib/containers/storage ]; then
