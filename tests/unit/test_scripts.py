@@ -70,8 +70,8 @@ def test_clean_removes_setup_and_caches_but_not_a_shared_runtime(tmp_path: Path)
     assert r.returncode == 0, r.stderr
     assert (cache / "cluster/abc/bin/kubelet").exists()  # shared by every checkout: kept
     assert f"kept {cache}" in r.stdout and "make clean-cache" in r.stdout
-    r = _run("scripts/clean.sh", "--cache", cwd=top, cache=cache)
-    assert r.returncode == 0 and not cache.exists() and f"removed {cache}" in r.stdout
+    r2 = _run("scripts/clean.sh", "--cache", cwd=top, cache=cache)
+    assert r2.returncode == 0 and not cache.exists() and f"removed {cache}" in r2.stdout
     assert _tree(top) == {
         "scripts", "scripts/clean.sh", "nri_cpumgr", "nri_cpumgr/__init__.py", "nri_cpumgr/cm",
         "tests", "tests/unit", "tests/unit/test_x.py", "tests/e2e", "README.md",
