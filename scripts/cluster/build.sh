@@ -46,6 +46,10 @@ if [ "${1:-}" = --print ]; then
   echo "cluster binaries not built: run scripts/cluster/build.sh" >&2; exit 1
 fi
 if [ -f "$OUT/.complete" ]; then echo "$BIN"; exit 0; fi
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.lock"
+flock 9  # one build at a time (two checkouts' make test share the cache)
+if [ -f "$OUT/.complete" ]; then echo "$BIN"; exit 0; fi  # built while we waited
 
 log() { echo "cluster-build: $*" >&2; }
 mkdir -p "$OUT"/{apt/lists/partial,apt/archives/partial,apt/sources.list.d,debs,src,go,bin}
