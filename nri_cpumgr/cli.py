@@ -249,14 +249,19 @@ def cmd_topology(args: argparse.Namespace) -> int:
     return 0
 
 
+def state_dir_of(args: argparse.Namespace) -> Path:
+    """The plugin's state directory for a command with ``--state-dir`` / ``--config``: the
+    option, else the config's ``stateDirectory``. Raises ConfigError for a bad config."""
+    if args.state_dir:
+        return Path(args.state_dir)
+    return Path(load_config(_config_path(args.config)).stateDirectory)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
     from nri_cpumgr.runtime.plugin import CHECKPOINT_NAME
 
-    if args.state_dir:
-        state_dir = Path(args.state_dir)
-    else:
-        state_dir = Path(load_config(_config_path(args.config)).stateDirectory)
+    state_dir = state_dir_of(args)
     try:
         body = Checkpoint(state_dir / CHECKPOINT_NAME).load()
     except CheckpointError as e:

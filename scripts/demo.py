@@ -34,18 +34,10 @@ sys.path.insert(0, str(REPO))
 import grpc  # noqa: E402
 
 from tests.e2e.harness import Containerd, cgroups, e2e_missing  # noqa: E402
+from tests.e2e.harness.docs_pods import DOCS_PODS  # noqa: E402
 from tests.e2e.plugin_run import eventually, start_plugin  # noqa: E402
 
-MEM = "200Mi"
-PODS = [  # name, QoS, requests, limits (the docs' examples)
-    ("besteffort", "BestEffort", {}, {}),
-    ("burstable-memory", "Burstable", {"memory": "100Mi"}, {"memory": MEM}),
-    ("burstable-cpu", "Burstable", {"cpu": "500m"}, {"cpu": "1"}),
-    ("guaranteed-1cpu", "Guaranteed", {"cpu": "1", "memory": MEM}, {"cpu": "1", "memory": MEM}),
-    ("guaranteed-1500m", "Guaranteed", {"cpu": "1500m", "memory": MEM},
-     {"cpu": "1500m", "memory": MEM}),
-    ("guaranteed-limits-only", "Guaranteed", {}, {"cpu": "1", "memory": MEM}),
-]
+PODS = DOCS_PODS  # name, QoS, requests, limits (the docs' examples)
 
 
 def _status(work: Path, expect_rows: int) -> str:

@@ -7,20 +7,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
     from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
-    from nri_cpumgr.cli import _config_path
-    from nri_cpumgr.config import load_config
+    from nri_cpumgr.cli import state_dir_of
     from nri_cpumgr.explain.explainer import EXPLANATIONS_NAME, find, render
 
-    if args.state_dir:
-        state_dir = Path(args.state_dir)
-    else:
-        state_dir = Path(load_config(_config_path(args.config)).stateDirectory)
+    state_dir = state_dir_of(args)
     try:
         body = Checkpoint(state_dir / EXPLANATIONS_NAME).load()
     except CheckpointError as e:

@@ -25,12 +25,12 @@ import yaml
 
 from tests.cluster.harness import NODE_NAME, Cluster, wait_for, wait_rollout
 from tests.e2e.harness import CRIClient, cgroups
+from tests.e2e.harness.docs_pods import DOCS_PODS
 from tests.e2e.harness.images import BUSYBOX_IMAGE
 from tests.e2e.harness.paths import REPO
 from tests.e2e.image import ImageBuildError, ensure_image
 
 NS = "nri-cpumgr"
-MEM = "64Mi"
 
 
 def write_overlay(c: Cluster) -> Path:
@@ -152,9 +152,10 @@ def test_rollout_registers_and_the_plugin_runs_as_deployed(deployed: Cluster) ->
 def test_docs_pods_pinned_nrt_follows_restart_keeps_delete_returns(deployed: Cluster) -> None:
     c = deployed
     cri = CRIClient(c.cri_socket)
-    pods = {"besteffort": (None, None),
-            "burstable-cpu": ({"cpu": "500m"}, {"cpu": "1"}),
-            "guaranteed-1cpu": ({"cpu": "1", "memory": MEM}, {"cpu": "1", "memory": MEM})}
+    # the docs' pods that fit the node's 2 allocatable CPUs beside the plugin's own pod (the
+    # scheduler admits by requests; the refusals are the CRI-level e2e tests' business)
+    pods = {n: (req, lim) for n, _, req, lim in DOCS_PODS
+            if n in ("besteffort", "burstable-cpu", "guaranteed-1cpu")}
     for name, (req, lim) in pods.items():
         c.kubectl("apply", "-f", "-", input=json.dumps(pod_manifest(name, req, lim)))
     ids = {n: wait_for(lambda n=n: container_id(c, n), 120, f"pod {n} running",

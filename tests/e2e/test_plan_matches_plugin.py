@@ -24,21 +24,10 @@ import grpc
 import pytest
 import yaml
 
+from tests.e2e.harness.docs_pods import DOCS_PODS
 from tests.e2e.plugin_run import eventually, start_plugin
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs"
-MEM = "200Mi"
-
-# name, QoS, requests, limits
-DOCS_PODS = [
-    ("besteffort", "BestEffort", {}, {}),
-    ("burstable-memory", "Burstable", {"memory": "100Mi"}, {"memory": MEM}),
-    ("burstable-cpu", "Burstable", {"cpu": "500m"}, {"cpu": "1"}),
-    ("guaranteed-1cpu", "Guaranteed", {"cpu": "1", "memory": MEM}, {"cpu": "1", "memory": MEM}),
-    ("guaranteed-1500m", "Guaranteed", {"cpu": "1500m", "memory": MEM},
-     {"cpu": "1500m", "memory": MEM}),
-    ("guaranteed-limits-only", "Guaranteed", {}, {"cpu": "1", "memory": MEM}),
-]
 
 
 def g(name: str, cpu: str, mem: str = "1Gi") -> tuple[str, str, dict[str, str], dict[str, str]]:
