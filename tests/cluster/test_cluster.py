@@ -167,6 +167,10 @@ def test_docs_pods_pinned_nrt_follows_restart_keeps_delete_returns(deployed: Clu
         wait_for(lambda cid=cid, w=want[name]: cpus_seen(cri, cid) == (w, w, w), 30,
                  f"{name} on CPU {want[name]}",
                  on_timeout=lambda cid=cid: str(cpus_seen(cri, cid)))
+    # README step 4, as a user checks it: from inside the pod, through the API server
+    out = c.kubectl("exec", "guaranteed-1cpu", "-n", "default", "--", "grep",
+                    "Cpus_allowed_list", "/proc/self/status")
+    assert out.split() == ["Cpus_allowed_list:", "1"]
     # the plugin pod itself is Burstable: in the shared pool, off the exclusive CPU
     wait_for(lambda: nrt_cpu(c) == {"node-0": "0"}, 30, "NRT available cpu 0 on node-0",
              on_timeout=lambda: f"{nrt_cpu(c)}\n{exporter_log(c)}")
