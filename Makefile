@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup venv runtime proto proto-check lint test unit e2e demo bench clean
+.PHONY: setup venv runtime proto proto-check lint test unit e2e e2e-vm demo bench clean
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -37,6 +37,10 @@ e2e: setup
 
 test: setup lint
 	$(PY) -m pytest tests
+
+# the QEMU guest matrix (cgroup v2, every topology of tests/vm/topologies, containerd 2.1 + 1.7)
+e2e-vm: setup
+	nice -n 10 $(PY) scripts/vm/e2e_vm.py
 
 demo: setup
 	$(PY) scripts/demo.py

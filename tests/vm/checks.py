@@ -39,9 +39,28 @@ def _views(name: str, c: dict[str, Any]) -> list[str]:
     return bad
 
 
-def check_step(topo: Topology, step: dict[str, Any]) -> list[str]:
+SCENARIOS = ["docs", "full-pcpus-only", "numa-memory", "distribute-cpus-across-numa",
+             "prefer-align-cpus-by-uncorecache", "strict-cpu-reservation", "churn-plugin-kill"]
+
+
+def applicable(topo: Topology, scenario: str) -> bool:
+    """Whether ``scenario`` proves anything on ``topo`` (the option makes a difference)."""
+    if scenario == "full-pcpus-only":
+        return topo.threads > 1  # SMT
+    if scenario == "prefer-align-cpus-by-uncorecache":
+        return topo.dies > 1  # several L3 groups per socket
+    if scenario == "distribute-cpus-across-numa":
+        # without SMT the packed take (fill one node) and the distributed one differ
+        return len(topo.numa) > 1 and topo.threads == 1
+    if scenario == "numa-memory":
+        return len(topo.numa) > 1
+    return scenario in SCENARIOS
+
+
+def check_step(topo: Topology, step: dict[str, Any], strict: bool = False) -> list[str]:
     """Invariants of every recorded step: views agree, exclusive sets are disjoint, of the
-    requested size and free of reserved CPUs; shared containers run on the shared pool."""
+    requested size and free of reserved CPUs; shared containers run on the shared pool
+    (online - exclusive, and - reserved too under ``strict`` = strict-cpu-reservation)."""
     bad: list[str] = []
     online = frozenset(range(topo.ncpus))
     excl: dict[str, frozenset[int]] = {}
@@ -60,6 +79,8 @@ def check_step(topo: Topology, step: dict[str, Any]) -> list[str]:
             if excl[a] & excl[b]:
                 bad.append(f"{a} and {b} share cpus {CPUSet(excl[a] & excl[b])}")
     pool = online - frozenset().union(*excl.values()) if excl else online
+    if strict:
+        pool -= RESERVED
     for name, c in step["containers"].items():
         if not _exclusive(c) and cpus(c["cgroup"]) != pool:
             bad.append(f"{name}: shared container on {c['cgroup']}, shared pool is "
@@ -84,8 +105,10 @@ def check(topo: Topology, res: dict[str, Any]) -> list[str]:
     if not steps:
         return ["no step recorded"]
     bad: list[str] = []
+    opts = (res.get("config") or {}).get("cpuManagerPolicyOptions") or {}
+    strict = opts.get("strict-cpu-reservation") == "true"
     for st in steps:
-        bad += [f"[{st['step']}] {b}" for b in check_step(topo, st)]
+        bad += [f"[{st['step']}] {b}" for b in check_step(topo, st, strict)]
     bad += [f"cleanup: {e}" for e in res.get("cleanup_errors") or []]
     first = steps[0]["containers"]
 
@@ -147,6 +170,21 @@ def check(topo: Topology, res: dict[str, Any]) -> list[str]:
         why = res["refused"].get("numa-too-big", "")
         if "TopologyAffinityError" not in why:
             bad.append(f"numa-too-big not refused with TopologyAffinityError ({why!r})")
+    elif sc == "distribute-cpus-across-numa":
+        s = need("spread")
+        per = [len(s & nd.cpus) for nd in topo.numa]
+        if s and max(per) - min(per) > topo.threads:
+            bad.append(f"spread {CPUSet(s)} is not distributed over the NUMA nodes: {per}")
+    elif sc == "prefer-align-cpus-by-uncorecache":
+        s = need("l3-pod")
+        if s and not _within_one(topo, "die", s):
+            bad.append(f"l3-pod {CPUSet(s)} spans L3 groups {topo.groups('die')}")
+    elif sc == "strict-cpu-reservation":
+        need("guaranteed-2cpu")
+    elif sc == "churn-plugin-kill":
+        names = sorted(n for n in steps[-1]["containers"] if n.startswith("churn-"))
+        if names != ["churn-2", "churn-3", "churn-4"]:
+            bad.append(f"after churn the running pods are {names}")
     return bad
 
 

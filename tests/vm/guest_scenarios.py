@@ -31,7 +31,7 @@ from typing import Any
 
 import grpc
 
-from tests.e2e.harness import Containerd, CRIClient
+from tests.e2e.harness import Containerd, CRIClient, PluginProcess
 from tests.e2e.harness import cgroups as cg
 from tests.e2e.plugin_run import start_plugin
 
@@ -42,7 +42,7 @@ SETTLE = 60.0  # seconds to wait for the shared pool to follow (TCG guests are s
 ALLOC_MB = 16
 ALLOC_CMD = ("/bin/sh", "-c",
              f"x=$(head -c {ALLOC_MB * 1000000} /dev/zero | tr '\\000' a); "
-             "touch /tmp/allocated; exec sleep 100000")
+             "touch /tmp/allocated; while true; do sleep 3600; done")  # sh keeps x
 
 # The docs' example pods (Kubernetes "Control CPU Management Policies on the Node")
 SHARED_PODS: dict[str, tuple[str, dict[str, str], dict[str, str]]] = {
@@ -62,8 +62,10 @@ def g(cpu: int, mem: str = MEM) -> tuple[str, dict[str, str], dict[str, str]]:
 class Run:
     """One scenario's pods on one containerd: creates them and records what shows."""
 
-    def __init__(self, cri: CRIClient) -> None:
+    def __init__(self, cri: CRIClient, ctrd: Containerd) -> None:
         self.cri = cri
+        self.ctrd = ctrd
+        self.plugin: PluginProcess | None = None
         self.ids: dict[str, str] = {}  # container name -> id
         self.pods: dict[str, str] = {}  # container name -> pod id
         self.spec: dict[str, dict[str, Any]] = {}
@@ -193,6 +195,65 @@ def scenario_numa_mem(run: Run, topo: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+def scenario_distribute(run: Run, topo: dict[str, Any]) -> dict[str, Any]:
+    """distribute-cpus-across-numa: a pod larger than any node's free CPUs is spread evenly
+    over the nodes instead of filling one first."""
+    per_node = min(len(n["cpus"]) for n in topo["numa"])
+    run.make("besteffort", *SHARED_PODS["besteffort"])
+    run.make("spread", *g(per_node + 2))
+    t = run.wait_shared(["besteffort"], lambda: exclusive_union(run, ["spread"]))
+    run.record("allocated", {"shrink_seconds": t})
+    return {}
+
+
+def scenario_uncore(run: Run, topo: dict[str, Any]) -> dict[str, Any]:
+    """prefer-align-cpus-by-uncorecache: a pod that fits one L3 group gets one."""
+    run.make("besteffort", *SHARED_PODS["besteffort"])
+    run.make("l3-pod", *g(2))
+    t = run.wait_shared(["besteffort"], lambda: exclusive_union(run, ["l3-pod"]))
+    run.record("allocated", {"shrink_seconds": t})
+    return {}
+
+
+def scenario_strict(run: Run, topo: dict[str, Any]) -> dict[str, Any]:
+    """strict-cpu-reservation: the reserved CPUs leave the shared pool too."""
+    for n in ("besteffort", "burstable-cpu"):
+        run.make(n, *SHARED_PODS[n])
+    run.make("guaranteed-2cpu", *g(2))
+
+    def pool() -> str:  # online - exclusive - reserved ("0", tests/e2e/plugin_run.py)
+        from nri_cpumgr.cpuset import CPUSet
+        return str(CPUSet(set(CPUSet.parse(exclusive_union(run, ["guaranteed-2cpu"]))) - {0}))
+
+    t = run.wait_shared(["besteffort", "burstable-cpu"], pool)
+    run.record("allocated", {"shrink_seconds": t})
+    return {}
+
+
+def scenario_churn(run: Run, topo: dict[str, Any]) -> dict[str, Any]:
+    """Pods come and go while the plugin is killed (SIGKILL) and started again; afterwards
+    the invariants hold (disjoint exclusive sets, shared pool, the three views agree)."""
+    run.make("besteffort", *SHARED_PODS["besteffort"])
+    plugin = run.plugin
+    assert plugin is not None
+    for i in range(3):
+        run.make(f"churn-{i}", *g(1 + i % 2))
+    run.delete("churn-0")
+    plugin.kill(signal.SIGKILL)
+    plugin.wait(30)
+    run.make("churn-3", *g(2))  # created while the plugin is away: no adjustment
+    since, psince = run.ctrd.log_offset(), plugin.log_offset()
+    plugin.start()
+    run.ctrd.wait_plugin_ready("cpumgr", "90", timeout=90, since=since)
+    plugin.wait_for_log("synchronize pods=", timeout=90, since=psince)
+    run.delete("churn-1")
+    run.make("churn-4", *g(1))
+    names = [n for n in run.ids if n.startswith("churn-")]
+    t = run.wait_shared(["besteffort"], lambda: exclusive_union(run, names))
+    run.record("after churn", {"shrink_seconds": t})
+    return {}
+
+
 SCENARIOS: dict[str, tuple[Callable[[Run, dict[str, Any]], dict[str, Any]], dict[str, Any]]] = {
     "docs": (scenario_docs, {}),
     "full-pcpus-only": (scenario_full_pcpus,
@@ -202,6 +263,13 @@ SCENARIOS: dict[str, tuple[Callable[[Run, dict[str, Any]], dict[str, Any]], dict
         "memoryManagerPolicy": "Static",
         "reservedMemory": [{"numaNode": 0, "limits": {"memory": "100Mi"}}],
     }),
+    "distribute-cpus-across-numa": (scenario_distribute, {
+        "cpuManagerPolicyOptions": {"distribute-cpus-across-numa": "true"}}),
+    "prefer-align-cpus-by-uncorecache": (scenario_uncore, {
+        "cpuManagerPolicyOptions": {"prefer-align-cpus-by-uncorecache": "true"}}),
+    "strict-cpu-reservation": (scenario_strict, {
+        "cpuManagerPolicyOptions": {"strict-cpu-reservation": "true"}}),
+    "churn-plugin-kill": (scenario_churn, {}),
 }
 
 
@@ -235,10 +303,11 @@ def run_one(version: str, driver: str, name: str, topo: dict[str, Any],
     t0 = time.monotonic()
     wd = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=work))
     cri = ctrd.cri_client(cgroup_driver=driver, timeout=120)
-    run = Run(cri)
+    run = Run(cri, ctrd)
     plugin = None
     try:
         plugin = start_plugin(ctrd, wd, ready_timeout=90, sharedPoolGrowDelay="1s", **config)
+        run.plugin = plugin
         res.update(fn(run, topo))
         res["error"] = None
     except Exception as e:  # recorded, judged on the host; the next scenario still runs
