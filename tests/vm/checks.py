@@ -196,6 +196,9 @@ def summary(res: dict[str, Any]) -> str:
             f"{n}={c['cgroup']}" + (f"/m{c['cgroup_mems']}" if c["spec_mems"] else "")
             for n, c in st["containers"].items())
         parts.append(f"[{st['step']}] {cs}")
+        if st.get("numa_pages"):
+            parts.append("numa_maps anon pages per node: " + " ".join(
+                f"{n}={pages}" for n, pages in st["numa_pages"].items()))
     if res.get("refused"):
         parts.append("refused: " + ", ".join(
             f"{n} ({_error_name(why)})" for n, why in res["refused"].items()))
