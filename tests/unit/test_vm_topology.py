@@ -123,3 +123,46 @@ def test_checks_pass_the_kubelet_answer_and_name_each_deviation():
     r = docs_result()
     r["error"] = "TimeoutError: x\ntrace"
     assert checks.check(t, r) == ["did not run to the end: TimeoutError: x"]
+
+
+def one_step(scenario, containers, refused=None, options=None):
+    return {"scenario": scenario, "error": None, "refused": refused or {},
+            "config": {"cpuManagerPolicyOptions": options or {}},
+            "steps": [{"step": "allocated", "containers": containers}]}
+
+
+def test_options_run_only_where_the_topology_makes_them_matter():
+    smt, l3 = topology.load("2s-2numa-smt"), topology.load("2s-2die-l3")
+    assert checks.applicable(smt, "full-pcpus-only") and not checks.applicable(
+        l3, "full-pcpus-only")
+    assert checks.applicable(l3, "prefer-align-cpus-by-uncorecache")
+    assert not checks.applicable(smt, "prefer-align-cpus-by-uncorecache")
+    assert checks.applicable(l3, "distribute-cpus-across-numa")
+    assert not checks.applicable(smt, "no-such-scenario")
+
+
+def test_uncore_distribute_and_strict_checks():
+    l3 = topology.load("2s-2die-l3")
+    be = _c("BestEffort", "", "0-1,4-7")
+    ok = one_step("prefer-align-cpus-by-uncorecache",
+                  {"l3-pod": _c("Guaranteed", "2", "2-3"), "besteffort": be})
+    assert checks.check(l3, ok) == []
+    across = one_step("prefer-align-cpus-by-uncorecache",
+                      {"l3-pod": _c("Guaranteed", "2", "1-2"), "besteffort": _c(
+                          "BestEffort", "", "0,3-7")})
+    assert any("spans L3 groups" in b for b in checks.check(l3, across))
+    spread = one_step("distribute-cpus-across-numa",
+                      {"spread": _c("Guaranteed", "6", "1-3,4-6"), "besteffort": _c(
+                          "BestEffort", "", "0,7")})
+    assert checks.check(l3, spread) == []
+    packed = one_step("distribute-cpus-across-numa",
+                      {"spread": _c("Guaranteed", "6", "2-7"), "besteffort": _c(
+                          "BestEffort", "", "0-1")})
+    assert any("not distributed" in b for b in checks.check(l3, packed))
+    strict = {"guaranteed-2cpu": _c("Guaranteed", "2", "2-3"), "besteffort": _c(
+        "BestEffort", "", "1,4-7")}
+    opts = {"strict-cpu-reservation": "true"}
+    assert checks.check(l3, one_step("strict-cpu-reservation", strict, options=opts)) == []
+    strict["besteffort"] = _c("BestEffort", "", "0-1,4-7")
+    assert any("shared pool is 1,4-7" in b for b in checks.check(
+        l3, one_step("strict-cpu-reservation", strict, options=opts)))
