@@ -7,7 +7,7 @@
 J=/mnt/job
 exec >"$J/guest.log" 2>&1
 echo "guest: job starts at uptime $(cut -d' ' -f1 /proc/uptime) s"
-systemd-analyze time 2>&1 | head -2; systemd-analyze blame 2>&1 | head -8
+systemd-analyze blame 2>&1 | head -6; systemd-analyze critical-chain nri-vm-job.service 2>&1 | head -12
 set -x
 mkdir -p /opt/work && cp -a "$J/tests" "$J/scripts" /opt/work/
 /opt/venv/bin/pip install -q --no-deps --no-index "$J"/nri_cpumgr-*.whl
