@@ -1,6 +1,7 @@
 # nri-cpumgr: two commands on a fresh machine (root, Debian 12):
 #   make demo   set everything up, run a real containerd + the plugin + the docs' example pods
-#   make test   set everything up and run every test (unit, conformance, real-containerd e2e)
+#   make test   set everything up and run every test (unit, conformance, real-containerd e2e,
+#               the QEMU guest fast subset on cgroup v2)
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -35,8 +36,9 @@ unit: setup
 e2e: setup
 	$(PY) -m pytest -q tests/e2e
 
+# NRI_E2E_VM=1: includes the QEMU guest fast subset (tests/vm: cgroup v2, both drivers)
 test: setup lint
-	$(PY) -m pytest tests
+	NRI_E2E_VM=1 $(PY) -m pytest tests
 
 # the QEMU guest matrix (cgroup v2, every topology of tests/vm/topologies, containerd 2.1 + 1.7)
 e2e-vm: setup
