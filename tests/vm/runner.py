@@ -138,8 +138,11 @@ def run_guest(topo: Topology, *, containerd: list[str], drivers: list[str],
             try:
                 proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(30)
+                pass
+            finally:  # timeout, or the caller interrupted: QEMU never outlives the call
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(30)
         seconds = round(time.monotonic() - t0, 1)
         console = (job / "console.log").read_text(errors="replace") if (
             job / "console.log").exists() else ""
