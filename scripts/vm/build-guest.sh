@@ -86,7 +86,8 @@ UNIT
       apt-daily-upgrade.timer dpkg-db-backup.timer e2scrub_all.timer fstrim.timer \
       systemd-timesyncd.service systemd-networkd.service systemd-resolved.service \
       systemd-journal-flush.service systemd-update-utmp.service logrotate.timer \
-      man-db.timer systemd-tmpfiles-clean.timer; do
+      man-db.timer systemd-tmpfiles-clean.timer modprobe@drm.service \
+      systemd-user-sessions.service; do
     ln -sf /dev/null "$root/etc/systemd/system/$u"
   done
   echo nri-vm > "$root/etc/hostname"
@@ -106,7 +107,7 @@ size=$(( $(du -sm "$W/rootfs" | cut -f1) + 1536 ))
 mkfs.ext4 -q -F -L root -d "$W/rootfs" "$W/out/disk.img" "${size}M" >>"$log" 2>&1
 cp "$log" "$W/out/build.log"
 rm -rf "$OUT"; mv "$W/out" "$OUT"; rm -rf "$W"
+echo "build-guest: done in $(($(date +%s)-t0)) s" | tee -a "$OUT/build.log" >&2
 touch "$OUT/.done"
-echo "build-guest: done in $(($(date +%s)-t0)) s" >&2
 for old in "$CACHE"/guest-*; do [ "$old" = "$OUT" ] || rm -rf "$old"; done
 echo "$OUT"
