@@ -62,7 +62,9 @@ unshare -m --propagation private bash -euo pipefail -c '
   rm -rf "$root/tmp/wheelhouse" "$root/tmp/req.txt"
   # the runtime of scripts/fetch-runtime.sh (containerd 1.7 + 2.1, runc, busybox, CRI schema)
   D=$root/opt/nri-cpumgr/runtime; mkdir -p "$D"
-  for d in containerd-1.7 containerd-2.1 root images schema; do cp -a "$R/$d" "$D/"; done
+  for d in containerd-1.7 containerd-2.1 root images schema; do  # images: made by the harness
+    if [ -e "$R/$d" ]; then cp -a "$R/$d" "$D/"; fi
+  done
   # boot straight into the job: 9p share at /mnt/job, unit runs /mnt/job/run, then power off
   mkdir -p "$root/mnt/job"
   cat > "$root/etc/systemd/system/nri-vm-job.service" <<UNIT

@@ -166,3 +166,18 @@ def test_uncore_distribute_and_strict_checks():
     strict["besteffort"] = _c("BestEffort", "", "0-1,4-7")
     assert any("shared pool is 1,4-7" in b for b in checks.check(
         l3, one_step("strict-cpu-reservation", strict, options=opts)))
+
+
+def test_a_file_may_limit_its_scenarios_and_align_by_socket_needs_numa_below_socket():
+    snc = topology.load("2s-4numa-die")
+    assert snc.scenarios is not None and checks.applicable(snc, "align-by-socket")
+    assert not checks.applicable(snc, "docs")  # not in the file's list
+    assert not checks.applicable(topology.load("2s-2numa-smt"), "align-by-socket")
+    with pytest.raises(TopologyError, match="scenarios must be a list"):
+        parse("bad", base(scenarios="docs"))
+    one_socket = one_step("align-by-socket", {"socket-pod": _c("Guaranteed", "4", "4-7"),
+                                              "besteffort": _c("BestEffort", "", "0-3")})
+    assert checks.check(snc, one_socket) == []
+    across = one_step("align-by-socket", {"socket-pod": _c("Guaranteed", "4", "2-5"),
+                                          "besteffort": _c("BestEffort", "", "0-1,6-7")})
+    assert any("crosses sockets" in b for b in checks.check(snc, across))

@@ -40,11 +40,19 @@ def _views(name: str, c: dict[str, Any]) -> list[str]:
 
 
 SCENARIOS = ["docs", "full-pcpus-only", "numa-memory", "distribute-cpus-across-numa",
-             "prefer-align-cpus-by-uncorecache", "strict-cpu-reservation", "churn-plugin-kill"]
+             "prefer-align-cpus-by-uncorecache", "align-by-socket", "strict-cpu-reservation",
+             "churn-plugin-kill"]
 
 
 def applicable(topo: Topology, scenario: str) -> bool:
-    """Whether ``scenario`` proves anything on ``topo`` (the option makes a difference)."""
+    """Whether ``scenario`` proves anything on ``topo`` (the option makes a difference);
+    a topology file's ``scenarios`` list, when given, limits them further."""
+    if scenario not in SCENARIOS:
+        return False
+    if topo.scenarios is not None and scenario not in topo.scenarios:
+        return False
+    if scenario == "align-by-socket":
+        return len(topo.numa) > topo.sockets  # several NUMA nodes per socket
     if scenario == "full-pcpus-only":
         return topo.threads > 1  # SMT
     if scenario == "prefer-align-cpus-by-uncorecache":
@@ -172,9 +180,16 @@ def check(topo: Topology, res: dict[str, Any]) -> list[str]:
             bad.append(f"numa-too-big not refused with TopologyAffinityError ({why!r})")
     elif sc == "distribute-cpus-across-numa":
         s = need("spread")
-        per = [len(s & nd.cpus) for nd in topo.numa]
-        if s and max(per) - min(per) > topo.threads:
-            bad.append(f"spread {CPUSet(s)} is not distributed over the NUMA nodes: {per}")
+        per = [n for n in (len(s & nd.cpus) for nd in topo.numa) if n]
+        if s and (len(per) < 2 or max(per) - min(per) > topo.threads):
+            bad.append(f"spread {CPUSet(s)} is not distributed evenly over NUMA nodes: "
+                       f"{[len(s & nd.cpus) for nd in topo.numa]} per node")
+    elif sc == "align-by-socket":
+        s = need("socket-pod")
+        if s and not _within_one(topo, "socket", s):
+            bad.append(f"socket-pod {CPUSet(s)} crosses sockets {topo.groups('socket')}")
+        if s and sum(1 for nd in topo.numa if s & nd.cpus) < 2:
+            bad.append(f"socket-pod {CPUSet(s)} is on one NUMA node: the option did not matter")
     elif sc == "prefer-align-cpus-by-uncorecache":
         s = need("l3-pod")
         if s and not _within_one(topo, "die", s):

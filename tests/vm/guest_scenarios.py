@@ -206,6 +206,17 @@ def scenario_distribute(run: Run, topo: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+def scenario_socket(run: Run, topo: dict[str, Any]) -> dict[str, Any]:
+    """align-by-socket (with distribute-cpus-across-numa): a pod spread over two NUMA nodes
+    takes two nodes of one socket."""
+    per_node = min(len(n["cpus"]) for n in topo["numa"])
+    run.make("besteffort", *SHARED_PODS["besteffort"])
+    run.make("socket-pod", *g(2 * per_node))
+    t = run.wait_shared(["besteffort"], lambda: exclusive_union(run, ["socket-pod"]))
+    run.record("allocated", {"shrink_seconds": t})
+    return {}
+
+
 def scenario_uncore(run: Run, topo: dict[str, Any]) -> dict[str, Any]:
     """prefer-align-cpus-by-uncorecache: a pod that fits one L3 group gets one."""
     run.make("besteffort", *SHARED_PODS["besteffort"])
@@ -267,6 +278,10 @@ SCENARIOS: dict[str, tuple[Callable[[Run, dict[str, Any]], dict[str, Any]], dict
         "cpuManagerPolicyOptions": {"distribute-cpus-across-numa": "true"}}),
     "prefer-align-cpus-by-uncorecache": (scenario_uncore, {
         "cpuManagerPolicyOptions": {"prefer-align-cpus-by-uncorecache": "true"}}),
+    "align-by-socket": (scenario_socket, {
+        "featureGates": {"CPUManagerPolicyAlphaOptions": True},
+        "cpuManagerPolicyOptions": {"distribute-cpus-across-numa": "true",
+                                    "align-by-socket": "true"}}),
     "strict-cpu-reservation": (scenario_strict, {
         "cpuManagerPolicyOptions": {"strict-cpu-reservation": "true"}}),
     "churn-plugin-kill": (scenario_churn, {}),

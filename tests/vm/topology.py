@@ -2,9 +2,10 @@
 
 A topology file gives, at top level, ``sockets``, ``dies`` (per socket), ``cores`` (per die),
 ``threads`` (per core), ``distances`` (the NUMA distance matrix, row = from node) and
-``description``/``fast``; then one ``[[numa]]`` table per NUMA node, in node order, with
-``cpus`` (a Linux CPU list) and ``memory_mib``. See the README section "End-to-end tests in
-QEMU guests" for an example.
+``description``/``fast`` and optionally ``scenarios`` (the names to run there; default:
+every scenario where the topology makes it matter); then one ``[[numa]]`` table per NUMA
+node, in node order, with ``cpus`` (a Linux CPU list) and ``memory_mib``. See the README
+section "End-to-end tests in QEMU guests" for an example.
 
 QEMU numbers the vCPUs socket-major: ``cpu = ((socket * dies + die) * cores + core) * threads
 + thread`` (QEMU hw/core/machine-smp.c, x86 ``x86_topo_ids_from_idx``), and with
@@ -60,6 +61,7 @@ class Topology:
     numa: tuple[NumaNode, ...]
     distances: tuple[tuple[int, ...], ...]
     fast: bool = False
+    scenarios: tuple[str, ...] | None = None  # None: every scenario where it matters
 
     @property
     def ncpus(self) -> int:
@@ -152,7 +154,12 @@ def parse(name: str, data: dict[str, Any]) -> Topology:
         for b in range(k):
             if dist[a][b] != dist[b][a] or (a != b and not 10 < dist[a][b] <= 255):
                 raise TopologyError(f"{where}: distances[{a}][{b}] must be symmetric, in 11-255")
+    scen = data.get("scenarios")
+    if scen is not None and (not isinstance(scen, list)
+                             or not all(isinstance(x, str) for x in scen)):
+        raise TopologyError(f"{where}: scenarios must be a list of scenario names")
     return Topology(name=name, description=str(data.get("description", "")),
+                    scenarios=tuple(scen) if scen is not None else None,
                     numa=tuple(nodes), distances=tuple(tuple(r) for r in dist),
                     fast=bool(data.get("fast", False)), **counts)
 
