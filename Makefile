@@ -1,13 +1,14 @@
 # nri-cpumgr: two commands on a fresh machine (root, Debian 12):
 #   make demo   set everything up, run a real containerd + the plugin + the docs' example pods
 #   make test   set everything up and run every test (unit, conformance, real-containerd e2e,
-#               the single-node cluster e2e)
+#               the single-node cluster e2e, the QEMU guest fast subset on cgroup v2)
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup venv runtime proto proto-check lint test unit e2e cluster cluster-e2e demo bench clean clean-cache
+.PHONY: setup venv runtime proto proto-check lint test unit e2e e2e-vm cluster cluster-e2e demo \
+        bench clean clean-cache
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -37,15 +38,20 @@ e2e: setup
 	$(PY) -m pytest -q tests/e2e
 
 # Kubernetes 1.20.2 built from Debian's source package, cached outside the checkout
-# (scripts/cluster/build.sh: ~15 min the first time, nothing after)
+# (scripts/cluster/build.sh: 8-15 min the first time on 2 cores, nothing after)
 cluster:
 	bash scripts/cluster/build.sh >/dev/null
 
 cluster-e2e: setup cluster
 	$(PY) -m pytest -q tests/cluster
 
+# NRI_E2E_VM=1: includes the QEMU guest fast subset (tests/vm: cgroup v2, both drivers)
 test: setup lint cluster
-	$(PY) -m pytest tests
+	NRI_E2E_VM=1 $(PY) -m pytest tests
+
+# the QEMU guest matrix (cgroup v2, every topology of tests/vm/topologies, containerd 2.1 + 1.7)
+e2e-vm: setup
+	nice -n 10 $(PY) scripts/vm/e2e_vm.py
 
 demo: setup
 	$(PY) scripts/demo.py

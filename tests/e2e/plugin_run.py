@@ -35,9 +35,11 @@ def write_config(workdir: Path, containerd: Containerd, **keys: Any) -> Path:
 
 
 def start_plugin(
-    containerd: Containerd, workdir: Path, *, sysfs_root: Path | None = None, **keys: Any
+    containerd: Containerd, workdir: Path, *, sysfs_root: Path | None = None,
+    ready_timeout: float = 15.0, **keys: Any
 ) -> PluginProcess:
-    """Run ``nri-cpumgr run --config ...`` and wait until containerd has it registered."""
+    """Run ``nri-cpumgr run --config ...`` and wait until containerd has it registered
+    (``ready_timeout`` seconds per step: raise it in slow QEMU guests)."""
     cfg = write_config(workdir, containerd, **keys)
     argv = [sys.executable, "-m", "nri_cpumgr", "run", "--config", str(cfg)]
     if sysfs_root is not None:
@@ -45,11 +47,12 @@ def start_plugin(
     since = containerd.log_offset()
     p = PluginProcess(argv, workdir / "plugin.log").start()
     try:
-        containerd.wait_plugin_ready(PLUGIN_NAME, PLUGIN_INDEX, timeout=15, since=since)
-        p.wait_for_log("registered as", timeout=10)
+        containerd.wait_plugin_ready(PLUGIN_NAME, PLUGIN_INDEX, timeout=ready_timeout,
+                                     since=since)
+        p.wait_for_log("registered as", timeout=ready_timeout)
         # an external plugin always gets a Synchronize; its log line is written by the
         # logging thread, possibly just after containerd logged the plugin as connected
-        p.wait_for_log("synchronize pods=", timeout=10)
+        p.wait_for_log("synchronize pods=", timeout=ready_timeout)
     except Exception:
         p.stop()
         raise AssertionError("plugin did not register:\n" + p.log_text()[-3000:]) from None

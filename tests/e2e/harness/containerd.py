@@ -75,6 +75,7 @@ state = "{state}"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
       BinaryName = "{runc}"
       Root = "{runc_root}"
+      SystemdCgroup = {systemd_cgroup}
 """
 
 _CONFIG_21 = """\
@@ -111,6 +112,7 @@ state = "{state}"
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
       BinaryName = "{runc}"
       Root = "{runc_root}"
+      SystemdCgroup = {systemd_cgroup}
 """
 
 
@@ -131,8 +133,10 @@ class Containerd:
     def __init__(self, version: str, workdir: Path | str, *,
                  nri_registration_timeout: str = NRI_REGISTRATION_TIMEOUT,
                  nri_request_timeout: str = NRI_REQUEST_TIMEOUT, log_level: str = "info",
-                 start_timeout: float = 30.0, import_images: bool = True) -> None:
+                 start_timeout: float = 30.0, import_images: bool = True,
+                 systemd_cgroup: bool = False) -> None:
         self.version = version
+        self.systemd_cgroup = systemd_cgroup  # runc's systemd cgroup driver (needs systemd)
         self.bin_dir = containerd_bin_dir(version)
         self.workdir = Path(workdir).resolve()
         self.nri_registration_timeout = nri_registration_timeout
@@ -208,6 +212,7 @@ class Containerd:
             nri_conf=self.nri_conf_dir, reg_timeout=self.nri_registration_timeout,
             req_timeout=self.nri_request_timeout, pause=images_mod.PAUSE_IMAGE,
             cni_bin=w / "cni/bin", cni_conf=w / "cni/conf", runc=RUNC, runc_root=self.runc_root,
+            systemd_cgroup=str(self.systemd_cgroup).lower(),
         )
 
     # -- lifecycle

@@ -177,17 +177,31 @@ def linux_resources(requests: dict[str, Any] | None, limits: dict[str, Any] | No
     }
 
 
-def cgroup_parent(qos: str, uid: str, kubepods: str = cgroups.KUBEPODS) -> str:
-    """The pod cgroup the kubelet's cgroupfs driver gives a pod of ``qos`` (QoS class name),
-    under the harness's own ``kubepods`` (default :data:`cgroups.KUBEPODS`, not the node's
-    ``/kubepods``): ``<kubepods>/pod<uid>``, ``<kubepods>/burstable/pod<uid>``, ..."""
+def cgroup_parent(qos: str, uid: str, kubepods: str = cgroups.KUBEPODS,
+                  driver: str = "cgroupfs") -> str:
+    """The pod cgroup the kubelet gives a pod of ``qos`` (QoS class name), under the harness's
+    own ``kubepods`` (default :data:`cgroups.KUBEPODS`, not the node's ``/kubepods``).
+
+    ``driver="cgroupfs"``: ``<kubepods>/pod<uid>``, ``<kubepods>/burstable/pod<uid>``, ...
+    ``driver="systemd"``: the same path as one slice name, each component's ``-`` escaped to
+    ``_`` and the components joined by ``-`` (kubelet cm/cgroup_manager_linux.go
+    ``ToSystemd``): ``..._test-run_42-kubepods-burstable-pod<uid with _>.slice``.
+    Raises ValueError for an unknown QoS class or driver.
+    """
     if qos == "Guaranteed":
-        return f"{kubepods}/pod{uid}"
-    if qos == "Burstable":
-        return f"{kubepods}/burstable/pod{uid}"
-    if qos == "BestEffort":
-        return f"{kubepods}/besteffort/pod{uid}"
-    raise ValueError(f"unknown QoS class {qos!r}; expected one of {QOS_CLASSES}")
+        path = f"{kubepods}/pod{uid}"
+    elif qos == "Burstable":
+        path = f"{kubepods}/burstable/pod{uid}"
+    elif qos == "BestEffort":
+        path = f"{kubepods}/besteffort/pod{uid}"
+    else:
+        raise ValueError(f"unknown QoS class {qos!r}; expected one of {QOS_CLASSES}")
+    if driver == "cgroupfs":
+        return path
+    if driver == "systemd":
+        parts = [p.replace("-", "_") for p in path.split("/") if p]
+        return "-".join(parts) + ".slice"
+    raise ValueError(f"unknown cgroup driver {driver!r}; expected cgroupfs or systemd")
 
 
 # --------------------------------------------------------------------------- client
@@ -202,8 +216,9 @@ class CRIClient:
     """
 
     def __init__(self, socket: str | Path, *, log_root: Path | None = None,
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, cgroup_driver: str = "cgroupfs") -> None:
         self.pb, grpc_mod = load_cri()
+        self.cgroup_driver = cgroup_driver  # the pod cgroup parent form (see cgroup_parent)
         self.socket = str(socket)
         self.timeout = timeout
         self.log_root = Path(log_root) if log_root is not None else None
@@ -253,7 +268,7 @@ class CRIClient:
         """
         pb = self.pb
         uid = uid or str(uuidlib.uuid4())
-        parent = cgroup_parent(qos, uid)
+        parent = cgroup_parent(qos, uid, driver=self.cgroup_driver)
         lbl = {"io.kubernetes.pod.name": name, "io.kubernetes.pod.namespace": namespace,
                "io.kubernetes.pod.uid": uid, **(labels or {})}
         ann = {"kubernetes.io/config.source": "api", "kubernetes.io/config.seen": "e2e",
@@ -501,7 +516,9 @@ class CRIClient:
                         errors.append(f"{op.__name__}({pod_id}): {e.code()} {e.details()}")
             self.pods.pop(pod_id, None)
         if remove_cgroups:
-            left = cgroups.remove_pod_cgroups(self.cgroup_parents)
+            left = cgroups.remove_pod_cgroups(
+                [cgroups.expand_slice(p) if p.endswith(".slice") else p
+                 for p in self.cgroup_parents])
             errors += [f"cgroup still in use: {p}" for p in left]
             if not left:
                 self.cgroup_parents.clear()

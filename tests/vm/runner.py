@@ -1,0 +1,162 @@
+"""Host side of the guest e2e tests: build (or reuse) the guest, boot it on a topology, collect.
+
+:func:`run_guest` stages a job directory (the project's wheel, the ``tests/`` tree, job.json,
+``scripts/vm/guest-run.sh`` as ``run``), boots QEMU (TCG, ``nice -n 10``, the image
+``-snapshot`` so it stays pristine) with the job directory shared over 9p, waits for the guest
+to power itself off, and returns the parsed ``results.json``. On timeout QEMU is killed; it
+never outlives the call. Nothing touches the host's cgroups.
+
+Knobs (environment): ``NRI_VM_CACHE`` (guest image and tools, default
+``$NRI_CPUMGR_CACHE/vm``, that is ``/var/cache/nri-cpumgr/vm``), ``NRI_VM_TIMEOUT`` (seconds
+per boot, default 1500).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.vm.topology import Topology
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("NRI_VM_CACHE")
+             or os.environ.get("NRI_CPUMGR_CACHE", "/var/cache/nri-cpumgr") + "/vm")
+BOOT_ARGS = ("root=/dev/vda rw console=ttyS0 quiet loglevel=3 mitigations=off "
+             "systemd.show_status=false systemd.log_level=warning")
+
+
+class GuestError(RuntimeError):
+    """The guest could not be built, booted or did not report results (message says why)."""
+
+
+@dataclass
+class GuestRun:
+    """What one boot produced: parsed results.json, wall seconds, the serial console text."""
+
+    results: dict[str, Any]
+    seconds: float
+    console: str
+
+
+def missing() -> list[str]:
+    """Reasons the guest tests cannot run on this machine (empty = they can)."""
+    reasons = []
+    if os.geteuid() != 0:
+        reasons.append("not root (the image build uses debootstrap and unshare)")
+    for tool in ("unshare", "mkfs.ext4", "wget", "dpkg", "apt-get", "flock"):
+        if shutil.which(tool) is None:
+            reasons.append(f"{tool} not found")
+    if not Path("/usr/share/keyrings/debian-archive-keyring.gpg").exists():
+        reasons.append("no Debian archive keyring (debian-archive-keyring)")
+    return reasons
+
+
+def _sh(cmd: list[str], what: str, timeout: float = 1800) -> str:
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise GuestError(f"{what} failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    lines = p.stdout.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def build_guest() -> Path:
+    """Build or reuse the guest image (scripts/vm/build-guest.sh); returns its directory."""
+    return Path(_sh(["nice", "-n", "10", "bash", str(REPO / "scripts/vm/build-guest.sh")],
+                    "guest image build"))
+
+
+def tools() -> Path:
+    """The unpacked QEMU (scripts/vm/fetch-tools.sh)."""
+    return Path(_sh(["bash", str(REPO / "scripts/vm/fetch-tools.sh")], "fetching QEMU"))
+
+
+def build_wheel(dest: Path) -> Path:
+    """The project's wheel, built from this checkout (pip wheel, no dependencies)."""
+    _sh([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest), str(REPO)],
+        "building the wheel", timeout=600)
+    wheels = list(dest.glob("nri_cpumgr-*.whl"))
+    if not wheels:
+        raise GuestError(f"no wheel in {dest}")
+    return wheels[0]
+
+
+def qemu_command(topo: Topology, image: Path, tool_dir: Path, job_dir: Path) -> list[str]:
+    """The full QEMU command line (after ``nice``) for ``topo`` booting ``image``."""
+    q = tool_dir / "usr/bin/qemu-system-x86_64"
+    return [
+        str(q), "-L", str(tool_dir / "usr/share/qemu"), "-L", str(tool_dir / "usr/share/seabios"),
+        "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+        "-accel", "tcg,thread=multi,tb-size=512",
+        *topo.qemu_args(),
+        "-kernel", str(image / "vmlinuz"), "-initrd", str(image / "initrd.img"),
+        "-append", BOOT_ARGS,
+        "-drive", f"file={image / 'disk.img'},if=virtio,format=raw,snapshot=on",
+        "-virtfs", f"local,path={job_dir},mount_tag=job,security_model=none,id=job",
+        "-serial", f"file:{job_dir / 'console.log'}",
+        "-net", "none",
+    ]
+
+
+def run_guest(topo: Topology, *, containerd: list[str], drivers: list[str],
+              scenarios: list[str], timeout: float | None = None,
+              keep: Path | None = None) -> GuestRun:
+    """Boot ``topo`` once and run ``scenarios`` for each containerd version and driver.
+
+    ``keep``: copy the job directory (results.json, guest.log, console.log, containerd logs)
+    there. Raises GuestError when the guest produced no results.json.
+    """
+    timeout = timeout or float(os.environ.get("NRI_VM_TIMEOUT", "1500"))
+    image = build_guest()
+    tool_dir = tools()
+    job = Path(tempfile.mkdtemp(prefix="nri-vm-job-"))
+    try:
+        build_wheel(job)
+        shutil.copytree(REPO / "tests", job / "tests",
+                        ignore=shutil.ignore_patterns("__pycache__", "fixtures", "_cri", "data",
+                                                      "*.pyc"))
+        (job / "scripts").mkdir()
+        shutil.copy(REPO / "scripts/gen_cri.py", job / "scripts/gen_cri.py")  # CRI stubs
+        shutil.copy(REPO / "scripts/vm/guest-run.sh", job / "run")
+        (job / "job.json").write_text(json.dumps({
+            "topology": {"name": topo.name, "numa": [{"cpus": sorted(n.cpus)}
+                                                      for n in topo.numa]},
+            "containerd": containerd, "drivers": drivers, "scenarios": scenarios}))
+        env = dict(os.environ, LD_LIBRARY_PATH=f"{tool_dir}/usr/lib/x86_64-linux-gnu:"
+                                               f"{tool_dir}/lib/x86_64-linux-gnu",
+                   QEMU_MODULE_DIR=f"{tool_dir}/usr/lib/x86_64-linux-gnu/qemu")
+        cmd = ["nice", "-n", "10", *qemu_command(topo, image, tool_dir, job)]
+        t0 = time.monotonic()
+        with open(job / "qemu.log", "wb") as log:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+            finally:  # timeout, or the caller interrupted: QEMU never outlives the call
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(30)
+        seconds = round(time.monotonic() - t0, 1)
+        console = (job / "console.log").read_text(errors="replace") if (
+            job / "console.log").exists() else ""
+        if keep is not None:
+            shutil.rmtree(keep, ignore_errors=True)
+            shutil.copytree(job, keep, ignore=shutil.ignore_patterns("tests", "*.whl"))
+        res = job / "results.json"
+        if not res.exists():
+            tail = (job / "guest.log").read_text()[-3000:] if (job / "guest.log").exists() \
+                else console[-3000:]
+            raise GuestError(f"guest gave no results after {seconds} s (qemu exit "
+                             f"{proc.returncode}):\n{tail}\n{(job / 'qemu.log').read_text()}")
+        return GuestRun(json.loads(res.read_text()), seconds, console)
+    finally:
+        shutil.rmtree(job, ignore_errors=True)
