@@ -17,6 +17,7 @@ import asyncio
 import functools
 import gc
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -109,6 +110,12 @@ class Plugin:
         # launched by the runtime, the real config arrives with Configure: until then the
         # setup is provisional and touches no checkpoint
         self.provisional = accept_runtime_config
+        #: Why the plugin is inert (the runtime's config was refused), else None: it then
+        #: answers every request with no adjustment and writes no checkpoint.
+        self.refused: str | None = None
+        #: Called with the effective config once Configure set it up (the command line
+        #: starts the metrics server there when only the runtime's config names one).
+        self.on_configured: Callable[[Config], None] | None = None
         self._setup(config, provisional=self.provisional)
 
     def _setup(self, config: Config, provisional: bool = False) -> None:
@@ -210,7 +217,7 @@ class Plugin:
 
     def save(self) -> None:
         """Write the checkpoints now (disconnect, shutdown)."""
-        if self.provisional:
+        if self.provisional or self.refused is not None:
             return
         if self._writer is not None:
             self._writer.flush()
@@ -253,10 +260,14 @@ class Plugin:
 
     # ------------------------------------------------------------------ NRI handlers
     def configure(self, req: nri_pb2.ConfigureRequest) -> None:
+        """Take the runtime's config when launched by it. A config it refuses does not fail
+        Configure (containerd 1.7 exits when a plugin fails it: one typo would take the
+        node's runtime down): the refusal is logged as an ERROR and the plugin stays inert
+        (:attr:`refused`: no adjustment, no checkpoint, /readyz 503)."""
         if self.accept_runtime_config:
             try:
                 if req.config.strip():
-                    source = "from the runtime's Configure"
+                    source = _runtime_config_source()
                     cfg = parse_config(req.config, source)
                     try:
                         self._setup(cfg.model_copy(update=self.overrides))
@@ -266,9 +277,13 @@ class Plugin:
                 elif self.provisional:
                     self._setup(self.config)
                 self.provisional = False
+                self.refused = None
+                if self.on_configured is not None:
+                    self.on_configured(self.config)
             except ConfigError as e:
-                log.error("%s", e)
-                raise PluginError(str(e)) from None
+                self.refused = str(e)
+                log.error("%s; the plugin stays inert (pins nothing, writes no state) until "
+                          "the config is fixed and the runtime restarts it", e)
         extra = ""
         if req.request_timeout:
             extra = f" registration-timeout={req.registration_timeout}ms " \
@@ -279,6 +294,8 @@ class Plugin:
     def synchronize(
         self, pods: Sequence[nri_pb2.PodSandbox], containers: Sequence[nri_pb2.Container]
     ) -> list[nri_pb2.ContainerUpdate]:
+        if self.refused is not None:
+            return []
         t0 = time.perf_counter()
         by_id = {p.id: p for p in pods}
         infos, stopped = [], []
@@ -342,6 +359,8 @@ class Plugin:
     def create_container(
         self, req: nri_pb2.CreateContainerRequest
     ) -> nri_pb2.CreateContainerResponse:
+        if self.refused is not None:
+            return nri_pb2.CreateContainerResponse()
         t0 = time.perf_counter()
         info = container_info(req.pod, req.container)
         if info.qos is QOSClass.GUARANTEED and _contradicts_guaranteed(info):
@@ -396,6 +415,8 @@ class Plugin:
     def update_container(
         self, req: nri_pb2.UpdateContainerRequest
     ) -> nri_pb2.UpdateContainerResponse:
+        if self.refused is not None:
+            return nri_pb2.UpdateContainerResponse()
         t0 = time.perf_counter()
         resp = nri_pb2.UpdateContainerResponse()
         cid = req.container.id
@@ -437,6 +458,8 @@ class Plugin:
         return d
 
     def stop_container(self, req: nri_pb2.StopContainerRequest) -> nri_pb2.StopContainerResponse:
+        if self.refused is not None:
+            return nri_pb2.StopContainerResponse()
         t0 = time.perf_counter()
         self.manager.stop(req.container.id)
         resp = nri_pb2.StopContainerResponse()
@@ -448,6 +471,8 @@ class Plugin:
         return resp
 
     def state_change(self, req: nri_pb2.StateChangeEvent) -> None:
+        if self.refused is not None:
+            return
         t0 = time.perf_counter()
         try:
             self._state_change(req)
@@ -523,6 +548,14 @@ class Plugin:
             asyncio.get_running_loop().call_soon(log.info, *args)
         except RuntimeError:  # no loop (tests driving the handlers directly)
             log.info(*args)
+
+
+def _runtime_config_source() -> str:
+    """Where the runtime's config came from: its ``plugin_config_path/IDX-NAME.conf``."""
+    name, idx = os.environ.get("NRI_PLUGIN_NAME"), os.environ.get("NRI_PLUGIN_IDX")
+    if name and idx:
+        return f"from the runtime's Configure: plugin_config_path/{idx}-{name}.conf"
+    return "from the runtime's Configure"
 
 
 def _mems_text(mems: CPUSet | None) -> str:
