@@ -444,8 +444,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except ConfigError as e:
         return fail(str(e), 2)
-    except SysfsError as e:
-        return fail(f"cannot read the topology: {e}", 1)
+    except SysfsError as e:  # exit 2 for a --sysfs-root given (bad input), 1 for the host's
+        given = getattr(args, "sysfs_root", None) not in (None, "/")
+        return fail(f"cannot read the topology: {e}", 2 if given else 1)
     except BrokenPipeError:
         return 0
     except Exception:
