@@ -107,6 +107,9 @@ class Plugin:
         self._save_scheduled = False
         self._writer: BackgroundWriter | None = None
         self.synchronized = False
+        #: A runtime has configured the plugin (it registered): the checkpoints may be written
+        #: from then on, never by a plugin that has not met a runtime.
+        self.registered = False
         # launched by the runtime, the real config arrives with Configure: until then the
         # setup is provisional and touches no checkpoint
         self.provisional = accept_runtime_config
@@ -173,14 +176,16 @@ class Plugin:
         )
         if provisional:
             return
-        for cp, snapshot in self._snapshots():
-            try:
-                cp.save(snapshot)
-            except OSError as e:
-                raise ConfigError(
-                    f"invalid config: stateDirectory {config.stateDirectory}: cannot write "
-                    f"{cp.path.name}: {e.strerror or e}"
-                ) from None
+        # the state directory must be writable, but nothing is written before the runtime's
+        # Synchronize: a plugin started with no runtime listening leaves no checkpoint behind
+        # (one of its policy would refuse the next config of another policy)
+        try:
+            _probe_writable(self.checkpoint)
+        except OSError as e:
+            raise ConfigError(
+                f"invalid config: stateDirectory {config.stateDirectory}: cannot write "
+                f"{self.checkpoint.path.name}: {e.strerror or e}"
+            ) from None
         if config.cpuManagerPolicy == "none" and config.memoryManagerPolicy == "None":
             log.warning("cpuManagerPolicy none and memoryManagerPolicy None: containers are "
                         "tracked but nothing is pinned")
@@ -217,7 +222,7 @@ class Plugin:
 
     def save(self) -> None:
         """Write the checkpoints now (disconnect, shutdown)."""
-        if self.provisional or self.refused is not None:
+        if self.provisional or self.refused is not None or not self.registered:
             return
         if self._writer is not None:
             self._writer.flush()
@@ -280,6 +285,10 @@ class Plugin:
                 self.refused = None
                 if self.on_configured is not None:
                     self.on_configured(self.config)
+                # containerd 1.7 sends a launched plugin no Synchronize: the state (restored,
+                # adopted or empty) is on disk right after the reply all the same
+                self.registered = True
+                self._changed(delay=0.0)
             except ConfigError as e:
                 self.refused = str(e)
                 log.error("%s; the plugin stays inert (pins nothing, writes no state) until "
@@ -289,6 +298,8 @@ class Plugin:
             extra = f" registration-timeout={req.registration_timeout}ms " \
                     f"request-timeout={req.request_timeout}ms"
         log.info("configure runtime=%s %s%s", req.runtime_name, req.runtime_version, extra)
+        if self.refused is None:
+            self.registered = True
         self.metrics.connection(True, False)
 
     def synchronize(
@@ -328,6 +339,7 @@ class Plugin:
             self.adoption = None
         updates = self.manager.synchronize(infos, devices, live_pods=live_pods, stopped=stopped)
         self.synchronized = True
+        self.registered = True  # (a Synchronize comes from a runtime, after its Configure)
         reply = [_update(d) for d in updates.values()]
         self._connect_pool_sync()
         self._changed(delay=0.0)  # the rebuilt state is on disk right after the reply
@@ -617,6 +629,15 @@ def _malloc_trim() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc
         pass
+
+
+def _probe_writable(cp: Checkpoint) -> None:
+    """Create (and remove) a file beside ``cp``'s path, creating its directory. Raises
+    OSError."""
+    cp.path.parent.mkdir(parents=True, exist_ok=True)
+    probe = cp.path.with_name(f".{cp.path.name}.probe")
+    os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+    os.unlink(probe)
 
 
 def _write_failed(cp: Checkpoint, e: OSError) -> None:

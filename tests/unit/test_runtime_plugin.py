@@ -288,3 +288,22 @@ def test_qos_cross_check_warns_on_contradiction(workdir, caplog):
 
     with caplog.at_level(logging.WARNING):
         run(workdir, body)
+
+
+def test_no_checkpoint_is_written_before_a_runtime_configures_the_plugin(workdir):
+    """`run` with no runtime listening used to write cpu_manager_state at once: a later start
+    with another policy was then refused because of that stale checkpoint."""
+    state = workdir / "state"
+    cfg = parse_config(STATIC + f"stateDirectory: {state}\n")
+    plugin = Plugin(cfg, MACHINE)
+    plugin.close()  # never connected
+    assert state.is_dir() and sorted(p.name for p in state.iterdir()) == []
+    # another policy starts cleanly afterwards
+    Plugin(parse_config(f"stateDirectory: {state}\n"), MACHINE).close()
+
+    async def body(conn, plugin):
+        await conn.handshake()
+        assert plugin.registered
+
+    run(workdir, body)
+    assert Checkpoint(state / CHECKPOINT_NAME).load()["policyName"] == "static"
