@@ -176,9 +176,9 @@ class Plugin:
         )
         if provisional:
             return
-        # the state directory must be writable, but nothing is written before the runtime's
-        # Synchronize: a plugin started with no runtime listening leaves no checkpoint behind
-        # (one of its policy would refuse the next config of another policy)
+        # the state directory must be writable, but nothing is written before a runtime has
+        # configured the plugin: one started with no runtime listening leaves no checkpoint
+        # behind (one of its policy would refuse the next config of another policy)
         try:
             _probe_writable(self.checkpoint)
         except OSError as e:
