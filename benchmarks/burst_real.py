@@ -12,7 +12,7 @@ tests/e2e/test_shared_pool_burst.py, which runs the same code and asserts the co
 
 Prints a markdown table; asserts nothing. Needs root and scripts/fetch-runtime.sh's binaries.
 
-    python3 benchmarks/burst_real.py [--version 1.7 --version 2.1] [--rounds 3]
+    .venv/bin/python benchmarks/burst_real.py [--version 1.7 --version 2.1] [--rounds 3]
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ are handled one after the other, kubelet-like:
 Prints a markdown table: median (p90) per mode and the ratio nri-cpumgr/no plugin of the
 medians. Needs root and the binaries of scripts/fetch-runtime.sh.
 
-    python3 benchmarks/busy_node.py --quick            # 1.7 and 2.1, 40 shared, 2 rounds
-    python3 benchmarks/busy_node.py --shared 40 --shared 100 --rounds 3 --pods 3
+    .venv/bin/python benchmarks/busy_node.py --quick            # 1.7 and 2.1, 40 shared, 2 rounds
+    .venv/bin/python benchmarks/busy_node.py --shared 40 --shared 100 --rounds 3 --pods 3
 """
 
 from __future__ import annotations

@@ -12,12 +12,12 @@ benchmark waits until containerd logs the plugin as connected (``--plugin-name``
 ``--plugin-index``). Example with the project's plugin (its config file must name the
 socket)::
 
-    python3 benchmarks/cri_create.py --plugin-name nri-cpumgr \\
+    .venv/bin/python benchmarks/cri_create.py --plugin-name nri-cpumgr \\
         --plugin-cmd "{python} -m nri_cpumgr run --config /tmp/cfg.yaml"
 
 or with the harness's do-nothing plugin (the bare NRI round-trip cost)::
 
-    python3 benchmarks/cri_create.py --plugin-name null \\
+    .venv/bin/python benchmarks/cri_create.py --plugin-name null \\
         --plugin-cmd "{python} -m tests.e2e.harness.nullplugin --socket {nri_socket}"
 
 Needs root and the binaries of scripts/fetch-runtime.sh.

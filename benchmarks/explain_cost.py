@@ -5,7 +5,7 @@ on the 256-CPU machine of benchmarks/profile_hot_path.py, N running shared conta
 Guaranteed 1-CPU and BestEffort containers created, stopped and removed one after another.
 Rounds alternate off / on.
 
-    python3 benchmarks/explain_cost.py [--containers 100] [--creates 200] [--rounds 2]
+    .venv/bin/python benchmarks/explain_cost.py [--containers 100] [--creates 200] [--rounds 2]
 
 Prints CreateContainer median and p99 (ms) per condition and the size of the explanations
 file. Figures only: nothing is asserted.

@@ -202,7 +202,9 @@ async def main_async(args: argparse.Namespace) -> int:
             subjects.append(Subject("go-peer", [str(go), "-socket", "{socket}",
                                                 "-name", "go-peer", "-idx", "10"], env))
         else:
-            print(f"(no {go}: nri-cpumgr alone)")
+            print(f"(no {go}: nri-cpumgr alone; the Go column is skipped: build it with "
+                  f"`OUT={go} bash ../shared/tools/go-peer/build.sh` (in ../shared, beside the "
+                  "project's steering repo, not in a plain clone), or set GO_PEER=PATH)")
         for s in subjects:  # warm-up: bytecode, page cache
             await launch(s, 0, 0.0, keep=False)
         for r in range(args.rounds):

@@ -17,7 +17,8 @@ Scenarios (each merge goes through Policy.merge, so filtering and mask conversio
   both nodes while memory prefers one, so the non-preferred search runs (pruned to 2 nodes).
 
 Targets: < 10 ms per merge for the 8-node cases, < 50 ms for the 34-node case.
-Run: ``python3 benchmarks/merge_bench.py [--iterations N] [--verify]``; prints median and p99
+Run: ``.venv/bin/python benchmarks/merge_bench.py [--iterations N] [--verify]``;
+prints median and p99
 in ms; exits 1 if a median misses its target (or, with --verify, a result differs from the
 literal permutation fold where that fold is small enough to run).
 """

@@ -4,7 +4,7 @@ runtime (tests/unit/nri_peer.py) on a 256-CPU machine (2 sockets x 64 cores x 2 
 N running shared containers synchronized, then Guaranteed 1-CPU containers created, stopped
 and removed one after another.
 
-    python3 benchmarks/profile_hot_path.py [--containers 1000] [--creates 300] [--profile]
+    .venv/bin/python benchmarks/profile_hot_path.py [--containers 1000] [--creates 300] [--profile]
 
 Prints Synchronize ms and CreateContainer / StopContainer median and p99 (ms); with
 ``--profile`` also the top functions by own time (cProfile) over the creates and stops.

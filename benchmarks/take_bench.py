@@ -6,7 +6,7 @@ SMT 2 = 384 CPUs (CPU c and c+192 are the two threads of core c).
 For each strategy, times one take with the free pool whole and with a pool fragmented by a
 churn of 500 random allocations/releases (fixed seed), and prints the median and p99 in ms.
 
-Run: ``python3 benchmarks/take_bench.py [--rounds N]``.
+Run: ``.venv/bin/python benchmarks/take_bench.py [--rounds N]``.
 """
 
 from __future__ import annotations

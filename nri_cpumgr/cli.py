@@ -205,12 +205,33 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
         plugin.sender = stub.update_containers
         server = None
+
+        def ready() -> bool | str:
+            if plugin.refused is not None:
+                return f"config refused: {plugin.refused}"
+            return stub.registered
+
         if config.metricsAddress:
             try:
-                server = metrics.serve(config.metricsAddress, ready=lambda: stub.registered)
+                server = metrics.serve(config.metricsAddress, ready=ready)
             except (OSError, ValueError) as e:
                 raise ConfigError(f"metricsAddress {config.metricsAddress}: {e}") from None
             log.info("metrics, /healthz and /readyz on %s", config.metricsAddress)
+        else:  # launched: the runtime's Configure may name one (started once, then)
+
+            def configured(cfg: Config) -> None:
+                nonlocal server
+                if server is not None or not cfg.metricsAddress:
+                    return
+                try:
+                    server = metrics.serve(cfg.metricsAddress, ready=ready)
+                except (OSError, ValueError) as e:
+                    log.error("metricsAddress %s (from the runtime's Configure): %s; no "
+                              "metrics server", cfg.metricsAddress, e)
+                    return
+                log.info("metrics, /healthz and /readyz on %s", cfg.metricsAddress)
+
+            plugin.on_configured = configured
 
         async def main() -> None:
             loop = asyncio.get_running_loop()
@@ -428,8 +449,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except ConfigError as e:
         return fail(str(e), 2)
-    except SysfsError as e:
-        return fail(f"cannot read the topology: {e}", 1)
+    except SysfsError as e:  # exit 2 for a --sysfs-root given (bad input), 1 for the host's
+        given = getattr(args, "sysfs_root", None) not in (None, "/")
+        return fail(f"cannot read the topology: {e}", 2 if given else 1)
     except BrokenPipeError:
         return 0
     except Exception:

@@ -57,6 +57,15 @@ def _status(work: Path, expect_rows: int) -> str:
     return "\n".join(("  " + line).rstrip() for line in lines)
 
 
+def _explain(work: Path, pod: str) -> str:
+    """``nri-cpumgr explain POD --config <work>/config.yaml``, its output indented."""
+    shown = ["nri-cpumgr", "explain", pod, "--config", str(work / "config.yaml")]
+    r = subprocess.run([sys.executable, "-m", "nri_cpumgr", *shown[1:]], capture_output=True,
+                       text=True)
+    lines = ["$ " + " ".join(shown)] + (r.stdout + r.stderr).splitlines()
+    return "\n".join(("  " + line).rstrip() for line in lines)
+
+
 def _interrupt(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt  # SIGTERM cleans up like Ctrl-C
 
@@ -83,7 +92,7 @@ def main() -> int:
     try:
         print(f"starting containerd {args.containerd} with NRI in {work} ...", flush=True)
         ctrd.start()
-        plugin = start_plugin(ctrd, work)
+        plugin = start_plugin(ctrd, work, explainDecisions=True)
         print(f"nri-cpumgr registered (static policy, reservedSystemCPUs \"0\"); host CPUs "
               f"{cgroups.host_online_cpus()}", flush=True)
         _show(ctrd, plugin, work)
@@ -153,6 +162,9 @@ def _show(ctrd: Containerd, plugin, work: Path) -> None:
     print()
     print("the plugin's checkpoint, as `nri-cpumgr status` shows it on a node:")
     print(_status(work, len(cids)), flush=True)
+    print()  # recorded with the checkpoint (explainDecisions: true in the demo's config)
+    print("why guaranteed-1cpu got its CPU, as `nri-cpumgr explain` shows it:")
+    print(_explain(work, "e2e/guaranteed-1cpu"), flush=True)
     cri.cleanup()
     cri.close()
 

@@ -241,7 +241,7 @@ class Metrics:
         when absent. For tests and the status command."""
         return self.registry.get_sample_value(name, labels or {})
 
-    def serve(self, address: str, ready: Callable[[], bool]) -> MetricsServer:
+    def serve(self, address: str, ready: Callable[[], bool | str]) -> MetricsServer:
         """Start the HTTP endpoint on ``address`` (``"host:port"``, ``":port"`` = every
         interface, port 0 = a free port) in a daemon thread; see :class:`MetricsServer`.
         Raises ValueError for a bad address, OSError when it cannot listen."""

@@ -20,7 +20,7 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     metrics: Metrics
-    ready: Callable[[], bool]
+    ready: Callable[[], bool | str]
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -44,15 +44,18 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/healthz":
             self._send(200, b"ok\n", head=head)
         elif path == "/readyz":
+            reason = "not registered with the runtime"
             try:
-                ok = bool(self.server.ready())
+                ok = self.server.ready()
             except Exception as e:  # noqa: BLE001 - a broken probe means "not ready"
                 log.warning("readiness check failed: %s", e)
                 ok = False
+            if isinstance(ok, str):  # not ready, and why
+                ok, reason = False, ok
             if ok:
                 self._send(200, b"ok\n", head=head)
             else:
-                self._send(503, b"not registered with the runtime\n", head=head)
+                self._send(503, f"{reason}\n".encode(), head=head)
         else:
             self._send(404, b"not found\n", head=head)
 
@@ -72,14 +75,15 @@ class MetricsServer:
     * ``GET /metrics`` - the Prometheus exposition of :class:`Metrics` (200);
     * ``GET /healthz`` - 200 while the process serves (liveness);
     * ``GET /readyz``  - 200 when ``ready()`` is true (the plugin is registered with the
-      runtime), else 503 (readiness); ``ready`` runs in the server thread, so it must only
+      runtime), else 503 (readiness; a ``str`` from ``ready()`` is the reason, sent as the
+      503's body); ``ready`` runs in the server thread, so it must only
       read state.
 
     ``port`` is the bound port (the kernel's choice for port 0); :meth:`close` stops it.
     Raises ValueError for a bad address, OSError when it cannot listen.
     """
 
-    def __init__(self, metrics: Metrics, address: str, ready: Callable[[], bool]) -> None:
+    def __init__(self, metrics: Metrics, address: str, ready: Callable[[], bool | str]) -> None:
         host, port = parse_address(address)
         self._server = _Server((host, port), _Handler)
         self._server.metrics = metrics

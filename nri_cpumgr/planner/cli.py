@@ -111,6 +111,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from nri_cpumgr.config import ConfigError, load_config
     from nri_cpumgr.planner.manifest import ManifestError
     from nri_cpumgr.planner.plan import Planner, format_plan
+    from nri_cpumgr.sysfs import SysfsError
 
     try:
         from nri_cpumgr.cli import _config_path
@@ -123,6 +124,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         result = planner.plan(pods)
     except (InputError, ManifestError, ConfigError) as e:
         print(f"nri-cpumgr plan: {e}", file=sys.stderr)
+        return 2
+    except SysfsError as e:  # a --sysfs-root that is no sysfs tree: bad input too
+        print(f"nri-cpumgr plan: cannot read the topology: {e}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(result.to_json(), indent=1))

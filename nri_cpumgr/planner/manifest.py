@@ -2,7 +2,9 @@
 
 A manifest (YAML, several documents allowed; ``kind: Pod``, a ``List`` of them, or a workload
 with a pod template: Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob) becomes a
-:class:`PlannedPod`: its QoS class and its containers in the order the kubelet starts them
+:class:`PlannedPod` (``spec.replicas: N`` of a Deployment, StatefulSet, ReplicaSet or
+ReplicationController: N of them, ``<name>-0`` .. ``<name>-N-1``): its QoS class and its
+containers in the order the kubelet starts them
 (kuberuntime ``computePodActions``: init containers one by one, a restartable init container
 ``restartPolicy: Always``, a sidecar, keeps running while the next starts; then the app
 containers in spec order).
@@ -46,6 +48,10 @@ MIN_QUOTA = 1000  # us, kubelet MinQuotaPeriod
 _WORKLOADS = {
     "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "ReplicationController",
 }
+
+
+#: Workloads whose ``spec.replicas`` says how many pods they run.
+_REPLICATED = {"Deployment", "StatefulSet", "ReplicaSet", "ReplicationController"}
 
 
 class ManifestError(ValueError):
@@ -118,7 +124,17 @@ def _pods_of(doc: Any, where: str) -> list[PlannedPod]:
         tmeta = dict(tmpl.get("metadata") or {})
         tmeta.setdefault("name", meta.get("name", ""))
         tmeta.setdefault("namespace", meta.get("namespace", "default"))
-        return [pod_from_spec(tmeta, tmpl.get("spec"), f"{where} ({kind} template)")]
+        what = f"{where} ({kind} template)"
+        if kind not in _REPLICATED or "replicas" not in spec:
+            return [pod_from_spec(tmeta, tmpl.get("spec"), what)]
+        replicas = spec["replicas"]
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+            raise ManifestError(f"{where}: spec.replicas {replicas!r} is not a count")
+        # one pod per replica, named <name>-0..N-1 (a StatefulSet's names; the random
+        # suffixes of a Deployment's or ReplicaSet's pods are unknown before they exist)
+        base = str(tmeta.get("name") or "")
+        return [pod_from_spec({**tmeta, "name": f"{base}-{i}", "uid": None},
+                              tmpl.get("spec"), what) for i in range(replicas)]
     raise ManifestError(f"{where}: kind {kind!r} has no pod (expected Pod, List or a workload)")
 
 

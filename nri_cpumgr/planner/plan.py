@@ -226,7 +226,8 @@ def format_plan(result: PlanResult) -> str:
     lines = [
         f"node: CPUs {s['cpus']}, NUMA nodes {s['numaNodes']}, {s['sockets']} socket(s); "
         f"cpuManagerPolicy {s['cpuManagerPolicy']}"
-        + (f" {s['cpuManagerPolicyOptions']}" if s["cpuManagerPolicyOptions"] else "")
+        + (" " + ", ".join(f"{k}={v}" for k, v in s["cpuManagerPolicyOptions"].items())
+           if s["cpuManagerPolicyOptions"] else "")
         + (f", reserved {s['reservedCpus']}" if s["reservedCpus"] else "")
         + f"; topologyManagerPolicy {s['topologyManagerPolicy']} ({s['topologyManagerScope']})"
         f"; memoryManagerPolicy {s['memoryManagerPolicy']}",

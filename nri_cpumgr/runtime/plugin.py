@@ -17,6 +17,7 @@ import asyncio
 import functools
 import gc
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -106,9 +107,18 @@ class Plugin:
         self._save_scheduled = False
         self._writer: BackgroundWriter | None = None
         self.synchronized = False
+        #: A runtime has configured the plugin (it registered): the checkpoints may be written
+        #: from then on, never by a plugin that has not met a runtime.
+        self.registered = False
         # launched by the runtime, the real config arrives with Configure: until then the
         # setup is provisional and touches no checkpoint
         self.provisional = accept_runtime_config
+        #: Why the plugin is inert (the runtime's config was refused), else None: it then
+        #: answers every request with no adjustment and writes no checkpoint.
+        self.refused: str | None = None
+        #: Called with the effective config once Configure set it up (the command line
+        #: starts the metrics server there when only the runtime's config names one).
+        self.on_configured: Callable[[Config], None] | None = None
         self._setup(config, provisional=self.provisional)
 
     def _setup(self, config: Config, provisional: bool = False) -> None:
@@ -166,14 +176,16 @@ class Plugin:
         )
         if provisional:
             return
-        for cp, snapshot in self._snapshots():
-            try:
-                cp.save(snapshot)
-            except OSError as e:
-                raise ConfigError(
-                    f"invalid config: stateDirectory {config.stateDirectory}: cannot write "
-                    f"{cp.path.name}: {e.strerror or e}"
-                ) from None
+        # the state directory must be writable, but nothing is written before a runtime has
+        # configured the plugin: one started with no runtime listening leaves no checkpoint
+        # behind (one of its policy would refuse the next config of another policy)
+        try:
+            _probe_writable(self.checkpoint)
+        except OSError as e:
+            raise ConfigError(
+                f"invalid config: stateDirectory {config.stateDirectory}: cannot write "
+                f"{self.checkpoint.path.name}: {e.strerror or e}"
+            ) from None
         if config.cpuManagerPolicy == "none" and config.memoryManagerPolicy == "None":
             log.warning("cpuManagerPolicy none and memoryManagerPolicy None: containers are "
                         "tracked but nothing is pinned")
@@ -210,7 +222,7 @@ class Plugin:
 
     def save(self) -> None:
         """Write the checkpoints now (disconnect, shutdown)."""
-        if self.provisional:
+        if self.provisional or self.refused is not None or not self.registered:
             return
         if self._writer is not None:
             self._writer.flush()
@@ -253,10 +265,14 @@ class Plugin:
 
     # ------------------------------------------------------------------ NRI handlers
     def configure(self, req: nri_pb2.ConfigureRequest) -> None:
+        """Take the runtime's config when launched by it. A config it refuses does not fail
+        Configure (containerd 1.7 exits when a plugin fails it: one typo would take the
+        node's runtime down): the refusal is logged as an ERROR and the plugin stays inert
+        (:attr:`refused`: no adjustment, no checkpoint, /readyz 503)."""
         if self.accept_runtime_config:
             try:
                 if req.config.strip():
-                    source = "from the runtime's Configure"
+                    source = _runtime_config_source()
                     cfg = parse_config(req.config, source)
                     try:
                         self._setup(cfg.model_copy(update=self.overrides))
@@ -266,19 +282,31 @@ class Plugin:
                 elif self.provisional:
                     self._setup(self.config)
                 self.provisional = False
+                self.refused = None
+                if self.on_configured is not None:
+                    self.on_configured(self.config)
+                # containerd 1.7 sends a launched plugin no Synchronize: the state (restored,
+                # adopted or empty) is on disk right after the reply all the same
+                self.registered = True
+                self._changed(delay=0.0)
             except ConfigError as e:
-                log.error("%s", e)
-                raise PluginError(str(e)) from None
+                self.refused = str(e)
+                log.error("%s; the plugin stays inert (pins nothing, writes no state) until "
+                          "the config is fixed and the runtime restarts it", e)
         extra = ""
         if req.request_timeout:
             extra = f" registration-timeout={req.registration_timeout}ms " \
                     f"request-timeout={req.request_timeout}ms"
         log.info("configure runtime=%s %s%s", req.runtime_name, req.runtime_version, extra)
+        if self.refused is None:
+            self.registered = True
         self.metrics.connection(True, False)
 
     def synchronize(
         self, pods: Sequence[nri_pb2.PodSandbox], containers: Sequence[nri_pb2.Container]
     ) -> list[nri_pb2.ContainerUpdate]:
+        if self.refused is not None:
+            return []
         t0 = time.perf_counter()
         by_id = {p.id: p for p in pods}
         infos, stopped = [], []
@@ -311,6 +339,7 @@ class Plugin:
             self.adoption = None
         updates = self.manager.synchronize(infos, devices, live_pods=live_pods, stopped=stopped)
         self.synchronized = True
+        self.registered = True  # (a Synchronize comes from a runtime, after its Configure)
         reply = [_update(d) for d in updates.values()]
         self._connect_pool_sync()
         self._changed(delay=0.0)  # the rebuilt state is on disk right after the reply
@@ -342,6 +371,8 @@ class Plugin:
     def create_container(
         self, req: nri_pb2.CreateContainerRequest
     ) -> nri_pb2.CreateContainerResponse:
+        if self.refused is not None:
+            return nri_pb2.CreateContainerResponse()
         t0 = time.perf_counter()
         info = container_info(req.pod, req.container)
         if info.qos is QOSClass.GUARANTEED and _contradicts_guaranteed(info):
@@ -396,6 +427,8 @@ class Plugin:
     def update_container(
         self, req: nri_pb2.UpdateContainerRequest
     ) -> nri_pb2.UpdateContainerResponse:
+        if self.refused is not None:
+            return nri_pb2.UpdateContainerResponse()
         t0 = time.perf_counter()
         resp = nri_pb2.UpdateContainerResponse()
         cid = req.container.id
@@ -437,6 +470,8 @@ class Plugin:
         return d
 
     def stop_container(self, req: nri_pb2.StopContainerRequest) -> nri_pb2.StopContainerResponse:
+        if self.refused is not None:
+            return nri_pb2.StopContainerResponse()
         t0 = time.perf_counter()
         self.manager.stop(req.container.id)
         resp = nri_pb2.StopContainerResponse()
@@ -448,6 +483,8 @@ class Plugin:
         return resp
 
     def state_change(self, req: nri_pb2.StateChangeEvent) -> None:
+        if self.refused is not None:
+            return
         t0 = time.perf_counter()
         try:
             self._state_change(req)
@@ -525,6 +562,14 @@ class Plugin:
             log.info(*args)
 
 
+def _runtime_config_source() -> str:
+    """Where the runtime's config came from: its ``plugin_config_path/IDX-NAME.conf``."""
+    name, idx = os.environ.get("NRI_PLUGIN_NAME"), os.environ.get("NRI_PLUGIN_IDX")
+    if name and idx:
+        return f"from the runtime's Configure: plugin_config_path/{idx}-{name}.conf"
+    return "from the runtime's Configure"
+
+
 def _mems_text(mems: CPUSet | None) -> str:
     """cpuset.mems as the shared-pool updates carry it ("" = leave alone)."""
     return str(mems) if mems else ""
@@ -584,6 +629,15 @@ def _malloc_trim() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc
         pass
+
+
+def _probe_writable(cp: Checkpoint) -> None:
+    """Create (and remove) a file beside ``cp``'s path, creating its directory. Raises
+    OSError."""
+    cp.path.parent.mkdir(parents=True, exist_ok=True)
+    probe = cp.path.with_name(f".{cp.path.name}.probe")
+    os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+    os.unlink(probe)
 
 
 def _write_failed(cp: Checkpoint, e: OSError) -> None:

@@ -70,7 +70,11 @@ def test_demo_shows_the_table_and_the_plugins_status() -> None:
     assert f"$ nri-cpumgr status --config {work}/config.yaml" in status
     assert re.search(r"^ +shared pool: +0$", status, re.M), status
     assert re.search(r"^ +e2e/guaranteed-1cpu +app +Guaranteed +1 .* yes +live$", status, re.M)
-    assert len(re.findall(r"^ +e2e/\S+ +app ", status, re.M)) == 5, status
+    assert len(re.findall(r"^ +e2e/\S+ +app ", status.split("why guaranteed-1cpu")[0],
+                          re.M)) == 5, status
+    explain = out.split("as `nri-cpumgr explain` shows it:", 1)[1]
+    assert f"$ nri-cpumgr explain e2e/guaranteed-1cpu --config {work}/config.yaml" in explain
+    assert re.search(r"^ +decision: exclusive cpus 1: ", explain, re.M), explain
     assert "Traceback" not in err and _leftovers(root, work) == []
 
 

@@ -4,9 +4,12 @@ after the runtime restarts (state rebuilt from Synchronize)."""
 from __future__ import annotations
 
 import shutil
+import socket
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -21,11 +24,12 @@ MEM = "200Mi"
 G1 = {"cpu": "1", "memory": MEM}
 
 
-def _launched(version: str, prefix: str, command: str) -> tuple[Containerd, Path, Path]:
+def _launched(version: str, prefix: str, command: str,
+              conf: dict | None = None) -> tuple[Containerd, Path, Path]:
     """A private containerd (not started) that launches ``plugin_path/90-cpumgr``, a shell
     script running ``command`` ({python}, {state} substituted), with
-    ``plugin_config_path/90-cpumgr.conf`` = static policy, CPU 0 reserved. Returns
-    (containerd, work dir, plugin state dir)."""
+    ``plugin_config_path/90-cpumgr.conf`` = static policy, CPU 0 reserved, updated with
+    ``conf``. Returns (containerd, work dir, plugin state dir)."""
     require_e2e(version)
     wd = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     c = Containerd(version, wd)
@@ -35,10 +39,10 @@ def _launched(version: str, prefix: str, command: str) -> tuple[Containerd, Path
     exe = c.nri_plugin_dir / "90-cpumgr"
     exe.write_text("#!/bin/sh\n" + command.format(python=sys.executable, state=state) + "\n")
     exe.chmod(0o755)
-    (c.nri_conf_dir / "90-cpumgr.conf").write_text(yaml.safe_dump({
-        "cpuManagerPolicy": "static", "reservedSystemCPUs": "0",
-        "stateDirectory": str(state),
-    }))
+    body = {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0",
+            "stateDirectory": str(state)}
+    body.update(conf or {})
+    (c.nri_conf_dir / "90-cpumgr.conf").write_text(yaml.safe_dump(body))
     return c, wd, state
 
 
@@ -64,6 +68,67 @@ def test_launched_by_the_runtime_takes_its_config_from_configure(containerd_vers
         finally:
             assert not cri.cleanup()
             cri.close()
+    finally:
+        c.stop()
+        shutil.rmtree(wd, ignore_errors=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _readyz(port: int) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def test_launched_plugin_serves_metrics_named_by_the_runtime_config(containerd_version):
+    """metricsAddress in plugin_config_path/90-cpumgr.conf (not in the start-up config)
+    starts the metrics server once Configure is taken."""
+    port = _free_port()
+    c, wd, state = _launched(containerd_version, "e2e-launch-metrics-",
+                             "exec {python} -m nri_cpumgr run --state-dir {state}",
+                             conf={"metricsAddress": f"127.0.0.1:{port}"})
+    try:
+        c.start()
+        assert eventually(lambda: _readyz(port)[0], 200, 15) == 200, c.log_tail()
+    finally:
+        c.stop()
+        shutil.rmtree(wd, ignore_errors=True)
+
+
+def test_launched_plugin_with_a_bad_conf_leaves_the_runtime_running(containerd_version):
+    """A typo in 90-cpumgr.conf must not take the runtime down (containerd 1.7 exits when a
+    plugin fails Configure): the plugin answers, logs the ERROR and pins nothing."""
+    c, wd, state = _launched(containerd_version, "e2e-launch-bad-",
+                             "exec {python} -m nri_cpumgr run --state-dir {state}",
+                             conf={"reservedSystemCpus": "0"})
+    log = state / "nri-cpumgr.log"
+    try:
+        c.start()
+        assert eventually(lambda: log.is_file() and "stays inert" in log.read_text(),
+                          True, 15), c.log_tail()
+        cri = c.cri_client()
+        try:
+            gid = cri.create_container(cri.run_pod("g", "Guaranteed"), "app", requests=G1,
+                                       limits=G1)
+            cri.start_container(gid)
+            assert cri.spec_cpus(gid) == ""  # not pinned
+        finally:
+            assert not cri.cleanup()
+            cri.close()
+        assert c.running, c.log_tail()
+        text = log.read_text()
+        assert "ERROR" in text and "reservedSystemCpus: unknown key" in text, text
+        assert "90-cpumgr.conf" in text, text
+        assert not (state / "cpu_manager_state").exists()
     finally:
         c.stop()
         shutil.rmtree(wd, ignore_errors=True)

@@ -44,8 +44,20 @@ def test_topology_json_is_the_corpus_format(capsys):
 
 
 def test_topology_missing_sysfs(tmp_path, capsys):
-    assert main(["topology", "--sysfs-root", str(tmp_path)]) == 1
-    assert "cannot read the topology" in capsys.readouterr().err
+    """A --sysfs-root that is no sysfs tree is bad input: exit 2, one line."""
+    assert main(["topology", "--sysfs-root", str(tmp_path / "nonexistent")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot read the topology" in err, err
+
+
+def test_plan_missing_sysfs_exits_2_with_one_line(tmp_path, capsys):
+    pod = tmp_path / "pod.yaml"
+    pod.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n"
+                   "  - name: a\n    resources: {limits: {cpu: '1', memory: 1Gi}}\n")
+    assert main(["plan", str(pod), "--sysfs-root", str(tmp_path / "nonexistent")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith("nri-cpumgr plan: cannot read the topology: "), err
 
 
 def test_status_without_checkpoint(tmp_path, capsys):

@@ -199,3 +199,11 @@ def test_serve_refuses_a_busy_port():
     with Metrics().serve("127.0.0.1:0", lambda: True) as srv, pytest.raises(OSError):
         # allow_reuse_address does not allow two listeners on one port
         Metrics().serve(f"127.0.0.1:{srv.port}", lambda: True)
+
+
+def test_readyz_503_carries_the_reason_the_check_gives():
+    """A str from ready() is not-ready with that reason (a refused runtime config)."""
+    with Metrics().serve("127.0.0.1:0", lambda: "config refused: reservedSystemCpus") as srv:
+        code, body, _ = _get(srv.port, "/readyz")
+        assert code == 503
+        assert body == b"config refused: reservedSystemCpus\n"

@@ -185,3 +185,37 @@ def test_plan_on_the_kubelets_checkpoint(tmp_path, capsys):
     k.write_text(json.dumps({**body, "checksum": cpu_checksum(body) ^ 1}))
     assert main(argv) == 2
     assert "checksum mismatch" in capsys.readouterr().err
+
+
+def test_replicas_plan_one_pod_each_named_like_the_controller(tmp_path, capsys):
+    sts = """
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db, namespace: shop}
+spec:
+  replicas: 3
+  template:
+    spec:
+      containers: [{name: c, resources: {limits: {cpu: "2", memory: 1Gi}}}]
+"""
+    pods = load_pods(sts)
+    assert [p.key for p in pods] == ["shop/db-0", "shop/db-1", "shop/db-2"]
+    assert len({p.uid for p in pods}) == 3
+    with pytest.raises(ManifestError, match="spec.replicas 'many' is not a count"):
+        load_pods(sts.replace("replicas: 3", "replicas: many"))
+    # a DaemonSet has no replicas: one pod, its own name
+    assert [p.key for p in load_pods(sts.replace("StatefulSet", "DaemonSet"))] == ["shop/db"]
+    f = tmp_path / "sts.yaml"
+    f.write_text(sts)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("cpuManagerPolicy: static\nreservedSystemCPUs: '0'\n"
+                   "cpuManagerPolicyOptions: {full-pcpus-only: 'true', "
+                   "distribute-cpus-across-numa: 'true'}\n")
+    assert main(["plan", "--config", str(cfg), "--sysfs-root", str(DUAL), str(f)]) == 0
+    out = capsys.readouterr().out
+    head = out.splitlines()[0]
+    assert "cpuManagerPolicy static full-pcpus-only=true, distribute-cpus-across-numa=true, " \
+           "reserved 0" in head, head
+    assert "{" not in head
+    for i in range(3):
+        assert f"shared pool after shop/db-{i}: " in out

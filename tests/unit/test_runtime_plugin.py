@@ -180,30 +180,62 @@ def test_launched_plugin_takes_config_from_configure(workdir):
     run(workdir, body, config="", accept_runtime_config=True)
 
 
-def test_bad_runtime_config_fails_configure(workdir):
+def test_bad_runtime_config_leaves_the_plugin_inert(workdir, caplog, monkeypatch):
+    """containerd 1.7 exits when a plugin fails Configure: a refused config answers it, logs
+    the refusal (file and key) and the plugin pins nothing and writes no checkpoint."""
+    monkeypatch.setenv("NRI_PLUGIN_NAME", "cpumgr")
+    monkeypatch.setenv("NRI_PLUGIN_IDX", "90")
+    state = workdir / "state"
+
     async def body(conn, plugin):
-        with pytest.raises(PeerCallError) as ei:
-            await conn.handshake(config="cpuManagerPolicy: statik\n")
-        assert "cpuManagerPolicy" in ei.value.message
-        assert "did you mean 'static'?" in ei.value.message
-        assert ei.value.message.endswith("(from the runtime's Configure)")
-        assert plugin.config.cpuManagerPolicy == "none"  # nothing half-applied
+        _, sync = await conn.handshake(
+            config=STATIC + "reservedSystemCpus: '0'\n", pods=[pod("g")],
+            containers=[ctr("g", 1000, "0-1")])
+        assert list(sync.update) == []
+        assert plugin.refused is not None and "reservedSystemCpus" in plugin.refused
+        req = nri_pb2.CreateContainerRequest(pod=pod("h"), container=ctr("h", 1000))
+        resp = await conn.call("CreateContainer", req, nri_pb2.CreateContainerResponse)
+        assert resp == nri_pb2.CreateContainerResponse()
+        ureq = nri_pb2.UpdateContainerRequest(pod=pod("h"), container=ctr("h", 1000))
+        uresp = await conn.call("UpdateContainer", ureq, nri_pb2.UpdateContainerResponse)
+        assert uresp == nri_pb2.UpdateContainerResponse()
+        assert plugin.manager.containers == {}
 
-    run(workdir, body, config="", accept_runtime_config=True)
+    with caplog.at_level(logging.ERROR):
+        run(workdir, body, config="", accept_runtime_config=True)
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1, errors
+    assert "reservedSystemCpus: unknown key" in errors[0]
+    assert "plugin_config_path/90-cpumgr.conf" in errors[0]
+    assert "stays inert" in errors[0]
+    assert not (state / CHECKPOINT_NAME).exists()
 
 
-def test_runtime_config_refused_by_the_policy_names_its_source(workdir):
+def test_runtime_config_refused_by_the_policy_names_its_source(workdir, caplog):
     """An error from the policy builders (after parsing) says where the config came from."""
     async def body(conn, plugin):
-        with pytest.raises(PeerCallError) as ei:
-            await conn.handshake(config="cpuManagerPolicy: static\nreservedSystemCPUs: '0'\n"
-                                        "cpuManagerPolicyOptions: {full-pcpu-only: 'true'}\n")
-        msg = ei.value.message
-        assert "cpuManagerPolicyOptions.full-pcpu-only" in msg, msg
+        await conn.handshake(config="cpuManagerPolicy: static\nreservedSystemCPUs: '0'\n"
+                                    "cpuManagerPolicyOptions: {full-pcpu-only: 'true'}\n")
+        msg = plugin.refused
+        assert msg is not None and "cpuManagerPolicyOptions.full-pcpu-only" in msg, msg
         assert msg.endswith("did you mean 'full-pcpus-only'? (from the runtime's Configure)"), msg
-        assert plugin.config.cpuManagerPolicy == "none"
+
+    with caplog.at_level(logging.ERROR):
+        run(workdir, body, config="", accept_runtime_config=True)
+    assert "cpuManagerPolicyOptions.full-pcpu-only" in caplog.text
+
+
+def test_good_runtime_config_is_handed_on_once_set_up(workdir):
+    """The command line starts the metrics server from the runtime's config (on_configured)."""
+    seen = []
+
+    async def body(conn, plugin):
+        plugin.on_configured = seen.append
+        await conn.handshake(config=STATIC + "metricsAddress: 127.0.0.1:0\n")
+        assert plugin.refused is None
 
     run(workdir, body, config="", accept_runtime_config=True)
+    assert [c.metricsAddress for c in seen] == ["127.0.0.1:0"]
 
 
 def test_update_container_keeps_pinning(workdir):
@@ -256,3 +288,22 @@ def test_qos_cross_check_warns_on_contradiction(workdir, caplog):
 
     with caplog.at_level(logging.WARNING):
         run(workdir, body)
+
+
+def test_no_checkpoint_is_written_before_a_runtime_configures_the_plugin(workdir):
+    """`run` with no runtime listening used to write cpu_manager_state at once: a later start
+    with another policy was then refused because of that stale checkpoint."""
+    state = workdir / "state"
+    cfg = parse_config(STATIC + f"stateDirectory: {state}\n")
+    plugin = Plugin(cfg, MACHINE)
+    plugin.close()  # never connected
+    assert state.is_dir() and sorted(p.name for p in state.iterdir()) == []
+    # another policy starts cleanly afterwards
+    Plugin(parse_config(f"stateDirectory: {state}\n"), MACHINE).close()
+
+    async def body(conn, plugin):
+        await conn.handshake()
+        assert plugin.registered
+
+    run(workdir, body)
+    assert Checkpoint(state / CHECKPOINT_NAME).load()["policyName"] == "static"
