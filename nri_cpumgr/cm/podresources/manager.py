@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING
 
 from nri_cpumgr.cm.cpumanager.cpu_assignment import take_by_topology
 from nri_cpumgr.cm.cpumanager.errors import NotEnoughCPUsError
-from nri_cpumgr.cm.memorymanager.manager import mems_for
 from nri_cpumgr.cm.podresources.policy import (
     EMPTY_POD_SHARED_POOL,
     TEXT_NO_CPUS_FOR_SHARED,
@@ -107,15 +106,8 @@ class PodLevelManager:
         return b - self.slices(pod_uid) if b is not None else CPUSet()
 
     def pod_mems(self, pod_uid: str, bubble: CPUSet) -> CPUSet | None:
-        cm = self.cm
-        if cm.memory is not None:
-            mems = mems_for(cm.memory.get_memory(pod_uid, POD_ENTRY))
-            if mems:
-                return mems
-        if cm.align_mems_with_cpus and bubble:
-            details = cm.policy.topology.details
-            return CPUSet(details[c].numa for c in bubble)
-        return None
+        """The bubble's mems: the container manager's rule for the pod's pseudo entry."""
+        return self.cm._mems((pod_uid, POD_ENTRY), bubble)
 
     def role(self, container_id: str) -> str:
         """``pod-exclusive`` / ``pod-shared`` for containers of a pod with a bubble,
