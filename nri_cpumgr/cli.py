@@ -278,20 +278,30 @@ def state_dir_of(args: argparse.Namespace) -> Path:
     return Path(load_config(_config_path(args.config)).stateDirectory)
 
 
-def cmd_status(args: argparse.Namespace) -> int:
+def load_state_file(state_dir: Path, name: str, prog: str, missing: str) -> dict | None:
+    """A checkpoint-format file of the state directory, or None after one line on stderr
+    (``prog: <why>``) when it is corrupt or missing (``missing`` says what to do)."""
     from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
+
+    try:
+        body = Checkpoint(state_dir / name).load()
+    except CheckpointError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return None
+    if body is None:
+        print(f"{prog}: {missing}", file=sys.stderr)
+    return body
+
+
+def cmd_status(args: argparse.Namespace) -> int:
     from nri_cpumgr.runtime.plugin import CHECKPOINT_NAME
 
     state_dir = state_dir_of(args)
-    try:
-        body = Checkpoint(state_dir / CHECKPOINT_NAME).load()
-    except CheckpointError as e:
-        print(f"nri-cpumgr: {e}", file=sys.stderr)
-        return 1
+    body = load_state_file(state_dir, CHECKPOINT_NAME, "nri-cpumgr",
+                           f"no checkpoint in {state_dir} (the plugin writes it once it runs "
+                           "with that stateDirectory; --config FILE or --state-dir DIR reads "
+                           "another)")
     if body is None:
-        print(f"nri-cpumgr: no checkpoint in {state_dir} (the plugin writes it once it runs "
-              "with that stateDirectory; --config FILE or --state-dir DIR reads another)",
-              file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(body, indent=1))

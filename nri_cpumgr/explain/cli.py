@@ -11,20 +11,14 @@ from typing import Any
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
-    from nri_cpumgr.cli import state_dir_of
+    from nri_cpumgr.cli import load_state_file, state_dir_of
     from nri_cpumgr.explain.explainer import EXPLANATIONS_NAME, find, render
 
     state_dir = state_dir_of(args)
-    try:
-        body = Checkpoint(state_dir / EXPLANATIONS_NAME).load()
-    except CheckpointError as e:
-        print(f"nri-cpumgr explain: {e}", file=sys.stderr)
-        return 1
+    body = load_state_file(state_dir, EXPLANATIONS_NAME, "nri-cpumgr explain",
+                           f"no explanations in {state_dir}: the plugin records them with "
+                           "`explainDecisions: true` in its config (or when run with -v)")
     if body is None:
-        print(f"nri-cpumgr explain: no explanations in {state_dir}: the plugin records them "
-              "with `explainDecisions: true` in its config (or when run with -v)",
-              file=sys.stderr)
         return 1
     parts = args.target.split("/")
     if len(parts) >= 3:  # namespace/name/container
