@@ -287,3 +287,36 @@ class RecordingHandlers:
     def disconnected(self) -> None:
         self.calls.append("disconnected")
         self.disconnects += 1
+
+
+# --- what a runtime sends about pods and containers, kubelet-style -------------------------
+
+
+def nri_pod(uid: str, qos: str = "", name: str | None = None) -> nri_pb2.PodSandbox:
+    """A pod sandbox in namespace ``ns`` under the kubelet's cgroup parent for ``qos``
+    ("" = Guaranteed, "burstable", "besteffort")."""
+    p = nri_pb2.PodSandbox(id="sb-" + uid, name=uid if name is None else name, uid=uid,
+                           namespace="ns")
+    p.linux.cgroup_parent = f"/kubepods/{qos + '/' if qos else ''}pod{uid}"
+    return p
+
+
+def nri_container(uid: str, cpus_m: int = 0, cpus: str = "", *, cid: str = "",
+                  name: str = "app", state: int = nri_pb2.CONTAINER_RUNNING,
+                  memory: int = 1 << 28) -> nri_pb2.Container:
+    """Container ``name`` of pod ``uid`` as the runtime reports it: ``cpu.shares`` from a
+    request of ``cpus_m`` millicores (the kubelet's request * 1024 / 1000, at least 2), and,
+    when ``cpus_m``, quota/period for the same limit and a ``memory`` limit (bytes);
+    ``cpus``: the cpuset it runs on."""
+    c = nri_pb2.Container(id=cid or "c-" + uid, pod_sandbox_id="sb-" + uid, name=name,
+                          state=state)
+    c.labels["io.kubernetes.container.name"] = name
+    r = c.linux.resources
+    r.cpu.shares.value = max(2, cpus_m * 1024 // 1000)
+    if cpus_m:
+        r.cpu.quota.value = cpus_m * 100
+        r.cpu.period.value = 100000
+        r.memory.limit.value = memory
+    if cpus:
+        r.cpu.cpus = cpus
+    return c

@@ -23,6 +23,7 @@ from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.podmodel.nri import container_info
 from nri_cpumgr.runtime.plugin import Plugin
 from nri_cpumgr.sysfs import discover
+from tests.unit.nri_peer import nri_container, nri_pod
 
 DUAL = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs" / "dual-socket-smt"
 
@@ -103,23 +104,13 @@ def kubelet_checkpoint(d: Path, entries: dict, default: str = DEFAULT, policy: s
 
 
 def pod(uid: str, qos: str = "") -> nri_pb2.PodSandbox:
-    p = nri_pb2.PodSandbox(id="sb-" + uid, name="p-" + uid, uid=uid, namespace="ns")
-    p.linux.cgroup_parent = f"/kubepods/{qos + '/' if qos else ''}pod{uid}"
-    return p
+    return nri_pod(uid, qos, name="p-" + uid)
 
 
 def ctr(uid: str, cpus_m: int, cpus: str, state=nri_pb2.CONTAINER_RUNNING,
         name: str = "app") -> nri_pb2.Container:
-    c = nri_pb2.Container(id=f"c-{uid}-{name}", pod_sandbox_id="sb-" + uid, name=name,
-                          state=state)
-    c.labels["io.kubernetes.container.name"] = name
-    r = c.linux.resources
-    r.cpu.shares.value = max(2, cpus_m * 1024 // 1000)
-    if cpus_m:
-        r.cpu.quota.value = cpus_m * 100
-        r.cpu.period.value = 100000
-        r.memory.limit.value = 1 << 28
-    r.cpu.cpus = cpus
+    c = nri_container(uid, cpus_m, cid=f"c-{uid}-{name}", name=name, state=state)
+    c.linux.resources.cpu.cpus = cpus
     return c
 
 

@@ -15,6 +15,7 @@ from nri_cpumgr.planner.plan import Planner
 from nri_cpumgr.runtime.plugin import Plugin
 from nri_cpumgr.sysfs import discover
 from nri_cpumgr.transport.stub import PluginError
+from tests.unit.nri_peer import nri_container, nri_pod
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs"
 
@@ -86,21 +87,11 @@ def test_single_numa_node_refusal_reason_matches_the_topology():
 
 
 def _pod(uid: str, qos: str = "") -> nri_pb2.PodSandbox:
-    p = nri_pb2.PodSandbox(id="sb-" + uid, name=uid, uid=uid, namespace="ns")
-    p.linux.cgroup_parent = f"/kubepods/{qos + '/' if qos else ''}pod{uid}"
-    return p
+    return nri_pod(uid, qos)
 
 
 def _ctr(uid: str, cpus_m: int) -> nri_pb2.Container:
-    c = nri_pb2.Container(id="c-" + uid, pod_sandbox_id="sb-" + uid, name="app")
-    c.labels["io.kubernetes.container.name"] = "app"
-    r = c.linux.resources
-    r.cpu.shares.value = max(2, cpus_m * 1024 // 1000)
-    if cpus_m:
-        r.cpu.quota.value = cpus_m * 100
-        r.cpu.period.value = 100000
-        r.memory.limit.value = 1 << 30
-    return c
+    return nri_container(uid, cpus_m, state=nri_pb2.CONTAINER_UNKNOWN, memory=1 << 30)
 
 
 def test_plugin_records_live_containers_and_refusals_for_explain(tmp_path, capsys):

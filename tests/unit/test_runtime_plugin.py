@@ -19,6 +19,7 @@ from nri_cpumgr.config import parse_config
 from nri_cpumgr.runtime.plugin import CHECKPOINT_NAME, EVENTS, Plugin
 from nri_cpumgr.topology import CPUInfo, CPUTopology, Machine
 from nri_cpumgr.transport.stub import Stub
+from tests.unit.nri_peer import nri_container, nri_pod
 
 from .nri_peer import FakeRuntime, PeerCallError
 
@@ -36,24 +37,11 @@ def workdir() -> Iterator[Path]:
 
 
 def pod(uid: str, qos: str = "") -> nri_pb2.PodSandbox:
-    p = nri_pb2.PodSandbox(id="sb-" + uid, name=uid, uid=uid, namespace="ns")
-    p.linux.cgroup_parent = f"/kubepods/{qos + '/' if qos else ''}pod{uid}"
-    return p
+    return nri_pod(uid, qos)
 
 
 def ctr(uid: str, cpus_m: int = 0, cpus: str = "", cid: str = "") -> nri_pb2.Container:
-    c = nri_pb2.Container(id=cid or "c-" + uid, pod_sandbox_id="sb-" + uid, name="app",
-                          state=nri_pb2.CONTAINER_RUNNING)
-    c.labels["io.kubernetes.container.name"] = "app"
-    r = c.linux.resources
-    r.cpu.shares.value = max(2, cpus_m * 1024 // 1000)
-    if cpus_m:
-        r.cpu.quota.value = cpus_m * 100
-        r.cpu.period.value = 100000
-        r.memory.limit.value = 1 << 28
-    if cpus:
-        r.cpu.cpus = cpus
-    return c
+    return nri_container(uid, cpus_m, cpus, cid=cid)
 
 
 def run(workdir: Path, body, config: str = STATIC, **plugin_kw) -> Plugin:
