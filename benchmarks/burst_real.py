@@ -28,7 +28,8 @@ TOP = Path(__file__).resolve().parent.parent
 if str(TOP) not in sys.path:
     sys.path.insert(0, str(TOP))
 
-from tests.e2e.harness import Containerd, e2e_missing  # noqa: E402
+from benchmarks.report import print_table, runtimes_missing  # noqa: E402
+from tests.e2e.harness import Containerd  # noqa: E402
 from tests.e2e.harness import cgroups as cg  # noqa: E402
 from tests.e2e.test_shared_pool_burst import burst_update_counts  # noqa: E402
 
@@ -77,20 +78,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="sharedPoolShrinkDelay, seconds (default: the plugin's default, 1)")
     args = ap.parse_args(argv)
     versions = args.version or ["1.7", "2.1"]
-    for v in versions:
-        missing = e2e_missing(v)
-        if missing:
-            print(f"cannot run containerd {v}: {'; '.join(missing)}", file=sys.stderr)
-            return 2
+    if runtimes_missing(versions):
+        return 2
     rows = [run(v, args) for v in versions]
     print(f"\nBurst of {args.burst} Guaranteed 1-CPU pods among {args.shared} shared containers "
           f"(created, not started), sharedPoolShrinkDelay {args.shrink_delay:g}s, {args.rounds} "
           f"rounds\n")
-    print("| containerd | shared | burst | burst took, s (median) | updates per shared "
-          "container (median) | min | max | s from its end until all off (median) | rounds |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    print_table(["containerd", "shared", "burst", "burst took, s (median)",
+                 "updates per shared container (median)", "min", "max",
+                 "s from its end until all off (median)", "rounds"], rows)
     return 0
 
 

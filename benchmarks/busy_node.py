@@ -38,7 +38,8 @@ if str(TOP) not in sys.path:
     sys.path.insert(0, str(TOP))
 
 from benchmarks.cri_create import percentile  # noqa: E402
-from tests.e2e.harness import Containerd, PluginProcess, e2e_missing  # noqa: E402
+from benchmarks.report import print_table, runtimes_missing  # noqa: E402
+from tests.e2e.harness import Containerd, PluginProcess  # noqa: E402
 from tests.e2e.harness import cgroups as cg  # noqa: E402
 from tests.e2e.harness.paths import RUNC  # noqa: E402
 
@@ -217,21 +218,16 @@ def main(argv: list[str] | None = None) -> int:
         args.shared = args.shared or [40]
         args.rounds, args.pods = 2, 2
     shared = args.shared or [40, 100]
-    for v in versions:
-        missing = e2e_missing(v)
-        if missing:
-            print(f"cannot run containerd {v}: {'; '.join(missing)}", file=sys.stderr)
-            return 2
+    if runtimes_missing(versions):
+        return 2
     rows: list[list[str]] = []
     for v in versions:
         for n in shared:
             rows += run_daemon(v, n, args)
     print(f"\nBusy node: Guaranteed 1-CPU pod among N running BestEffort containers, "
           f"{args.rounds} alternating rounds x {args.pods} pods; median (p90)\n")
-    print("| containerd | N shared | metric | no plugin | nri-cpumgr | ratio | n |")
-    print("|---|---|---|---|---|---|---|")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    print_table(["containerd", "N shared", "metric", "no plugin", "nri-cpumgr", "ratio", "n"],
+                rows)
     return 0
 
 

@@ -38,7 +38,8 @@ TOP = Path(__file__).resolve().parent.parent
 if str(TOP) not in sys.path:
     sys.path.insert(0, str(TOP))
 
-from tests.e2e.harness import Containerd, PluginProcess, e2e_missing  # noqa: E402
+from benchmarks.report import runtimes_missing  # noqa: E402
+from tests.e2e.harness import Containerd, PluginProcess  # noqa: E402
 from tests.e2e.harness import cgroups as cg  # noqa: E402
 
 
@@ -160,11 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the daemon work dirs")
     args = ap.parse_args(argv)
     versions = args.version or ["1.7", "2.1"]
-    for v in versions:
-        missing = e2e_missing(v)
-        if missing:
-            print(f"cannot run containerd {v}: {'; '.join(missing)}", file=sys.stderr)
-            return 2
+    if runtimes_missing(versions):
+        return 2
     print(f"CRI CreateContainer latency, {args.qos} container, N={args.n} "
           f"(+{args.warmup} warm-up), created without starting, then removed")
     for v in versions:

@@ -39,6 +39,7 @@ TOP = Path(__file__).resolve().parent.parent
 if str(TOP) not in sys.path:
     sys.path.insert(0, str(TOP))
 
+from benchmarks.report import print_table  # noqa: E402
 from nri_cpumgr.api import nri_pb2  # noqa: E402
 from tests.unit.nri_peer import FakeRuntime, PeerConn  # noqa: E402
 
@@ -284,11 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = asyncio.run(run(args))
     print(f"\nFake runtime, 256-CPU topology: {args.rounds} alternating rounds x {args.creates} "
           f"creates; ms\n")
-    print("| N shared | call | nri-cpumgr median | p99 | Go median | p99 | ratio median "
-          "| ratio p99 | n |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    print_table(["N shared", "call", "nri-cpumgr median", "p99", "Go median", "p99",
+                 "ratio median", "ratio p99", "n"], rows)
     return 0
 
 
