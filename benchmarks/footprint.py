@@ -8,6 +8,9 @@ plugin is exec'd with that socket, and the benchmark measures
   the plugin's RegisterPlugin request; and of it, the plugin's time on a CPU and its time
   runnable but waiting for one (/proc/<pid>/task/*/schedstat: the second is the machine's
   load, not the plugin);
+* launch -> synchronized: wall clock, ms, from the exec to the plugin's answer to a
+  Synchronize of N containers, Configure before it (the plugin registers first and loads its
+  managers after: this is when the runtime's containers are under its control);
 * VmRSS (MiB, /proc/<pid>/status) once the runtime has sent Configure and a Synchronize of
   N containers (N = 0, 100, 1000: one launch each, Synchronize comes once per connection) and
   the plugin has settled for ``--settle`` seconds.
@@ -100,6 +103,7 @@ class Subject:
         self.argv = argv
         self.env = env
         self.reg_ms: list[float] = []
+        self.synced_ms: dict[int, list[float]] = {n: [] for n in SIZES}
         self.reg_cpu_ms: list[float] = []
         self.reg_wait_ms: list[float] = []
         self.rss: dict[int, list[float]] = {n: [] for n in SIZES}
@@ -152,12 +156,14 @@ async def launch(subject: Subject, n: int, settle: float, keep: bool = True,
             frames = [FRAME_CHUNK] * (len(req.SerializeToString()) // FRAME_CHUNK)
             await conn.call("Synchronize", req, nri_pb2.SynchronizeResponse, sizes=frames,
                             timeout=60)
+            synced_ms = (time.perf_counter() - t0) * 1000
             await asyncio.sleep(settle)
             if proc.returncode is not None:
                 raise RuntimeError(f"{subject.name} exited: {(work / 'plugin.log').read_text()}")
             rss = vm_status(proc.pid)["VmRSS"]
         if keep:
             subject.reg_ms.append(reg_ms)
+            subject.synced_ms[n].append(synced_ms)
             subject.reg_cpu_ms.append(cpu_ms)
             subject.reg_wait_ms.append(wait_ms)
             subject.rss[n].append(rss)
@@ -220,6 +226,8 @@ async def main_async(args: argparse.Namespace) -> int:
             print(line("launch -> registered", s.reg_ms, "ms"))
             print(line("  of it on a CPU", s.reg_cpu_ms, "ms"))
             print(line("  of it waiting for a CPU", s.reg_wait_ms, "ms"))
+            for n in SIZES:
+                print(line(f"launch -> synchronized, {n}", s.synced_ms[n], "ms"))
             for n in SIZES:
                 print(line(f"VmRSS after sync of {n}", s.rss[n], "MiB"))
     finally:

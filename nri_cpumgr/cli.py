@@ -21,20 +21,27 @@ import signal
 import sys
 from pathlib import Path
 
-if "asyncio" not in sys.modules:
-    # The plugin speaks no TLS: asyncio imports ssl only if it can, and OpenSSL costs ~4.5 MiB
-    # of RSS and ~7 ms at start. Importers after this one (prometheus_client, at the first
-    # scrape) still get the real module.
+from nri_cpumgr.config import Config, ConfigError, load_config
+from nri_cpumgr.config.model import with_source
+
+
+def _asyncio():
+    """asyncio, imported without ssl: the plugin speaks no TLS, asyncio imports ssl only if it
+    can, and OpenSSL costs ~4.5 MiB of RSS and ~7 ms at start. Importers after this one
+    (prometheus_client, at the first scrape) still get the real module. Imported here, not at
+    the top: the plugin registers before asyncio is loaded."""
+    if "asyncio" in sys.modules:
+        import asyncio
+
+        return asyncio
     sys.modules["ssl"] = None  # type: ignore[assignment]
     try:
         import asyncio
     finally:
         del sys.modules["ssl"]
-else:
-    import asyncio
+    return asyncio
 
-from nri_cpumgr.config import Config, ConfigError, load_config
-from nri_cpumgr.config.model import with_source
+
 
 log = logging.getLogger("nri_cpumgr")
 
@@ -164,10 +171,30 @@ def _discover(sysfs_root: str):
     return discover(sysfs_root)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from nri_cpumgr.runtime.plugin import EVENTS, Plugin
-    from nri_cpumgr.transport.stub import Stub
+def _register_early(config: Config, launched: bool):
+    """Send RegisterPlugin on a blocking socket before asyncio and the transport are imported
+    (:func:`nri_cpumgr.transport.wire.register_early`); None when the runtime cannot be
+    reached that way (the stub then connects, retries and reports as usual)."""
+    from nri_cpumgr.transport import wire
 
+    try:
+        if launched:
+            fd, name, idx = wire.launched_from_env()
+            return wire.register_early(name, idx, fd=fd)
+        return wire.register_early(config.pluginName, config.pluginIndex,
+                                   socket_path=config.socketPath)
+    except (OSError, RuntimeError) as e:
+        log.debug("early registration not sent (%s): connecting the usual way", e)
+        return None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """The plugin. Registration comes first: before it only the configuration, the topology
+    and the transport are loaded; the managers, the checkpoints, the metrics and what they
+    import are built when the runtime's first request (Configure) arrives, so the window in
+    which a runtime starts containers without the plugin is as short as the transport allows
+    (issue 9: launch -> registered <= 150 ms). Errors of that build end the command as they
+    did before the connection (ConfigError: exit 2)."""
     launched = "NRI_PLUGIN_SOCKET" in os.environ
     source = _config_path(args.config)
     config = load_config(source)
@@ -181,57 +208,74 @@ def cmd_run(args: argparse.Namespace) -> int:
     if launched:
         args.launched_log = _launched_log_file(config)
     listener = _setup_logging(config, launched, args.verbose)
+    built: dict[str, object] = {}  # plugin, server: what build() made, for the cleanup
     try:
-        machine = _discover(args.sysfs_root)
-        _check_reserved_cpus(config, machine)
-        from nri_cpumgr.metrics import Metrics
 
-        metrics = Metrics()
-        plugin = Plugin(
-            config, machine, accept_runtime_config=launched and args.config is None,
-            sysfs_root=args.sysfs_root, metrics=metrics, overrides=overrides,
-        )
+        def build():
+            """The handlers (called once by the stub, on the event loop): the machine's
+            topology (read after registration: on a large machine it is thousands of sysfs
+            files), the managers, their checkpoints, the metrics. Raises ConfigError (bad
+            config for this machine, checkpoint of another policy, unwritable state
+            directory, metricsAddress that cannot be served) or SysfsError."""
+            from nri_cpumgr.metrics import Metrics
+            from nri_cpumgr.runtime.plugin import Plugin
 
-        if launched:
-            stub = Stub.from_env(plugin, events=EVENTS, logger=logging.getLogger("nri_cpumgr.nri"))
-        else:
-            stub = Stub(
-                plugin,
-                name=config.pluginName,
-                idx=config.pluginIndex,
-                socket_path=config.socketPath,
-                events=EVENTS,
-                logger=logging.getLogger("nri_cpumgr.nri"),
+            machine = _discover(args.sysfs_root)
+            _check_reserved_cpus(config, machine)
+            metrics = Metrics()
+            plugin = Plugin(
+                config, machine, accept_runtime_config=launched and args.config is None,
+                sysfs_root=args.sysfs_root, metrics=metrics, overrides=overrides,
             )
-        plugin.sender = stub.update_containers
-        server = None
+            log.info("nri-cpumgr starting: plugin %s-%s, socket %s", stub.idx, stub.name,
+                     "fd" if launched else config.socketPath)
+            built["plugin"] = plugin
+            plugin.sender = stub.update_containers
 
-        def ready() -> bool | str:
-            if plugin.refused is not None:
-                return f"config refused: {plugin.refused}"
-            return stub.registered
+            def ready() -> bool | str:
+                if plugin.refused is not None:
+                    return f"config refused: {plugin.refused}"
+                return stub.registered
 
-        if config.metricsAddress:
-            try:
-                server = metrics.serve(config.metricsAddress, ready=ready)
-            except (OSError, ValueError) as e:
-                raise ConfigError(f"metricsAddress {config.metricsAddress}: {e}") from None
-            log.info("metrics, /healthz and /readyz on %s", config.metricsAddress)
-        else:  # launched: the runtime's Configure may name one (started once, then)
-
-            def configured(cfg: Config) -> None:
-                nonlocal server
-                if server is not None or not cfg.metricsAddress:
-                    return
-                try:
-                    server = metrics.serve(cfg.metricsAddress, ready=ready)
-                except (OSError, ValueError) as e:
-                    log.error("metricsAddress %s (from the runtime's Configure): %s; no "
-                              "metrics server", cfg.metricsAddress, e)
-                    return
+            def serve(cfg: Config) -> None:
+                built["server"] = metrics.serve(cfg.metricsAddress, ready=ready)
                 log.info("metrics, /healthz and /readyz on %s", cfg.metricsAddress)
 
-            plugin.on_configured = configured
+            if config.metricsAddress:
+                try:
+                    serve(config)
+                except (OSError, ValueError) as e:
+                    raise ConfigError(f"metricsAddress {config.metricsAddress}: {e}") from None
+            else:  # launched: the runtime's Configure may name one (started once, then)
+
+                def configured(cfg: Config) -> None:
+                    if "server" in built or not cfg.metricsAddress:
+                        return
+                    try:
+                        serve(cfg)
+                    except (OSError, ValueError) as e:
+                        log.error("metricsAddress %s (from the runtime's Configure): %s; no "
+                                  "metrics server", cfg.metricsAddress, e)
+
+                plugin.on_configured = configured
+            # the start-up objects (modules, managers, topology) live as long as the
+            # process: out of the collector's generations, later collections skip them
+            gc.freeze()
+            return plugin
+
+        early = _register_early(config, launched)
+        asyncio = _asyncio()
+        from nri_cpumgr.runtime.events import EVENTS
+        from nri_cpumgr.transport.stub import Stub
+
+        nri_log = logging.getLogger("nri_cpumgr.nri")
+        if launched:
+            stub = Stub.from_env(None, build_handlers=build, events=EVENTS, logger=nri_log,
+                                 early=early)
+        else:
+            stub = Stub(None, build_handlers=build, name=config.pluginName,
+                        idx=config.pluginIndex, socket_path=config.socketPath, events=EVENTS,
+                        logger=nri_log, early=early)
 
         async def main() -> None:
             loop = asyncio.get_running_loop()
@@ -239,18 +283,15 @@ def cmd_run(args: argparse.Namespace) -> int:
                 loop.add_signal_handler(sig, stub.stop)
             await stub.run()
 
-        log.info("nri-cpumgr starting: plugin %s-%s, socket %s", config.pluginIndex,
-                 config.pluginName, "fd" if launched else config.socketPath)
-        # the start-up objects (modules, managers, topology) live as long as the process:
-        # out of the collector's generations, later collections do not walk them again
-        gc.freeze()
         try:
             asyncio.run(main())
         finally:
-            plugin.close()
-            if server is not None:
-                server.close()
-            log.info("nri-cpumgr stopped")
+            if "plugin" in built:
+                built["plugin"].close()  # type: ignore[attr-defined]
+            if "server" in built:
+                built["server"].close()  # type: ignore[attr-defined]
+            if "plugin" in built:  # it started
+                log.info("nri-cpumgr stopped")
     except ConfigError as e:  # the machine-dependent checks: name the file as load_config does
         raise with_source(e, source) from None
     finally:
@@ -387,7 +428,9 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only_run: bool = False) -> argparse.ArgumentParser:
+    """The command line. ``only_run``: just the ``run`` sub-command, for a command line that
+    starts with it (the plugin's start: the other sub-commands' parsers cost ~10 ms)."""
     p = argparse.ArgumentParser(prog="nri-cpumgr", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action=_VersionAction, help="print the version and exit")
@@ -401,6 +444,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--sysfs-root", default="/", help="read topology from DIR/sys instead of /sys")
     r.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
     r.set_defaults(func=cmd_run)
+    if only_run:
+        return p
 
     t = sub.add_parser("topology", help="print the machine's CPU/NUMA/cache topology")
     t.add_argument("--sysfs-root", default="/", help="read DIR/sys instead of /sys")
@@ -439,14 +484,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from nri_cpumgr.sysfs import SysfsError
-
     if argv is None:
         argv = sys.argv[1:]
     launched = "NRI_PLUGIN_SOCKET" in os.environ
     if launched and not argv:
         argv = ["run"]  # launched by the runtime from plugin_path: no arguments
-    args = build_parser().parse_args(argv)
+    args = build_parser(only_run=argv[:1] == ["run"]).parse_args(argv)
     launched = launched and args.cmd == "run"  # also `run` from a wrapper script
 
     def fail(message: str, status: int) -> int:
@@ -459,12 +502,14 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except ConfigError as e:
         return fail(str(e), 2)
-    except SysfsError as e:  # exit 2 for a --sysfs-root given (bad input), 1 for the host's
-        given = getattr(args, "sysfs_root", None) not in (None, "/")
-        return fail(f"cannot read the topology: {e}", 2 if given else 1)
     except BrokenPipeError:
         return 0
-    except Exception:
+    except Exception as e:
+        from nri_cpumgr.sysfs import SysfsError  # (not imported before the plugin registers)
+
+        if isinstance(e, SysfsError):  # exit 2 for a --sysfs-root given (bad input), 1 for
+            given = getattr(args, "sysfs_root", None) not in (None, "/")  # the host's
+            return fail(f"cannot read the topology: {e}", 2 if given else 1)
         if launched:
             import traceback
 

@@ -17,7 +17,6 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import math
 import re
@@ -26,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from nri_cpumgr.cpuset import CPUSet, CPUSetError
-from nri_cpumgr.podmodel import parse_quantity
 
 
 class ConfigError(ValueError):
@@ -81,12 +79,23 @@ def _unique_key_loader() -> type:
     return UniqueKeyLoader
 
 
+def parse_quantity(text: str, *, milli: bool = False) -> int:
+    """:func:`nri_cpumgr.podmodel.parse_quantity`, imported at first use: the pod model (and
+    fractions, decimal) is not needed to read a config without quantities, before the plugin
+    registers."""
+    from nri_cpumgr.podmodel import parse_quantity as parse
+
+    return parse(text, milli=milli)
+
+
 def did_you_mean(word: str, known: Any) -> str:
     """``"; did you mean 'X'?"`` for the entry of ``known`` (strings) closest to ``word``: the
     same name in another case, else difflib's closest match with a ratio of at least 0.6;
     ``""`` when nothing is close."""
     names = [k for k in known if isinstance(k, str)]
     same_case = [k for k in names if k.lower() == word.lower()]
+    import difflib  # an error path only
+
     best = same_case or difflib.get_close_matches(word, names, n=1, cutoff=0.6)
     return f"; did you mean {best[0]!r}?" if best else ""
 

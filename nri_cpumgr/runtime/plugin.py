@@ -43,9 +43,10 @@ from nri_cpumgr.metrics import Metrics
 from nri_cpumgr.podmodel import QOSClass
 from nri_cpumgr.podmodel.nri import ContainerInfo, container_info, qos_from_resources
 from nri_cpumgr.poolsync import SharedPoolSync
+from nri_cpumgr.runtime.events import EVENTS  # noqa: F401 - re-exported
 from nri_cpumgr.sysfs import device_numa_node
 from nri_cpumgr.topology import Machine
-from nri_cpumgr.transport.stub import PluginError, event_mask
+from nri_cpumgr.transport.stub import PluginError
 
 log = logging.getLogger("nri_cpumgr.plugin")
 
@@ -54,19 +55,6 @@ MEMORY_CHECKPOINT_NAME = "memory_manager_state"
 # seconds a checkpoint write waits to gather a burst of decisions (lost on a crash in that
 # window: the runtime's Synchronize restores the truth on restart)
 CHECKPOINT_LINGER = 0.2
-
-# Events we subscribe to (bit 1 << (event - 1)). Each adds a round trip to the CRI call it
-# belongs to; PostStartContainer is the one POST_* event: a shrink of the shared pool waits for
-# the new exclusive container's start, so it never holds the runtime's lock during it.
-EVENTS = event_mask(
-    nri_pb2.STOP_POD_SANDBOX,
-    nri_pb2.REMOVE_POD_SANDBOX,
-    nri_pb2.CREATE_CONTAINER,
-    nri_pb2.POST_START_CONTAINER,
-    nri_pb2.UPDATE_CONTAINER,
-    nri_pb2.STOP_CONTAINER,
-    nri_pb2.REMOVE_CONTAINER,
-)
 
 _LIVE_STATES = (
     nri_pb2.CONTAINER_CREATED,

@@ -1,10 +1,23 @@
 """NRI transport: connection multiplexer, ttrpc client/server and the plugin stub.
 
+``wire``: the frame and message formats and the early registration, without asyncio;
 ``mux``: frames of one unix socket; ``ttrpc``: unary ttrpc over one mux connection;
 ``stub``: registration, dispatch to :class:`~nri_cpumgr.transport.stub.Handlers`,
 reconnection. See /work/shared/docs/nri-protocol.md for the wire rules.
+
+The names below are loaded on first use: importing :mod:`.wire` must not import asyncio.
 """
 
-from nri_cpumgr.transport.stub import DEFAULT_EVENTS, Handlers, PluginError, Stub, event_mask
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["DEFAULT_EVENTS", "Handlers", "PluginError", "Stub", "event_mask"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from nri_cpumgr.transport import stub
+
+        return getattr(stub, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,17 +17,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 from collections.abc import Callable
 from typing import Protocol
 
-HEADER = struct.Struct(">II")
-HEADER_LEN = HEADER.size
-#: Largest outgoing frame, header included (nri mux.go reads into a 4096-byte buffer).
-MAX_FRAME = 4096
-MAX_CHUNK = MAX_FRAME - HEADER_LEN
-PLUGIN_SERVICE_CONN = 1
-RUNTIME_SERVICE_CONN = 2
+from nri_cpumgr.transport.wire import (  # noqa: F401 - the frame format, re-exported
+    MAX_CHUNK,
+    MAX_FRAME,
+    PLUGIN_SERVICE_CONN,
+    RUNTIME_SERVICE_CONN,
+    mux_frames,
+)
+from nri_cpumgr.transport.wire import MUX_HEADER as HEADER
+from nri_cpumgr.transport.wire import MUX_HEADER_LEN as HEADER_LEN
+
 #: Default bound on one incoming frame (bytes); also bounds one ttrpc message.
 DEFAULT_MAX_FRAME_IN = 64 << 20
 
@@ -175,16 +177,11 @@ class Mux(asyncio.Protocol):
         if self.closed or transport is None or transport.is_closing():
             return False
         n = len(msg)
-        if n <= MAX_CHUNK:
-            transport.write(HEADER.pack(conn_id, n) + msg)
+        parts = mux_frames(conn_id, msg)
+        if len(parts) == 1:
+            transport.write(parts[0])
             self.frames_out += 1
         else:
-            view = memoryview(msg)
-            parts = []
-            for off in range(0, n, MAX_CHUNK):
-                chunk = view[off:off + MAX_CHUNK]
-                parts.append(HEADER.pack(conn_id, len(chunk)))
-                parts.append(chunk)
             transport.write(b"".join(parts))
             self.frames_out += len(parts) // 2
         self.bytes_out += n

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
 import socket
 import time
@@ -47,12 +46,17 @@ from nri_cpumgr.transport.ttrpc import (
     Server,
     TtrpcError,
 )
+from nri_cpumgr.transport.wire import (  # noqa: F401 - event_mask re-exported
+    PLUGIN_SERVICE,
+    RUNTIME_SERVICE,
+    EarlyRegistration,
+    event_mask,
+    launched_from_env,
+)
 
 if TYPE_CHECKING:
     from tenacity import RetryCallState
 
-PLUGIN_SERVICE = "nri.pkg.api.v1alpha1.Plugin"
-RUNTIME_SERVICE = "nri.pkg.api.v1alpha1.Runtime"
 DEFAULT_SOCKET = "/var/run/nri/nri.sock"
 #: Event bits NRI v0.6.1 accepts (events 1..11); higher bits make it refuse the plugin.
 VALID_EVENTS_V061 = 0x7FF
@@ -62,16 +66,6 @@ DEFAULT_REQUEST_TIMEOUT_MS = 2000
 
 _log = logging.getLogger(__name__)
 _M = TypeVar("_M", bound=Message)
-
-
-def event_mask(*events: int) -> int:
-    """Subscription bitmask for NRI ``Event`` values: bit ``1 << (event - 1)`` each."""
-    mask = 0
-    for ev in events:
-        if ev <= 0:
-            raise ValueError(f"not a subscribable NRI event: {ev}")
-        mask |= 1 << (ev - 1)
-    return mask
 
 
 #: What the CPU manager needs; no POST_* events (each adds a round trip to every CRI call).
@@ -136,13 +130,23 @@ class Stub:
     backs off exponentially from ``backoff_initial`` to ``backoff_max``; the backoff starts
     over only after a registered connection lasted ``stable_after`` seconds (a runtime that
     drops us right after registering is not hammered).
-    Raises ValueError for a malformed ``idx`` or neither/both of ``socket_path`` and ``fd``.
+    ``handlers`` may be None when ``build_handlers`` is given: the handlers are then built
+    by that factory at the first moment they are needed (the runtime's first request, else
+    right after registration, else after the first failed connection attempt), so that what
+    only they import does not delay the first registration. An exception from the factory
+    ends :meth:`run` (it is raised from there). ``early``: a connection on which
+    RegisterPlugin was already sent (:func:`~nri_cpumgr.transport.wire.register_early`),
+    used as the first connection.
+    Raises ValueError for a malformed ``idx`` or neither/both of ``socket_path`` and ``fd``
+    or of ``handlers`` and ``build_handlers``.
     """
 
     def __init__(
         self,
-        handlers: Handlers,
+        handlers: Handlers | None,
         *,
+        build_handlers: Callable[[], Handlers] | None = None,
+        early: EarlyRegistration | None = None,
         name: str,
         idx: str,
         socket_path: str | None = DEFAULT_SOCKET,
@@ -162,7 +166,12 @@ class Stub:
             socket_path = None
         if socket_path is None and fd is None:
             raise ValueError("need socket_path (external plugin) or fd (launched plugin)")
+        if (handlers is None) == (build_handlers is None):
+            raise ValueError("need exactly one of handlers and build_handlers")
         self._handlers = handlers
+        self._build_handlers = build_handlers
+        self._build_error: BaseException | None = None
+        self._early = early
         self.name = name
         self.idx = idx
         self.socket_path = socket_path
@@ -201,15 +210,52 @@ class Stub:
             (PLUGIN_SERVICE, "Synchronize"): self._wrap(
                 "Synchronize", nri_pb2.SynchronizeRequest, self._synchronize),
             (PLUGIN_SERVICE, "Shutdown"): self._wrap("Shutdown", nri_pb2.Empty, self._shutdown),
-            (PLUGIN_SERVICE, "CreateContainer"): self._wrap(
-                "CreateContainer", nri_pb2.CreateContainerRequest, handlers.create_container),
-            (PLUGIN_SERVICE, "UpdateContainer"): self._wrap(
-                "UpdateContainer", nri_pb2.UpdateContainerRequest, handlers.update_container),
-            (PLUGIN_SERVICE, "StopContainer"): self._wrap(
-                "StopContainer", nri_pb2.StopContainerRequest, handlers.stop_container),
             (PLUGIN_SERVICE, "StateChange"): self._wrap(
                 "StateChange", nri_pb2.StateChangeEvent, self._state_change),
         }
+        if handlers is not None:
+            self._bind(handlers)
+        else:  # until built, the per-container methods build the handlers first
+            for method, req_cls, attr in self._PER_CONTAINER:
+                self._methods[(PLUGIN_SERVICE, method)] = self._wrap(
+                    method, req_cls, self._deferred(attr))
+
+    #: The per-container methods: (NRI method, request class, handler attribute).
+    _PER_CONTAINER = (
+        ("CreateContainer", nri_pb2.CreateContainerRequest, "create_container"),
+        ("UpdateContainer", nri_pb2.UpdateContainerRequest, "update_container"),
+        ("StopContainer", nri_pb2.StopContainerRequest, "stop_container"),
+    )
+
+    def _bind(self, handlers: Handlers) -> None:
+        """Dispatch the per-container methods straight to ``handlers`` (no indirection on
+        the hot path)."""
+        self._handlers = handlers
+        for method, req_cls, attr in self._PER_CONTAINER:
+            self._methods[(PLUGIN_SERVICE, method)] = self._wrap(
+                method, req_cls, getattr(handlers, attr))
+
+    def _deferred(self, attr: str) -> Callable[[Message], Message | None]:
+        def call(req: Message) -> Message | None:
+            return getattr(self._ready(), attr)(req)
+
+        return call
+
+    def _ready(self) -> Handlers:
+        """The handlers, built now if they were deferred. A failed build stops the stub:
+        the request fails (Unknown) and :meth:`run` raises the factory's exception."""
+        if self._handlers is None:
+            if self._build_error is not None:
+                raise PluginError(f"the plugin failed to start: {self._build_error}")
+            assert self._build_handlers is not None
+            try:
+                handlers = self._build_handlers()
+            except BaseException as exc:
+                self._build_error = exc
+                self.stop()
+                raise PluginError(f"the plugin failed to start: {exc}") from exc
+            self._bind(handlers)
+        return self._handlers  # type: ignore[return-value]
 
     @classmethod
     def from_env(cls, handlers: Handlers, **kw: object) -> Stub:
@@ -218,12 +264,7 @@ class Stub:
 
         Raises RuntimeError if the variables are missing or malformed.
         """
-        try:
-            fd = int(os.environ["NRI_PLUGIN_SOCKET"])
-            name = os.environ["NRI_PLUGIN_NAME"]
-            idx = os.environ["NRI_PLUGIN_IDX"]
-        except (KeyError, ValueError) as exc:
-            raise RuntimeError(f"not launched by an NRI runtime: {exc!r}") from None
+        fd, name, idx = launched_from_env()
         return cls(handlers, name=name, idx=idx, socket_path=None, fd=fd, **kw)  # type: ignore[arg-type]
 
     # --- public API -------------------------------------------------------------------------
@@ -274,12 +315,23 @@ class Stub:
 
     async def run(self) -> None:
         """Connect, register and serve until :meth:`stop` (external mode reconnects with
-        backoff; launched mode returns after its one connection ends)."""
+        backoff; launched mode returns after its one connection ends). Raises what a
+        deferred ``build_handlers`` raised."""
+        try:
+            await self._run()
+        except PluginError:
+            if self._build_error is None:
+                raise
+        if self._build_error is not None:
+            raise self._build_error
+
+    async def _run(self) -> None:
         if not self._reconnect:
             try:
                 await self._session()
             except (OSError, _SessionFailed, _Stopped) as exc:
                 if not self._stopping:
+                    self._ready()  # a plugin that cannot start says so first
                     self._log.error("NRI connection failed: %s", exc)
             return
         # the first connection is made before tenacity is imported (~10 ms that would delay
@@ -289,6 +341,7 @@ class Stub:
         except _Stopped:
             return
         except (OSError, _SessionFailed) as exc:
+            self._ready()  # a plugin that cannot start says so now, not once connected
             what = "lost the runtime" if isinstance(exc, _SessionFailed) else \
                 "cannot reach the runtime"
             self._log.warning("NRI: %s at %s (%s); reconnecting in %.1fs", what,
@@ -331,7 +384,11 @@ class Stub:
 
     async def _connect(self, mux: Mux) -> None:
         loop = asyncio.get_running_loop()
-        if self._fd is not None:
+        if self._early is not None:
+            sock, self._early = self._early.sock, None
+            sock.setblocking(False)
+            await loop.create_unix_connection(lambda: mux, sock=sock)
+        elif self._fd is not None:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=self._fd)
             await loop.create_unix_connection(lambda: mux, sock=sock)
         else:
@@ -345,24 +402,41 @@ class Stub:
         if self._stopping:
             raise _Stopped
         mux = Mux(logger=self._log)
-        await self._connect(mux)
-        if self._stopping:
-            mux.close()
-            raise _Stopped
-        self.sessions += 1
-        self._mux = mux
+        # both conns are open before the socket is read: with an early registration the
+        # runtime's answer (and its Configure) may already be waiting in the socket
         self._sync_pods, self._sync_containers = [], []
         self._sync_parts, self._sync_handler_s, self._sync_bytes = 0, 0.0, 0
         Server(mux, PLUGIN_SERVICE_CONN, self._methods, logger=self._log,
                after_reply=self._after_reply)
         client = Client(mux, RUNTIME_SERVICE_CONN, logger=self._log)
-        where = self.socket_path or f"fd {self._fd}"
-        self._log.info("NRI: connected to the runtime at %s", where)
+        registration = None
+        if self._early is not None:
+            registration = client.expect(self._early.sid, timeout=self._register_timeout)
         try:
-            req = nri_pb2.RegisterPluginRequest(plugin_name=self.name, plugin_idx=self.idx)
+            await self._connect(mux)
+        except BaseException:
+            if registration is not None:
+                registration.close()  # type: ignore[attr-defined]
+            raise
+        if self._stopping:
+            mux.close()
+            if registration is not None:
+                registration.close()  # type: ignore[attr-defined]
+            raise _Stopped
+        self.sessions += 1
+        self._mux = mux
+        where = self.socket_path or f"fd {self._fd}"
+        self._log.info("NRI: connected to the runtime at %s%s", where,
+                       " (registration sent before the event loop started)"
+                       if registration is not None else "")
+        try:
+            if registration is None:
+                req = nri_pb2.RegisterPluginRequest(plugin_name=self.name, plugin_idx=self.idx)
+                registration = client.call(RUNTIME_SERVICE, "RegisterPlugin",
+                                           req.SerializeToString(),
+                                           timeout=self._register_timeout)
             try:
-                await client.call(RUNTIME_SERVICE, "RegisterPlugin", req.SerializeToString(),
-                                  timeout=self._register_timeout)
+                await registration
             except TtrpcError as exc:
                 self._log.error("NRI: registration of %s-%s refused: %s",
                                 self.idx, self.name, exc.message)
@@ -371,6 +445,7 @@ class Stub:
                 raise _SessionFailed(f"registration failed: {exc!r}") from None
             self._client = client
             self._registered = True
+            self._ready()  # (already built when Configure came first)
             runtime = f"{self.runtime_name} {self.runtime_version}".strip() or "the runtime"
             self._log.info("NRI: registered as %s-%s with %s", self.idx, self.name, runtime)
             if self._pending_updates:
@@ -395,7 +470,8 @@ class Stub:
                                   dropped)
             self._log.info("NRI: disconnected from %s", where)
             try:
-                self._handlers.disconnected()
+                if self._handlers is not None:
+                    self._handlers.disconnected()
             except Exception:
                 self._log.exception("NRI: disconnected() handler failed")
         if self._stopping:
@@ -459,7 +535,7 @@ class Stub:
             self._log.info("NRI: configured by %s %s (no timeouts given: request timeout "
                            "assumed %d ms)", req.runtime_name, req.runtime_version,
                            DEFAULT_REQUEST_TIMEOUT_MS)
-        self._handlers.configure(req)
+        self._ready().configure(req)
         return nri_pb2.ConfigureResponse(events=self.events & VALID_EVENTS_V061)
 
     def _synchronize(self, req: nri_pb2.SynchronizeRequest) -> nri_pb2.SynchronizeResponse:
@@ -478,7 +554,7 @@ class Stub:
         size, self._sync_bytes = self._sync_bytes, 0
         self._log.info("NRI: synchronize with %d pods, %d containers, %d bytes in %d part%s",
                        len(pods), len(containers), size, parts, "" if parts == 1 else "s")
-        updates = self._handlers.synchronize(pods, containers)
+        updates = self._ready().synchronize(pods, containers)
         return nri_pb2.SynchronizeResponse(update=updates)
 
     def _shutdown(self, req: nri_pb2.Empty) -> nri_pb2.Empty:
@@ -486,7 +562,7 @@ class Stub:
         return nri_pb2.Empty()
 
     def _state_change(self, req: nri_pb2.StateChangeEvent) -> nri_pb2.Empty:
-        self._handlers.state_change(req)
+        self._ready().state_change(req)
         return nri_pb2.Empty()
 
     # --- unsolicited updates ----------------------------------------------------------------

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import struct
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -34,13 +33,17 @@ from nri_cpumgr.transport.mux import ProtocolError
 if TYPE_CHECKING:
     from nri_cpumgr.transport.mux import Mux
 
-HEADER = struct.Struct(">IIBB")
-HEADER_LEN = HEADER.size
-TYPE_REQUEST = 1
-TYPE_RESPONSE = 2
-TYPE_DATA = 3
-#: ttrpc's messageLengthMax: the most we ever send in one message (bytes, without header).
-MAX_MESSAGE_OUT = 4 << 20
+from nri_cpumgr.transport.wire import (  # noqa: F401 - the message format, re-exported
+    MAX_MESSAGE_OUT,
+    TYPE_DATA,
+    TYPE_REQUEST,
+    TYPE_RESPONSE,
+    ttrpc_message,
+    ttrpc_request,
+)
+from nri_cpumgr.transport.wire import TTRPC_HEADER as HEADER
+from nri_cpumgr.transport.wire import TTRPC_HEADER_LEN as HEADER_LEN
+
 #: Default bound on one incoming message (bytes).
 DEFAULT_MAX_MESSAGE_IN = 64 << 20
 
@@ -116,7 +119,7 @@ class _Endpoint:
         raise NotImplementedError
 
     def _write(self, sid: int, mtype: int, data: bytes) -> bool:
-        return self.mux.send(self.conn_id, HEADER.pack(len(data), sid, mtype, 0) + data)
+        return self.mux.send(self.conn_id, ttrpc_message(sid, mtype, data))
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._buf = bytearray()
@@ -232,20 +235,38 @@ class Client(_Endpoint):
         non-OK status, ConnectionError if the connection is or becomes closed,
         TimeoutError on timeout, ValueError for a request over 4 MiB.
         """
-        req = ttrpc_pb2.Request(service=service, method=method, payload=payload)
-        if timeout is not None:
-            req.timeout_nano = int(timeout * 1e9)
-        if metadata:
-            req.metadata.extend(ttrpc_pb2.KeyValue(key=k, value=v) for k, v in metadata.items())
-        data = req.SerializeToString()
-        if len(data) > MAX_MESSAGE_OUT:
-            raise ValueError(f"ttrpc request of {len(data)} bytes exceeds the 4 MiB limit")
+        data = ttrpc_request(service, method, payload, timeout=timeout, metadata=metadata)
         sid = self._next_sid
         self._next_sid += 2
         fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._pending[sid] = fut
         try:
             if not self._write(sid, TYPE_REQUEST, data):
+                raise ConnectionError("NRI connection is closed")
+            if timeout is None:
+                return await fut
+            return await asyncio.wait_for(fut, timeout)
+        finally:
+            self._pending.pop(sid, None)
+
+    def expect(self, sid: int, *, timeout: float | None = None) -> Awaitable[bytes]:
+        """The answer to a request already written on this connection as stream ``sid``
+        (odd; :func:`~nri_cpumgr.transport.wire.register_early` sends one before the event
+        loop runs), as an awaitable. Call it before the connection delivers data: the
+        stream is registered here, not when awaited. Later calls number their streams after
+        ``sid``. The awaitable raises as :meth:`call`; ValueError here for an even, reused
+        or already awaited ``sid``."""
+        if sid % 2 == 0 or sid < self._next_sid or sid in self._pending:
+            raise ValueError(f"stream {sid} cannot be awaited on this connection")
+        self._next_sid = sid + 2
+        fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._pending[sid] = fut
+        return self._answer(sid, fut, timeout)
+
+    async def _answer(self, sid: int, fut: asyncio.Future[bytes],
+                      timeout: float | None) -> bytes:
+        try:
+            if self.mux.closed:
                 raise ConnectionError("NRI connection is closed")
             if timeout is None:
                 return await fut
