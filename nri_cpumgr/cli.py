@@ -189,12 +189,15 @@ def _register_early(config: Config, launched: bool):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """The plugin. Registration comes first: before it only the configuration, the topology
-    and the transport are loaded; the managers, the checkpoints, the metrics and what they
-    import are built when the runtime's first request (Configure) arrives, so the window in
-    which a runtime starts containers without the plugin is as short as the transport allows
-    (issue 9: launch -> registered <= 150 ms). Errors of that build end the command as they
-    did before the connection (ConfigError: exit 2)."""
+    """The plugin. Connecting to a running runtime (a DaemonSet), registration comes first:
+    before it only the configuration and the NRI schema are loaded (RegisterPlugin goes out
+    on a blocking socket before asyncio is imported); the topology, the managers, the
+    checkpoints, the metrics and what they import are built when the runtime's first request
+    (Configure) arrives (issue 9: launch -> registered <= 150 ms). Errors of that build end
+    the command with the status they had before (ConfigError: exit 2), also when no runtime
+    listens (after the first failed attempt). Launched by the runtime (``NRI_PLUGIN_SOCKET``),
+    everything is built before connecting: a start-up error stops the plugin before it
+    registers, never by failing the runtime's Configure (fatal to containerd 1.7)."""
     launched = "NRI_PLUGIN_SOCKET" in os.environ
     source = _config_path(args.config)
     config = load_config(source)
@@ -263,7 +266,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             gc.freeze()
             return plugin
 
-        early = _register_early(config, launched)
+        # launched by the runtime, the plugin starts with the runtime itself (containerd waits
+        # for its registration before serving CRI) and a Configure it fails stops containerd
+        # 1.7: it builds everything first and stops before connecting when it cannot start;
+        # a plugin that connects to a running runtime registers first
+        early = None if launched else _register_early(config, launched)
         asyncio = _asyncio()
         from nri_cpumgr.runtime.events import EVENTS
         from nri_cpumgr.transport.stub import Stub
@@ -276,6 +283,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             stub = Stub(None, build_handlers=build, name=config.pluginName,
                         idx=config.pluginIndex, socket_path=config.socketPath, events=EVENTS,
                         logger=nri_log, early=early)
+
+        if launched:
+            stub.build_now()
 
         async def main() -> None:
             loop = asyncio.get_running_loop()

@@ -402,12 +402,26 @@ class ContainerManager:
                                        stopped=True, mems=mems_for(mem) if mem else None))
         updates: dict[str, Decision] = {}
         pending: list[ContainerInfo] = []
+        assignments = self.state.assignments
+        memory = self.memory
+        memory_pods = memory.state.get_memory_assignments() if memory is not None else {}
+        by_pod = self._by_pod
+        guaranteed = QOSClass.GUARANTEED
         for i in infos:
-            assigned = self.state.assignments.get(i.pod_uid, {}).get(i.name)
+            uid = i.pod_uid
+            if (uid not in assignments and uid not in memory_pods and i.qos is not guaranteed
+                    and not i.devices):
+                # a plain shared-pool container (most of a node): nothing to restore, adopt or
+                # admit; what the loop over `rest` below does for it, minus the checks
+                if uid in by_pod:
+                    self._release_stopped_of_pod(uid, keep=i.name)
+                self._track(i.id, _Tracked(i, False, None))
+                continue
+            assigned = assignments.get(uid, {}).get(i.name)
             mems = None
-            if self.memory is not None and self.memory.get_memory(*i.key) is not None:
-                mems = mems_for(self.memory.get_memory(*i.key))
-                self.memory.container_map[i.id] = i.key
+            if memory is not None and memory.get_memory(*i.key) is not None:
+                mems = mems_for(memory.get_memory(*i.key))
+                memory.container_map[i.id] = i.key
             if assigned is not None or mems is not None:
                 self._owner[i.key] = i.id
                 cpus = CPUSet(assigned) if assigned is not None else None
@@ -421,7 +435,7 @@ class ContainerManager:
         rest: list[ContainerInfo] = []
         for i in pending:
             want = i.spec().guaranteed_cpus() if i.qos is QOSClass.GUARANTEED else 0
-            current = CPUSet.parse(i.cpus) if i.cpus else CPUSet()
+            current = CPUSet.parse(i.cpus) if want and i.cpus else CPUSet()
             if self.static and want and len(current) == want and self._adopt(i, current):
                 self._owner[i.key] = i.id
                 self._track(i.id, _Tracked(i, True, current, mems=self._mems(i.key, current)))

@@ -346,10 +346,12 @@ class Plugin:
         if self.pool_sync is None or self.sender is None or not self.manager.static:
             return
         pool = self.manager.shared_pool()
-        shared = {}
-        for cid in self.manager.shared_containers():
-            t = self.manager.containers[cid]
-            shared[cid] = (pool, _mems_text(t.mems))
+        entry = (pool, "")  # most shared containers: the pool's cpuset, mems left alone
+        shared = {
+            cid: (pool, _mems_text(t.mems)) if t.mems is not None else entry
+            for cid, t in self.manager.containers.items()
+            if not t.exclusive and t.applied is None and not t.stopped
+        }
         self.pool_sync.connected(self.sender, pool, shared)
 
     def _pool_changed(self) -> None:

@@ -241,6 +241,16 @@ class Stub:
 
         return call
 
+    def build_now(self) -> Handlers:
+        """Build deferred handlers now (before :meth:`run`), raising what the factory raises:
+        for a plugin whose start-up errors must stop it before it connects."""
+        try:
+            return self._ready()
+        except PluginError:
+            if self._build_error is not None:
+                raise self._build_error from None
+            raise
+
     def _ready(self) -> Handlers:
         """The handlers, built now if they were deferred. A failed build stops the stub:
         the request fails (Unknown) and :meth:`run` raises the factory's exception."""

@@ -1,9 +1,12 @@
 """The pod model built from decoded real NRI requests (tests/data/nri-examples)."""
 
 import json
+import re
 
 import pytest
 from google.protobuf import json_format
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from nri_cpumgr.api import nri_pb2
 from nri_cpumgr.podmodel import ContainerSpec, Pod, QOSClass, pod_qos
@@ -67,10 +70,39 @@ def test_synchronize_request_containers():
         ("kubepods-besteffort-podab_12.slice", QOSClass.BESTEFFORT),
         ("/system.slice/foo", None),
         ("", None),
+        # "kubepods" again inside the pod's name: the last occurrence is not where it matches
+        ("/kubepods/podkubepods", QOSClass.GUARANTEED),
+        ("/kubepods/besteffort/pod-kubepods-x", QOSClass.BESTEFFORT),
+        ("kubepods-burstable-podkubepods_1.slice", QOSClass.BURSTABLE),
+        ("/kubepods/burstable/pod1/kubepods", None),
     ],
 )
 def test_qos_from_cgroup_parent(parent, qos):
     assert qos_from_cgroup_parent(parent) is qos
+
+
+# the rule as two plain regex searches over the whole parent: the function matches at the
+# last "kubepods" first, and must agree with this everywhere
+_REF_CGROUPFS = re.compile(r"(?:^|/)kubepods(?:/(burstable|besteffort))?/pod[0-9A-Za-z_-]+/?$")
+_REF_SYSTEMD = re.compile(r"kubepods(?:-(burstable|besteffort))?-pod[0-9A-Za-z_]+\.slice/?$")
+_REF_QOS = {None: QOSClass.GUARANTEED, "burstable": QOSClass.BURSTABLE,
+            "besteffort": QOSClass.BESTEFFORT}
+
+
+def _reference_qos(parent: str) -> QOSClass | None:
+    m = _REF_CGROUPFS.search(parent) or _REF_SYSTEMD.search(parent)
+    return _REF_QOS[m.group(1)] if m else None
+
+
+_PARTS = st.sampled_from(["/", "kubepods", "-", "burstable", "besteffort", "pod", "ab_1",
+                          "kubepods-pod", ".slice", "/pod", "x", "kubepods/", "-pod"])
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(_PARTS, max_size=9).map("".join))
+@example("/kubepods/podkubepods-pod")
+def test_qos_from_cgroup_parent_agrees_with_the_plain_search(parent):
+    assert qos_from_cgroup_parent(parent) is _reference_qos(parent)
 
 
 def _res(shares=None, quota=None, period=None, mem=None):
