@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -347,6 +347,26 @@ class ContainerManager:
         for name in names:
             self._release(pod_uid, name)
 
+    def plain_shared_possible(self) -> bool:
+        """Whether :meth:`synchronize` takes ``plain`` containers (static policy, no pod-level
+        manager): shared-pool containers it decides from their id, pod, name and cpuset."""
+        return self.static and self.pod_level is None
+
+    def pinned_pods(self) -> set[str]:
+        """Uids of the pods holding exclusive CPUs or memory (their containers are never
+        ``plain``)."""
+        pods = set(self.state.assignments)
+        if self.memory is not None:
+            pods |= set(self.memory.state.get_memory_assignments())
+        return pods
+
+    def track_plain(self, infos: Iterable[ContainerInfo]) -> None:
+        """Track the ``plain`` containers of the last :meth:`synchronize` (what it decided
+        for them from four strings), now with their full records. Call it before any other
+        event."""
+        for i in infos:
+            self._track(i.id, _Tracked(i, False, None))
+
     def synchronize(
         self,
         infos: Iterable[ContainerInfo],
@@ -354,6 +374,7 @@ class ContainerManager:
         *,
         live_pods: Iterable[str] | None = None,
         stopped: Iterable[ContainerInfo] = (),
+        plain: Sequence[tuple[str, str, str, str]] = (),
     ) -> dict[str, Decision]:
         """Reconcile with the runtime's list of existing containers (the runtime's truth wins).
 
@@ -368,7 +389,17 @@ class ContainerManager:
         shared container is set to the shared pool. Returns the updates to send (container
         id -> decision: cpus, exclusive, mems, and a CFS quota to restore for a container
         that lost its exclusive CPUs).
+
+        ``plain`` (only when :meth:`plain_shared_possible`): live containers given as
+        ``(container id, pod uid, name, cpuset the runtime reports)`` that can only be in
+        the shared pool (Burstable or BestEffort by their pod's cgroup, no devices, pod not
+        in :meth:`pinned_pods`): decided here without a :class:`ContainerInfo`, tracked by
+        :meth:`track_plain` afterwards (the caller builds their records after its reply:
+        most of a node's containers, and the runtime holds its lock until the reply).
         """
+        if plain and not self.plain_shared_possible():
+            raise ValueError("plain containers need the static policy without pod-level "
+                             "resource managers")
         infos = list(infos)
         self.containers.clear()
         self._by_pod.clear()
@@ -379,6 +410,7 @@ class ContainerManager:
             return {}
         pods = set(live_pods) if live_pods is not None else {i.pod_uid for i in infos}
         pods |= {i.pod_uid for i in infos}
+        pods.update(uid for _, uid, _, _ in plain)
         for uid in list(self.state.assignments):
             if uid not in pods:
                 for name in list(self.state.assignments[uid]):
@@ -390,6 +422,7 @@ class ContainerManager:
                     for name in list(conts):
                         self.memory.policy.remove_container(self.memory.state, uid, name)
         live_keys = {i.key for i in infos}
+        live_keys.update((uid, name) for _, uid, name, _ in plain)
         for i in stopped:  # exited, pod alive: keep what it holds for its restart
             if i.key in live_keys or i.pod_uid not in pods:
                 continue
@@ -407,6 +440,9 @@ class ContainerManager:
         memory_pods = memory.state.get_memory_assignments() if memory is not None else {}
         by_pod = self._by_pod
         guaranteed = QOSClass.GUARANTEED
+        for _, uid, name, _ in plain:  # what the fast path below does, minus the tracking
+            if uid in by_pod:
+                self._release_stopped_of_pod(uid, keep=name)
         for i in infos:
             uid = i.pod_uid
             if (uid not in assignments and uid not in memory_pods and i.qos is not guaranteed
@@ -482,6 +518,9 @@ class ContainerManager:
                                             quota=prev.quota if prev is not None else None)
                 else:
                     updates.pop(cid, None)  # already right: drop any earlier, staler update
+        for cid, _, _, cur in plain:
+            if cur != pool_text and CPUSet.parse(cur) != pool:
+                updates[cid] = Decision(cid, pool)
         return updates
 
     # ------------------------------------------------------------------ helpers

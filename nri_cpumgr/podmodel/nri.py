@@ -257,6 +257,29 @@ _NO_POD_LEVEL: tuple[None, None] = (None, None)
 _NO_RESOURCES = resources_from_nri(None)
 
 
+def plain_shared(pod: Any, ctr: Any) -> tuple[str, str, str] | None:
+    """``(pod uid, container name, cpuset)`` of a container that can only be in the shared
+    pool, as :func:`container_info` would read them: its pod's cgroup parent says Burstable or
+    BestEffort and it has no devices. None for any other container (Guaranteed, devices, no
+    kubelet cgroup parent): decode it with :func:`container_info`. A fraction of the cost of
+    :func:`container_info`, for Synchronize's thousand containers."""
+    if not pod.HasField("linux"):
+        return None
+    qos = qos_from_cgroup_parent(pod.linux.cgroup_parent)
+    if qos is None or qos is QOSClass.GUARANTEED:
+        return None
+    cpus = ""
+    if ctr.HasField("linux"):
+        lin = ctr.linux
+        if len(lin.devices):
+            return None
+        if lin.HasField("resources"):
+            cpus = lin.resources.cpu.cpus
+    uid = pod.uid or pod.labels.get(LABEL_POD_UID, "") or pod.id
+    name = ctr.labels.get(LABEL_CONTAINER_NAME, "") or ctr.name
+    return uid, name, cpus
+
+
 def container_info(pod: Any, ctr: Any) -> ContainerInfo:
     """Build a :class:`ContainerInfo` from NRI ``PodSandbox`` and ``Container`` messages."""
     uid = pod.uid or pod.labels.get(LABEL_POD_UID, "") or pod.id

@@ -41,7 +41,12 @@ from nri_cpumgr.managers import (  # noqa: F401 - shared with the planner, re-ex
 )
 from nri_cpumgr.metrics import Metrics
 from nri_cpumgr.podmodel import QOSClass
-from nri_cpumgr.podmodel.nri import ContainerInfo, container_info, qos_from_resources
+from nri_cpumgr.podmodel.nri import (
+    ContainerInfo,
+    container_info,
+    plain_shared,
+    qos_from_resources,
+)
 from nri_cpumgr.poolsync import SharedPoolSync
 from nri_cpumgr.runtime.events import EVENTS  # noqa: F401 - re-exported
 from nri_cpumgr.sysfs import device_numa_node
@@ -93,6 +98,9 @@ class Plugin:
         self.sender: Sender | None = None
         self.pool_sync: SharedPoolSync | None = None
         self._save_scheduled = False
+        #: (pod, container) messages of the last Synchronize's plain shared containers whose
+        #: records are still to be built (see _finish_synchronize)
+        self._plain_rest: list[tuple[nri_pb2.PodSandbox, nri_pb2.Container]] | None = None
         self._writer: BackgroundWriter | None = None
         self.synchronized = False
         #: A runtime has configured the plugin (it registered): the checkpoints may be written
@@ -210,6 +218,8 @@ class Plugin:
 
     def save(self) -> None:
         """Write the checkpoints now (disconnect, shutdown)."""
+        if self._plain_rest is not None:
+            self._finish_synchronize(connect=False)
         if self.provisional or self.refused is not None or not self.registered:
             return
         if self._writer is not None:
@@ -288,6 +298,8 @@ class Plugin:
         log.info("configure runtime=%s %s%s", req.runtime_name, req.runtime_version, extra)
         if self.refused is None:
             self.registered = True
+            if self._writer is None:  # its thread starts here, not inside Synchronize
+                self._writer = BackgroundWriter(_write_failed)
         self.metrics.connection(True, False)
 
     def synchronize(
@@ -296,8 +308,17 @@ class Plugin:
         if self.refused is not None:
             return []
         t0 = time.perf_counter()
+        self._plain_rest = None  # (a Synchronize replaces the state, and what was pending)
         by_id = {p.id: p for p in pods}
         infos, stopped = [], []
+        # the containers that can only be shared (most of a node) are decided from four
+        # strings; their records are built after the reply (_finish_synchronize): the
+        # runtime holds its NRI lock, for every container operation of the node, until then
+        plain: list[tuple[str, str, str, str]] = []
+        rest: list[tuple[nri_pb2.PodSandbox, nri_pb2.Container]] = []
+        manager = self.manager
+        fast = self.adoption is None and manager.plain_shared_possible()
+        pinned = manager.pinned_pods() if fast else set()
         # thousands of new objects, none of them garbage yet: no collection while they are
         # built (one would walk them all, several times over)
         paused = gc.isenabled()
@@ -305,12 +326,40 @@ class Plugin:
         try:
             for c in containers:
                 p = by_id.get(c.pod_sandbox_id)
-                if p is not None:
-                    (infos if c.state in _LIVE_STATES else stopped).append(container_info(p, c))
-            return self._synchronize(t0, pods, containers, infos, stopped)
+                if p is None:
+                    continue
+                if c.state not in _LIVE_STATES:
+                    stopped.append(container_info(p, c))
+                    continue
+                if fast:
+                    got = plain_shared(p, c)
+                    if got is not None and got[0] not in pinned:
+                        plain.append((c.id, *got))
+                        rest.append((p, c))
+                        continue
+                infos.append(container_info(p, c))
+            return self._synchronize(t0, pods, containers, infos, stopped, plain, rest)
         finally:
             if paused:
                 gc.enable()
+
+    def _finish_synchronize(self, connect: bool = True) -> None:
+        """The second half of a Synchronize, after its reply: the records of the ``plain``
+        containers, the shared-pool sync, the checkpoint. Runs right after the reply went out
+        (call_soon: before the next request is read), or first thing in the next handler."""
+        rest, self._plain_rest = self._plain_rest, None
+        if rest is None:
+            return
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            self.manager.track_plain([container_info(p, c) for p, c in rest])
+        finally:
+            if paused:
+                gc.enable()
+        if connect:  # (not when the plugin is shutting down: no event loop then)
+            self._connect_pool_sync()
+            self._changed(delay=0.0)  # the rebuilt state is on disk right after the reply
 
     def _synchronize(
         self,
@@ -319,24 +368,30 @@ class Plugin:
         containers: Sequence[nri_pb2.Container],
         infos: list[ContainerInfo],
         stopped: list[ContainerInfo],
+        plain: list[tuple[str, str, str, str]],
+        rest: list[tuple[nri_pb2.PodSandbox, nri_pb2.Container]],
     ) -> list[nri_pb2.ContainerUpdate]:
         live_pods = {p.uid or p.id for p in pods}
         devices = {i.id: self._device_numa(i) for i in infos if i.devices}
         if self.adoption is not None:  # the kubelet's assignments meet the runtime's truth
             self.adoption.reconcile(self.manager.state, infos, stopped, live_pods)
             self.adoption = None
-        updates = self.manager.synchronize(infos, devices, live_pods=live_pods, stopped=stopped)
+        updates = self.manager.synchronize(infos, devices, live_pods=live_pods, stopped=stopped,
+                                           plain=plain)
         self.synchronized = True
         self.registered = True  # (a Synchronize comes from a runtime, after its Configure)
         reply = [_update(d) for d in updates.values()]
-        self._connect_pool_sync()
-        self._changed(delay=0.0)  # the rebuilt state is on disk right after the reply
+        self._plain_rest = rest
+        try:
+            asyncio.get_running_loop().call_soon(self._finish_synchronize)
+        except RuntimeError:  # no event loop (tests): now
+            self._finish_synchronize()
         _after_large_request(len(containers))
         self._observe("Synchronize", t0)
         self.metrics.connection(True, True)
         log.info(
             "synchronize pods=%d containers=%d updates=%d shared-pool=%s exclusive=%s (%.2f ms)",
-            len(pods), len(infos), len(updates), self.manager.shared_pool(),
+            len(pods), len(infos) + len(plain), len(updates), self.manager.shared_pool(),
             self.manager.state.assigned_cpus(), (time.perf_counter() - t0) * 1e3,
         )
         return reply
@@ -361,6 +416,8 @@ class Plugin:
     def create_container(
         self, req: nri_pb2.CreateContainerRequest
     ) -> nri_pb2.CreateContainerResponse:
+        if self._plain_rest is not None:
+            self._finish_synchronize()
         if self.refused is not None:
             return nri_pb2.CreateContainerResponse()
         t0 = time.perf_counter()
@@ -417,6 +474,8 @@ class Plugin:
     def update_container(
         self, req: nri_pb2.UpdateContainerRequest
     ) -> nri_pb2.UpdateContainerResponse:
+        if self._plain_rest is not None:
+            self._finish_synchronize()
         if self.refused is not None:
             return nri_pb2.UpdateContainerResponse()
         t0 = time.perf_counter()
@@ -460,6 +519,8 @@ class Plugin:
         return d
 
     def stop_container(self, req: nri_pb2.StopContainerRequest) -> nri_pb2.StopContainerResponse:
+        if self._plain_rest is not None:
+            self._finish_synchronize()
         if self.refused is not None:
             return nri_pb2.StopContainerResponse()
         t0 = time.perf_counter()
@@ -473,6 +534,8 @@ class Plugin:
         return resp
 
     def state_change(self, req: nri_pb2.StateChangeEvent) -> None:
+        if self._plain_rest is not None:
+            self._finish_synchronize()
         if self.refused is not None:
             return
         t0 = time.perf_counter()
@@ -512,6 +575,8 @@ class Plugin:
             self._pool_changed()
 
     def disconnected(self) -> None:
+        if self._plain_rest is not None:
+            self._finish_synchronize()
         self.synchronized = False
         if self.pool_sync is not None:
             self.pool_sync.disconnected()
