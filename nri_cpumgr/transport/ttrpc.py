@@ -240,14 +240,10 @@ class Client(_Endpoint):
         self._next_sid += 2
         fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._pending[sid] = fut
-        try:
-            if not self._write(sid, TYPE_REQUEST, data):
-                raise ConnectionError("NRI connection is closed")
-            if timeout is None:
-                return await fut
-            return await asyncio.wait_for(fut, timeout)
-        finally:
-            self._pending.pop(sid, None)
+        if not self._write(sid, TYPE_REQUEST, data):
+            del self._pending[sid]
+            raise ConnectionError("NRI connection is closed")
+        return await self._answer(sid, fut, timeout)
 
     def expect(self, sid: int, *, timeout: float | None = None) -> Awaitable[bytes]:
         """The answer to a request already written on this connection as stream ``sid``

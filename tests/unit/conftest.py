@@ -1,12 +1,36 @@
 """Unit tests never adopt the host's kubelet checkpoints: a kubelet running on the
 development machine (``/var/lib/kubelet/cpu_manager_state``) must not change their results.
-Tests of the adoption pass their own ``kubeletStateDirectory``."""
+Tests of the adoption pass their own ``kubeletStateDirectory``.
+
+Shared fixtures: ``sock_path`` (a unix socket path in a fresh short directory: sun_path is
+108 bytes) and ``workdir`` (a fresh directory), both removed afterwards."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+
+@pytest.fixture
+def sock_path() -> Iterator[Path]:
+    d = tempfile.mkdtemp(prefix="nri-t-", dir="/tmp")
+    try:
+        yield Path(d) / "nri.sock"
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    d = Path(tempfile.mkdtemp(prefix="nri-p-", dir="/tmp"))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

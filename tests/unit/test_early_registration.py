@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,15 +23,6 @@ from nri_cpumgr.transport.wire import (
 )
 
 from .nri_peer import FRAME, FakeRuntime, RecordingHandlers
-
-
-@pytest.fixture
-def sock_path() -> Iterator[Path]:
-    d = tempfile.mkdtemp(prefix="nri-e-", dir="/tmp")  # short: sun_path is 108 bytes
-    try:
-        yield Path(d) / "nri.sock"
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 class Factory:

@@ -7,7 +7,7 @@ import pytest
 
 from nri_cpumgr.api import nri_pb2
 from tests.unit.nri_peer import PeerCallError
-from tests.unit.test_runtime_plugin import STATIC, cpus_of, ctr, pod, run, workdir  # noqa: F401
+from tests.unit.test_runtime_plugin import STATIC, cpus_of, ctr, pod, run
 
 POD_LEVEL = STATIC + ("topologyManagerScope: pod\n"
                       "featureGates: {PodLevelResources: true, PodLevelResourceManagers: true}\n")

@@ -10,7 +10,7 @@ from nri_cpumgr.api import nri_pb2
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.poolsync import PoolPlanner, encode_updates, update_body
 
-from .test_runtime_plugin import STATIC, cpus_of, ctr, pod, run, workdir  # noqa: F401
+from .test_runtime_plugin import STATIC, cpus_of, ctr, pod, run
 
 ALL, SHRUNK = CPUSet({0, 1, 2, 3}), CPUSet({0, 1, 2})
 

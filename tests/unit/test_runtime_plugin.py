@@ -6,9 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,13 +24,6 @@ MACHINE = Machine(CPUTopology.from_details({0: CPUInfo(0, 0, 0), 1: CPUInfo(0, 0
 STATIC = 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n'
 
 
-@pytest.fixture
-def workdir() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="nri-p-", dir="/tmp"))
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def pod(uid: str, qos: str = "") -> nri_pb2.PodSandbox:

@@ -5,12 +5,7 @@ those of the full path, on a mixed node."""
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from nri_cpumgr.api import nri_pb2
 from nri_cpumgr.config import parse_config
@@ -24,13 +19,6 @@ MACHINE = Machine(CPUTopology.from_details(
 STATIC = 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n'
 
 
-@pytest.fixture
-def workdir() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="nri-sp-", dir="/tmp"))
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def plugin(workdir: Path, name: str, fast: bool) -> Plugin:

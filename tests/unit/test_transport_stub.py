@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import socket
-import tempfile
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -16,16 +14,6 @@ from nri_cpumgr.api import nri_pb2
 from nri_cpumgr.transport.stub import DEFAULT_EVENTS, PluginError, Stub, event_mask
 
 from .nri_peer import FRAME, FakeRuntime, PeerCallError, PeerConn, RecordingHandlers
-
-
-@pytest.fixture
-def sock_path() -> Iterator[Path]:
-    d = tempfile.mkdtemp(prefix="nri-t-", dir="/tmp")  # short: sun_path is 108 bytes
-    try:
-        yield Path(d) / "nri.sock"
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
-
 
 Scenario = Callable[[FakeRuntime, Stub, PeerConn, RecordingHandlers], Awaitable[None]]
 

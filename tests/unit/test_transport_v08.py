@@ -11,10 +11,7 @@ requested (v0.6.1 refuses unknown bits). Split Synchronize is in test_transport_
 from __future__ import annotations
 
 import logging
-import shutil
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,13 +26,6 @@ from .test_transport_stub import ctr, pod, run_scenario, until
 LOGGER = "test.nri.v08"
 
 
-@pytest.fixture
-def sock_path() -> Iterator[Path]:
-    d = tempfile.mkdtemp(prefix="nri-v8-", dir="/tmp")  # short: sun_path is 108 bytes
-    try:
-        yield Path(d) / "nri.sock"
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def _records(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
