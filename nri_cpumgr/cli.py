@@ -57,27 +57,6 @@ def _config_path(given: str | None) -> str | None:
     return DEFAULT_CONFIG if Path(DEFAULT_CONFIG).is_file() else None
 
 
-def _check_reserved_cpus(config: Config, machine) -> None:
-    """reservedSystemCPUs must name CPUs of this machine and leave at least one CPU
-    unreserved. The kubelet fails such a list only later, when the static policy is
-    built; here the error names the key. Raises :class:`ConfigError`."""
-    if config.cpuManagerPolicy != "static":
-        return
-    online = machine.topology.cpus()
-    reserved = config.reserved_cpus()
-    outside = reserved - online
-    if outside:
-        raise ConfigError(
-            f"invalid config: reservedSystemCPUs {config.reservedSystemCPUs!r}: CPU(s) "
-            f"{outside} not on this machine (CPUs {online})")
-    count = len(reserved) if reserved else config.reserved_cpu_count()
-    if count >= len(online):
-        raise ConfigError(
-            f"invalid config: reservedSystemCPUs/kubeReserved/systemReserved reserve {count} "
-            f"of the machine's {len(online)} CPUs: no CPU would be left for exclusive "
-            "allocation; reserve fewer")
-
-
 class _DeferredQueueHandler(logging.handlers.QueueHandler):
     """Queues the record as it is: formatting (timestamps, %-args) and the write happen on
     the listener's thread, not on the event loop that answers the runtime. The arguments
@@ -224,7 +203,6 @@ def cmd_run(args: argparse.Namespace) -> int:
             from nri_cpumgr.runtime.plugin import Plugin
 
             machine = _discover(args.sysfs_root)
-            _check_reserved_cpus(config, machine)
             metrics = Metrics()
             plugin = Plugin(
                 config, machine, accept_runtime_config=launched and args.config is None,
@@ -438,11 +416,32 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+class _RunOnlyError(Exception):
+    """A command line the ``run``-only parser cannot take: the full parser says why."""
+
+
+class _RunOnlyParser(argparse.ArgumentParser):
+    def error(self, message: str):  # type: ignore[override]
+        raise _RunOnlyError(message)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """``argv`` parsed; a ``run`` command line by a parser of ``run`` alone (the plugin's
+    start: the other sub-commands' parsers cost ~10 ms), its errors said by the full one."""
+    if argv[:1] == ["run"]:
+        try:
+            return build_parser(only_run=True).parse_args(argv)
+        except _RunOnlyError:
+            pass
+    return build_parser().parse_args(argv)
+
+
 def build_parser(only_run: bool = False) -> argparse.ArgumentParser:
-    """The command line. ``only_run``: just the ``run`` sub-command, for a command line that
-    starts with it (the plugin's start: the other sub-commands' parsers cost ~10 ms)."""
-    p = argparse.ArgumentParser(prog="nri-cpumgr", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    """The command line. ``only_run``: just the ``run`` sub-command, whose errors raise
+    instead of printing (see :func:`parse_args`)."""
+    p = (_RunOnlyParser if only_run else argparse.ArgumentParser)(
+        prog="nri-cpumgr", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action=_VersionAction, help="print the version and exit")
     sub = p.add_subparsers(dest="cmd", required=True)
 
@@ -499,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     launched = "NRI_PLUGIN_SOCKET" in os.environ
     if launched and not argv:
         argv = ["run"]  # launched by the runtime from plugin_path: no arguments
-    args = build_parser(only_run=argv[:1] == ["run"]).parse_args(argv)
+    args = parse_args(argv)
     launched = launched and args.cmd == "run"  # also `run` from a wrapper script
 
     def fail(message: str, status: int) -> int:

@@ -29,9 +29,33 @@ from nri_cpumgr.topology import Machine
 log = logging.getLogger("nri_cpumgr.plugin")
 
 
+def check_reserved_cpus(config: Config, machine: Machine) -> None:
+    """reservedSystemCPUs must name CPUs of this machine and leave at least one CPU
+    unreserved. The kubelet fails such a list only later, when the static policy is
+    built; here the error names the key, for the start-up config and the runtime's alike.
+    Raises :class:`ConfigError`."""
+    if config.cpuManagerPolicy != "static":
+        return
+    online = machine.topology.cpus()
+    reserved = config.reserved_cpus()
+    outside = reserved - online
+    if outside:
+        raise ConfigError(
+            f"invalid config: reservedSystemCPUs {config.reservedSystemCPUs!r}: CPU(s) "
+            f"{outside} not on this machine (CPUs {online})")
+    count = len(reserved) if reserved else config.reserved_cpu_count()
+    if count >= len(online):
+        raise ConfigError(
+            f"invalid config: reservedSystemCPUs/kubeReserved/systemReserved reserve {count} "
+            f"of the machine's {len(online)} CPUs: no CPU would be left for exclusive "
+            "allocation; reserve fewer")
+
+
 def build_policy(config: Config, machine: Machine) -> StaticPolicy | NonePolicy:
     """The CPU policy the config names. Raises :class:`ConfigError` (one line) when the
-    static policy cannot be built (no reservation, bad option, reserved list vs count...)."""
+    static policy cannot be built (no reservation, reserved CPUs not on this machine or all
+    of them, bad option, reserved list vs count...)."""
+    check_reserved_cpus(config, machine)
     if config.cpuManagerPolicy == "none":
         return NonePolicy(machine.topology)
     reserved = config.reserved_cpus()

@@ -113,6 +113,11 @@ class Handlers(Protocol):
     def disconnected(self) -> None: ...
 
 
+class _BuildFailed(PluginError):
+    """The deferred handlers could not be built: :meth:`Stub.run` raises the cause; the
+    request that needed them is not answered (the connection is closed)."""
+
+
 class _SessionFailed(Exception):
     """The connection ended before the plugin was registered."""
 
@@ -256,14 +261,14 @@ class Stub:
         the request fails (Unknown) and :meth:`run` raises the factory's exception."""
         if self._handlers is None:
             if self._build_error is not None:
-                raise PluginError(f"the plugin failed to start: {self._build_error}")
+                raise _BuildFailed(f"the plugin failed to start: {self._build_error}")
             assert self._build_handlers is not None
             try:
                 handlers = self._build_handlers()
             except BaseException as exc:
                 self._build_error = exc
                 self.stop()
-                raise PluginError(f"the plugin failed to start: {exc}") from exc
+                raise _BuildFailed(f"the plugin failed to start: {exc}") from exc
             self._bind(handlers)
         return self._handlers  # type: ignore[return-value]
 
@@ -506,7 +511,8 @@ class Stub:
                 try:
                     resp = fn(req)
                 except PluginError as exc:
-                    self._log.warning("NRI: %s refused: %s", req_cls.__name__, exc)
+                    if not isinstance(exc, _BuildFailed):  # (that one ends the plugin)
+                        self._log.warning("NRI: %s refused: %s", req_cls.__name__, exc)
                     raise TtrpcError(UNKNOWN, str(exc)) from None
                 finally:
                     self._in_handler = False

@@ -99,11 +99,13 @@ class EarlyRegistration:
 
 
 def register_early(name: str, idx: str, *, socket_path: str | None = None,
-                   fd: int | None = None, timeout: float = 10.0) -> EarlyRegistration:
+                   fd: int | None = None, timeout: float = 10.0,
+                   connect_timeout: float = 1.0) -> EarlyRegistration:
     """Connect to the runtime (``socket_path``) or take the launched plugin's socket (``fd``)
     and send RegisterPlugin(``name``, ``idx``) as stream 1 of the Runtime service conn,
     without waiting for the answer (Configure may come first: the event loop reads both).
-    ``timeout``: seconds, sent as the request's deadline.
+    ``timeout``: seconds, sent as the request's deadline; ``connect_timeout``: seconds the
+    connect and the write may block (a runtime that does not accept).
 
     Raises OSError when the socket cannot be reached or written (the caller then connects
     the usual way, with its retries), ValueError when neither or both of ``socket_path`` and
@@ -118,6 +120,9 @@ def register_early(name: str, idx: str, *, socket_path: str | None = None,
     else:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
+        # a runtime that does not accept (a full listen backlog) must not hang the start:
+        # give up after ``connect_timeout`` and let the usual path report and retry
+        sock.settimeout(connect_timeout)
         if socket_path is not None:
             sock.connect(socket_path)
         payload = nri_pb2.RegisterPluginRequest(plugin_name=name,
@@ -132,6 +137,7 @@ def register_early(name: str, idx: str, *, socket_path: str | None = None,
         else:
             sock.detach()  # the runtime's socket stays open for the usual path to report
         raise
+    sock.settimeout(None)
     return EarlyRegistration(sock, sid)
 
 

@@ -189,6 +189,30 @@ def test_bad_runtime_config_leaves_the_plugin_inert(workdir, caplog, monkeypatch
     assert not (state / CHECKPOINT_NAME).exists()
 
 
+@pytest.mark.parametrize("reserved, words", [
+    ("0-1", "reserve 2 of the machine's 2 CPUs"),
+    ("0-999", "CPU(s) 2-999 not on this machine"),
+])
+def test_runtime_config_reserving_too_much_leaves_the_plugin_inert(workdir, caplog,
+                                                                   monkeypatch, reserved,
+                                                                   words):
+    """The runtime's config gets the start-up config's reserved-CPU checks: every CPU (or
+    CPUs the machine lacks) reserved is refused with the key named, not run with nothing
+    left to allocate."""
+    monkeypatch.setenv("NRI_PLUGIN_NAME", "cpumgr")
+    monkeypatch.setenv("NRI_PLUGIN_IDX", "90")
+
+    async def body(conn, plugin):
+        await conn.handshake(config=f"cpuManagerPolicy: static\nreservedSystemCPUs: "
+                                    f"'{reserved}'\n")
+        assert plugin.refused is not None and words in plugin.refused
+
+    with caplog.at_level(logging.ERROR):
+        run(workdir, body, config="", accept_runtime_config=True)
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and words in errors[0] and "stays inert" in errors[0], errors
+
+
 def test_runtime_config_refused_by_the_policy_names_its_source(workdir, caplog):
     """An error from the policy builders (after parsing) says where the config came from."""
     async def body(conn, plugin):
