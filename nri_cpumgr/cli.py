@@ -150,19 +150,16 @@ def _discover(sysfs_root: str):
     return discover(sysfs_root)
 
 
-def _register_early(config: Config, launched: bool):
+def _register_early(config: Config):
     """Send RegisterPlugin on a blocking socket before asyncio and the transport are imported
     (:func:`nri_cpumgr.transport.wire.register_early`); None when the runtime cannot be
     reached that way (the stub then connects, retries and reports as usual)."""
     from nri_cpumgr.transport import wire
 
     try:
-        if launched:
-            fd, name, idx = wire.launched_from_env()
-            return wire.register_early(name, idx, fd=fd)
         return wire.register_early(config.pluginName, config.pluginIndex,
                                    socket_path=config.socketPath)
-    except (OSError, RuntimeError) as e:
+    except OSError as e:
         log.debug("early registration not sent (%s): connecting the usual way", e)
         return None
 
@@ -248,7 +245,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         # for its registration before serving CRI) and a Configure it fails stops containerd
         # 1.7: it builds everything first and stops before connecting when it cannot start;
         # a plugin that connects to a running runtime registers first
-        early = None if launched else _register_early(config, launched)
+        early = None if launched else _register_early(config)
         asyncio = _asyncio()
         from nri_cpumgr.runtime.events import EVENTS
         from nri_cpumgr.transport.stub import Stub
