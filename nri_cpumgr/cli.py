@@ -42,7 +42,6 @@ def _asyncio():
     return asyncio
 
 
-
 log = logging.getLogger("nri_cpumgr")
 
 # Read when --config is not given (run, status) and the file exists; the image ships it.
@@ -252,8 +251,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         nri_log = logging.getLogger("nri_cpumgr.nri")
         if launched:
-            stub = Stub.from_env(None, build_handlers=build, events=EVENTS, logger=nri_log,
-                                 early=early)
+            stub = Stub.from_env(None, build_handlers=build, events=EVENTS, logger=nri_log)
         else:
             stub = Stub(None, build_handlers=build, name=config.pluginName,
                         idx=config.pluginIndex, socket_path=config.socketPath, events=EVENTS,
@@ -271,11 +269,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         try:
             asyncio.run(main())
         finally:
-            if "plugin" in built:
-                built["plugin"].close()  # type: ignore[attr-defined]
-            if "server" in built:
-                built["server"].close()  # type: ignore[attr-defined]
-            if "plugin" in built:  # it started
+            plugin, server = built.get("plugin"), built.get("server")
+            if plugin is not None:
+                plugin.close()  # type: ignore[attr-defined]
+            if server is not None:
+                server.close()  # type: ignore[attr-defined]
+            if plugin is not None:  # it started
                 log.info("nri-cpumgr stopped")
     except ConfigError as e:  # the machine-dependent checks: name the file as load_config does
         raise with_source(e, source) from None

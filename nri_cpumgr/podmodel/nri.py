@@ -50,7 +50,6 @@ _SYSTEMD = re.compile(r"kubepods(?:-(burstable|besteffort))?-pod[0-9A-Za-z_]+\.s
 # the same two patterns matched where the last "kubepods" of the parent starts: a search
 # tries every position of the string (1 us a container, 1,000 containers per Synchronize)
 _CGROUPFS_AT = re.compile(r"kubepods(?:/(burstable|besteffort))?/pod[0-9A-Za-z_-]+/?$")
-_SYSTEMD_AT = _SYSTEMD
 _QOS_OF_GROUP = {None: QOSClass.GUARANTEED, "burstable": QOSClass.BURSTABLE,
                  "besteffort": QOSClass.BESTEFFORT}
 
@@ -65,7 +64,7 @@ def qos_from_cgroup_parent(parent: str) -> QOSClass | None:
         return None
     m = _CGROUPFS_AT.match(parent, i) if i == 0 or parent[i - 1] == "/" else None
     if m is None:
-        m = _SYSTEMD_AT.match(parent, i)
+        m = _SYSTEMD.match(parent, i)
         if m is None:  # "kubepods" again inside the pod's own name: the full search decides
             m = _CGROUPFS.search(parent) or _SYSTEMD.search(parent)
             if m is None:

@@ -405,7 +405,7 @@ class Plugin:
         shared = {
             cid: (pool, _mems_text(t.mems)) if t.mems is not None else entry
             for cid, t in self.manager.containers.items()
-            if not t.exclusive and t.applied is None and not t.stopped
+            if t.shared and not t.stopped
         }
         self.pool_sync.connected(self.sender, pool, shared)
 

@@ -27,6 +27,7 @@ Protocol facts (containerd/nri pkg/stub, pkg/adaptation; /work/shared/docs/nri-p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import socket
@@ -251,10 +252,8 @@ class Stub:
         for a plugin whose start-up errors must stop it before it connects."""
         try:
             return self._ready()
-        except PluginError:
-            if self._build_error is not None:
-                raise self._build_error from None
-            raise
+        except _BuildFailed:
+            raise self._build_error from None  # type: ignore[misc]
 
     def _ready(self) -> Handlers:
         """The handlers, built now if they were deferred. A failed build stops the stub:
@@ -334,9 +333,8 @@ class Stub:
         deferred ``build_handlers`` raised."""
         try:
             await self._run()
-        except PluginError:
-            if self._build_error is None:
-                raise
+        except _BuildFailed:
+            pass
         if self._build_error is not None:
             raise self._build_error
 
@@ -429,15 +427,14 @@ class Stub:
             registration = client.expect(self._early.sid, timeout=self._register_timeout)
         try:
             await self._connect(mux)
+            if self._stopping:
+                raise _Stopped
         except BaseException:
+            mux.close()  # (fails what waits on it, the early registration's answer too)
             if registration is not None:
-                registration.close()  # type: ignore[attr-defined]
+                with contextlib.suppress(Exception):
+                    await registration
             raise
-        if self._stopping:
-            mux.close()
-            if registration is not None:
-                registration.close()  # type: ignore[attr-defined]
-            raise _Stopped
         self.sessions += 1
         self._mux = mux
         where = self.socket_path or f"fd {self._fd}"

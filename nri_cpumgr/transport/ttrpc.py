@@ -262,7 +262,8 @@ class Client(_Endpoint):
     async def _answer(self, sid: int, fut: asyncio.Future[bytes],
                       timeout: float | None) -> bytes:
         try:
-            if self.mux.closed:
+            if self.mux.closed and not fut.done():
+                fut.cancel()
                 raise ConnectionError("NRI connection is closed")
             if timeout is None:
                 return await fut

@@ -20,6 +20,8 @@ import socket
 import struct
 from dataclasses import dataclass
 
+from nri_cpumgr.api import nri_pb2, ttrpc_pb2
+
 MUX_HEADER = struct.Struct(">II")
 MUX_HEADER_LEN = MUX_HEADER.size
 #: Largest outgoing frame, header included (nri mux.go reads into a 4096-byte buffer).
@@ -76,8 +78,6 @@ def ttrpc_request(service: str, method: str, payload: bytes, *, timeout: float |
                   metadata: dict[str, str] | None = None) -> bytes:
     """A serialized ``ttrpc.Request`` (``timeout`` in seconds, sent as ``timeout_nano``).
     Raises ValueError when it is over :data:`MAX_MESSAGE_OUT` bytes."""
-    from nri_cpumgr.api import ttrpc_pb2
-
     req = ttrpc_pb2.Request(service=service, method=method, payload=payload)
     if timeout is not None:
         req.timeout_nano = int(timeout * 1e9)
@@ -111,8 +111,6 @@ def register_early(name: str, idx: str, *, socket_path: str | None = None,
     the usual way, with its retries), ValueError when neither or both of ``socket_path`` and
     ``fd`` are given.
     """
-    from nri_cpumgr.api import nri_pb2
-
     if (socket_path is None) == (fd is None):
         raise ValueError("need exactly one of socket_path and fd")
     if fd is not None:
