@@ -143,9 +143,10 @@ class PoolPlanner:
 
     def set_target(self, pool: CPUSet, now: float) -> None:
         """The shared pool is now ``pool``."""
-        if pool == self.target:
+        before, after = self.target.mask, pool.mask  # (the pool's masks: no set walked)
+        if before == after:
             return
-        lost, gained = self.target - pool, pool - self.target
+        lost, gained = before & ~after, after & ~before
         self.target = pool
         self.last_event = now
         if lost and self.shrink_since is None:

@@ -40,3 +40,31 @@ def test_format_kubelet_style():
 @given(st.frozensets(st.integers(0, 300)))
 def test_roundtrip(ids):
     assert CPUSet.parse(format_cpulist(ids)) == ids
+
+
+_IDS = st.frozensets(st.integers(0, 300)) | st.frozensets(st.integers(0, 3000), max_size=40)
+
+
+@given(_IDS, _IDS)
+def test_masks_follow_the_set_operators(a, b):
+    """A set's mask, whether computed from its ids, built from a mask or carried through
+    an operator from its operands' masks, is the mask of its ids; so is its text."""
+    x, y = CPUSet(a), CPUSet(b)
+    assert x.mask == sum(1 << i for i in a) and y.mask == sum(1 << i for i in b)
+    z = CPUSet.from_mask(x.mask)
+    assert z == a and z.mask == x.mask and str(z) == format_cpulist(a) == str(x)
+    for op in ("__or__", "__and__", "__sub__", "__xor__"):
+        got = getattr(x, op)(y)  # both masks known: the result's mask is derived
+        want = getattr(frozenset(a), op)(frozenset(b))
+        assert got == want and isinstance(got, CPUSet)
+        assert got.mask == sum(1 << i for i in want), op
+        assert str(got) == format_cpulist(want)
+        plain = getattr(CPUSet(a), op)(set(b))  # no mask on either side: computed when asked
+        assert plain == want and plain.mask == got.mask and str(plain) == str(got)
+
+
+def test_mask_text_in_runs():
+    assert str(CPUSet.from_mask(0)) == ""
+    assert str(CPUSet.from_mask(0b1011_1101)) == "0,2-5,7"
+    assert str(CPUSet.from_mask((1 << 256) - 2)) == "1-255"
+    assert repr(CPUSet.parse("1-3")) == "CPUSet('1-3')"

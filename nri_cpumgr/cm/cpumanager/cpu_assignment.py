@@ -28,17 +28,15 @@ as integer bitmasks (bit *i* = CPU *i*), so each step is a few popcounts.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
-import operator
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from nri_cpumgr.cm.cpumanager.errors import AllocationFailedError, NotEnoughCPUsError
 from nri_cpumgr.cm.cpumanager.policy_options import StaticPolicyOptions
-from nri_cpumgr.cpuset import CPUSet
+from nri_cpumgr.cpuset import CPUSet, ids_to_mask, mask_to_list
 from nri_cpumgr.topology import CPUTopology
 
 __all__ = [
@@ -57,41 +55,21 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 
 
-_ONE = 1
 _ID_BITS = 24  # socket, NUMA node, core and L3 ids are below 2**24 (cpuset ids: 65536)
 _ID_MASK = (1 << _ID_BITS) - 1
 
 
 def cpus_to_mask(cpus: Iterable[int]) -> int:
-    """The bitmask of a set of CPU ids (bit *i* set = CPU *i*)."""
-    if isinstance(cpus, frozenset | set) and cpus:
-        # distinct ids: the sum of their bits is their union, summed in C from a table of
-        # powers of two (a 255-CPU set: ~7 us instead of ~40 us of shifts and ors)
-        lo, hi = min(cpus), max(cpus)
-        if lo >= 0 and hi < _POW2_MAX:
-            if hi >= len(_POW2):
-                _POW2.extend(1 << i for i in range(len(_POW2), hi + 1))
-            return sum(map(_POW2.__getitem__, cpus))
-    return functools.reduce(operator.or_, map(_ONE.__lshift__, cpus), 0)
-
-
-_POW2: list[int] = []  # 1 << i, grown to the largest CPU id seen (below _POW2_MAX)
-_POW2_MAX = 2048  # the table's size grows as its square: 2,048 entries hold ~280 KiB
-
-
-def mask_to_list(mask: int) -> list[int]:
-    """The CPU ids of a bitmask, ascending."""
-    out: list[int] = []
-    while mask:
-        low = mask & -mask
-        out.append(low.bit_length() - 1)
-        mask ^= low
-    return out
+    """The bitmask of a set of CPU ids (bit *i* set = CPU *i*): a :class:`CPUSet`'s own
+    (computed once per set), else computed."""
+    if isinstance(cpus, CPUSet):
+        return cpus.mask
+    return ids_to_mask(cpus)
 
 
 def mask_to_cpus(mask: int) -> CPUSet:
-    """The :class:`CPUSet` of a bitmask."""
-    return CPUSet(mask_to_list(mask))
+    """The :class:`CPUSet` of a bitmask (which keeps the mask)."""
+    return CPUSet.from_mask(mask)
 
 
 # --------------------------------------------------------------------------------------------
@@ -282,13 +260,25 @@ class _Accumulator:
             outer, groups = self.sort_numas(), idx.numa_cores
         core_mask = idx.core_mask
         for g in outer:
-            keyed = [((avail & core_mask[i]).bit_count() << _ID_BITS) | i
-                     for i, m in groups[g] if avail & m]
             if first_only:
-                if keyed:
-                    yield [min(keyed) & _ID_MASK]
+                # the fewest free CPUs, then the lowest id: a present core with one free
+                # CPU is the answer, and the cores come in id order (no need to see the rest)
+                best, best_free = -1, 0
+                for i, m in groups[g]:
+                    if not avail & m:
+                        continue
+                    free = (avail & core_mask[i]).bit_count()
+                    if free == 1:
+                        best = i
+                        break
+                    if best < 0 or free < best_free:
+                        best, best_free = i, free
+                if best >= 0:
+                    yield [best]
                     return
                 continue
+            keyed = [((avail & core_mask[i]).bit_count() << _ID_BITS) | i
+                     for i, m in groups[g] if avail & m]
             keyed.sort()
             yield [k & _ID_MASK for k in keyed]
 

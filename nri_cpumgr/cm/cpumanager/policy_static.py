@@ -301,8 +301,9 @@ class StaticPolicy:
                 self.topology, aligned, min(len(aligned), count), self.options, len(nodes)
             )
         if count > len(result):
-            rest = take_by_topology(
-                self.topology, allocatable - result, count - len(result), self.options
+            rest = take_by_topology(  # (no copy of the free CPUs when none were taken)
+                self.topology, allocatable - result if result else allocatable,
+                count - len(result), self.options,
             )
             result = result | rest
         if self.options.strict_cpu_reservation and not (state.default_set - result):

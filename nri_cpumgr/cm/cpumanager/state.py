@@ -8,7 +8,7 @@ pool. :meth:`CPUManagerState.to_dict` uses the kubelet checkpoint's key names
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,8 +31,10 @@ class CPUManagerState:
         cpus = self.get_cpuset(pod_uid, container_name)
         return cpus if cpus is not None else self.default_set
 
-    def set_cpuset(self, pod_uid: str, container_name: str, cpus: CPUSet) -> None:
-        self.assignments.setdefault(pod_uid, {})[container_name] = CPUSet(cpus)
+    def set_cpuset(self, pod_uid: str, container_name: str, cpus: Iterable[int]) -> None:
+        if not isinstance(cpus, CPUSet):  # (a CPUSet is immutable: kept as is, with its mask)
+            cpus = CPUSet(cpus)
+        self.assignments.setdefault(pod_uid, {})[container_name] = cpus
 
     def delete(self, pod_uid: str, container_name: str) -> None:
         """Forget one container's assignment (and the pod entry once it is empty)."""
