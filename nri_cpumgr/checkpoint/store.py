@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from nri_cpumgr.jsontext import canonical
+
 try:  # CPython's own SHA-256: hashlib's OpenSSL one maps libcrypto (3.4 MiB of RSS here)
     from _sha2 import sha256 as _sha256  # type: ignore[import-not-found]  # 3.12+
 except ImportError:
@@ -32,7 +34,7 @@ class CheckpointError(Exception):
 
 
 def _canonical(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    return canonical(body)
 
 
 def checksum(body: dict[str, Any]) -> str:

@@ -209,7 +209,7 @@ class Plugin:
 
     # ------------------------------------------------------------------ persistence
     def _snapshots(self) -> list[tuple[Checkpoint, dict[str, Any]]]:
-        out = [(self.checkpoint, self.manager.checkpoint())]
+        out = [(self.checkpoint, self.manager.checkpoint(encoded=True))]
         if self.manager.memory is not None:
             out.append((self.memory_checkpoint, self.manager.memory.state.to_dict()))
         if self.explainer is not None:

@@ -1,0 +1,34 @@
+"""Canonical JSON text: sorted keys, no blanks (the form a checkpoint's checksum covers).
+
+Pure functions, no I/O: the managers use them to keep the encoded rows of a checkpoint, the
+checkpoint store to write and verify one.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class RawJSON(bytes):
+    """Canonical JSON text of one value, embedded as it is by :func:`canonical` (a value of
+    the top-level object only). The producer promises it is exactly what ``json.dumps(value,
+    sort_keys=True, separators=(",", ":"))`` would give: the checksum is verified on load
+    against the parsed value re-encoded."""
+
+
+def encode(value: Any) -> bytes:
+    """``value`` as canonical JSON text (UTF-8, non-ASCII escaped)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+def canonical(body: dict[str, Any]) -> bytes:
+    """The canonical JSON text of the object ``body``, whose values may be :class:`RawJSON`
+    (the encoding of everything else is the same as :func:`encode`)."""
+    if not any(isinstance(v, RawJSON) for v in body.values()):
+        return encode(body)
+    parts = [
+        encode(str(k)) + b":" + (v if isinstance(v, RawJSON) else encode(v))
+        for k, v in sorted(body.items())
+    ]
+    return b"{" + b",".join(parts) + b"}"

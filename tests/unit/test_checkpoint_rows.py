@@ -1,0 +1,64 @@
+"""The checkpoint's container rows kept as canonical JSON per container
+(ContainerManager.rows_json): the text must be what encoding rows() gives, container by
+container, through every change a row can see, and a file written from it must load."""
+
+import json
+
+from nri_cpumgr.checkpoint.store import Checkpoint
+from nri_cpumgr.cpuset import CPUSet
+from nri_cpumgr.jsontext import RawJSON, canonical, encode
+from nri_cpumgr.podmodel import QOSClass
+from tests.conformance_data import topology
+from tests.unit.test_container_manager import guaranteed, info, manager
+
+
+def by_id(rows):
+    return {r["id"]: r for r in rows}
+
+
+def check(m, tmp_path):
+    """rows_json parses to rows() (order aside) and is byte for byte their encoding; the
+    checkpoint body built from it is the canonical text of the plain body and loads."""
+    text = m.rows_json()
+    assert text is not None
+    parsed = json.loads(text)
+    assert by_id(parsed) == by_id(m.rows()) and len(parsed) == len(m.rows())
+    assert text == b"[" + b",".join(encode(r) for r in parsed) + b"]"
+    body = m.checkpoint(encoded=True)
+    assert isinstance(body["containers"], RawJSON)
+    plain = {**body, "containers": parsed}
+    assert canonical(body) == encode(plain)
+    cp = Checkpoint(tmp_path / "state.json")
+    cp.save(body)
+    assert cp.load() == plain  # (load verifies the checksum over the parsed body)
+    return parsed
+
+
+def test_rows_json_follows_every_change(tmp_path):
+    m = manager(topology("dual-socket-ht"), reserved="0")
+    tricky = 'a"cpus":"","numa":""\u00e9\\'  # the split patterns inside a name, escaped
+    m.admit(info("be", "p-be", name=tricky))
+    m.admit(info("bu", "p-bu", qos=QOSClass.BURSTABLE, cpus_m=500))
+    first = check(m, tmp_path)
+    assert by_id(first)["be"]["container"] == tricky
+    pool_before = by_id(first)["be"]["cpus"]
+    m.admit(guaranteed("g1", "p-g1", 2))  # the pool shrinks: every shared row follows
+    rows = by_id(check(m, tmp_path))
+    assert rows["be"]["cpus"] == rows["bu"]["cpus"] == str(m.shared_pool()) != pool_before
+    assert rows["g1"]["exclusive"] and rows["g1"]["cpus"] == str(m.state.assignments["p-g1"]["c"])
+    m.stop("g1")  # a changed field of one row
+    assert by_id(check(m, tmp_path))["g1"]["stopped"] is True
+    m.containers["bu"].mems = CPUSet({1})  # mems given to a shared container
+    assert by_id(check(m, tmp_path))["bu"]["mems"] == "1"
+    m.remove("g1")  # a row goes, the pool grows back
+    rows = by_id(check(m, tmp_path))
+    assert "g1" not in rows and rows["be"]["cpus"] == pool_before
+    m.admit(info("new", "p-new"))  # a row comes
+    assert set(by_id(check(m, tmp_path))) == {"be", "bu", "new"}
+    assert set(m._row_text) == {"be", "bu", "new"}  # nothing kept for removed containers
+
+
+def test_plain_body_without_raw_text_is_unchanged():
+    body = {"b": [1, {"y": 2, "x": "é"}], "a": "0-3"}
+    assert canonical(body) == json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    assert canonical({"b": RawJSON(b'[{"x":1}]'), "a": "s"}) == b'{"a":"s","b":[{"x":1}]}'
