@@ -4,7 +4,11 @@ container, through every change a row can see, and a file written from it must l
 
 import json
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from nri_cpumgr.checkpoint.store import Checkpoint
+from nri_cpumgr.cm.container_manager import AdmissionError
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.jsontext import RawJSON, canonical, encode
 from nri_cpumgr.podmodel import QOSClass
@@ -48,7 +52,8 @@ def test_rows_json_follows_every_change(tmp_path):
     assert rows["g1"]["exclusive"] and rows["g1"]["cpus"] == str(m.state.assignments["p-g1"]["c"])
     m.stop("g1")  # a changed field of one row
     assert by_id(check(m, tmp_path))["g1"]["stopped"] is True
-    m.containers["bu"].mems = CPUSet({1})  # mems given to a shared container
+    m.containers["bu"].mems = CPUSet({1})  # a field assigned to (its assigner tells)
+    m.row_changed("bu")
     assert by_id(check(m, tmp_path))["bu"]["mems"] == "1"
     m.remove("g1")  # a row goes, the pool grows back
     rows = by_id(check(m, tmp_path))
@@ -56,9 +61,42 @@ def test_rows_json_follows_every_change(tmp_path):
     m.admit(info("new", "p-new"))  # a row comes
     assert set(by_id(check(m, tmp_path))) == {"be", "bu", "new"}
     assert set(m._row_text) == {"be", "bu", "new"}  # nothing kept for removed containers
+    m.synchronize([info("be", "p-be", name=tricky), guaranteed("g2", "p-g2", 1)])
+    assert set(by_id(check(m, tmp_path))) == {"be", "g2"}
 
 
 def test_plain_body_without_raw_text_is_unchanged():
     body = {"b": [1, {"y": 2, "x": "é"}], "a": "0-3"}
     assert canonical(body) == json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
     assert canonical({"b": RawJSON(b'[{"x":1}]'), "a": "s"}) == b'{"a":"s","b":[{"x":1}]}'
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["be", "g1", "g2", "stop", "remove", "update",
+                                            "pod", "sync"]), st.integers(0, 5)),
+                max_size=40))
+def test_rows_json_equals_rows_under_churn(tmp_path_factory, steps):
+    """Whatever happens to the containers, the kept text is the encoding of rows()."""
+    m = manager(topology("dual-socket-ht"), reserved="0")
+    for op, k in steps:
+        cid = f"c{k}"
+        try:
+            if op == "be":
+                m.admit(info(cid, f"p{k}"))
+            elif op in ("g1", "g2"):
+                m.admit(guaranteed(cid, f"p{k}", int(op[1])))
+            elif op == "stop":
+                m.stop(cid)
+            elif op == "remove":
+                m.remove(cid)
+            elif op == "update":
+                m.update(cid)
+            elif op == "pod":
+                m.remove_pod(f"p{k}")
+            else:
+                m.synchronize([t.info for t in m.containers.values() if not t.stopped])
+        except AdmissionError:
+            pass
+        text = m.rows_json()
+        assert text == b"[" + b",".join(encode(r) for r in json.loads(text)) + b"]"
+        assert by_id(json.loads(text)) == by_id(m.rows())

@@ -207,6 +207,7 @@ class PodLevelManager:
             t = cm.containers[cid]
             if t.applied != pool:
                 t.applied = pool
+                cm.row_changed(cid)
                 d.pod_updates.append(Decision(cid, pool, mems=t.mems))
         return d
 
@@ -286,6 +287,7 @@ class PodLevelManager:
                 continue
             pool = self.pod_pool(t.info.pod_uid)
             t.applied = pool
+            self.cm.row_changed(cid)
             if CPUSet.parse(t.info.cpus) != pool:
                 updates[cid] = Decision(cid, pool, mems=t.mems)
 

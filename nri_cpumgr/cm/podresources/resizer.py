@@ -66,6 +66,7 @@ class Resizer:
         promised = self.promised.setdefault(key, old)
         cpus = resize_exclusive(cm.policy, cm.state, key[0], key[1], count, promised)
         t.applied = cpus
+        cm.row_changed(t.info.id)
         self.resized[key] = {"from": str(old), "to": str(cpus), "promised": str(promised)}
         return old, cpus
 
