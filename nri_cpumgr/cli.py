@@ -165,8 +165,13 @@ def _setup_logging(config: Config, launched: bool, verbose: bool) -> _AfterReply
         log_file = _launched_log_file(config)
     target: logging.StreamHandler  # type: ignore[type-arg]
     if log_file:
-        Path(log_file).parent.mkdir(parents=True, exist_ok=True)
-        target = logging.FileHandler(log_file)
+        try:
+            Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+            target = logging.FileHandler(log_file)
+        except OSError as e:
+            key = "logFile" if config.logFile else "stateDirectory (the log file's directory)"
+            raise ConfigError(f"{key}: cannot write the log file {log_file}: "
+                              f"{e.strerror or e}") from None
     else:
         target = logging.StreamHandler(sys.stderr)
     target.setFormatter(fmt)

@@ -292,6 +292,14 @@ def _string(key: str, v: Any) -> str:
     return v
 
 
+def _path(key: str, v: Any) -> str:
+    """A path that must name something: a string, not empty."""
+    v = _string(key, v)
+    if not v.strip():
+        raise _Invalid(key, "expected a path, got an empty string")
+    return v
+
+
 def _optional_string(key: str, v: Any) -> str | None:
     return None if v is None else _string(key, v)
 
@@ -450,8 +458,8 @@ def _positive_int(key: str, v: Any) -> int:
 _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "pluginName": _plugin_name,
     "pluginIndex": _plugin_index,
-    "socketPath": _string,
-    "stateDirectory": _string,
+    "socketPath": _path,
+    "stateDirectory": _path,
     "logFile": _optional_string,
     "metricsAddress": _metrics_address,
     "cpuManagerPolicy": _one_of("none", "static"),

@@ -19,6 +19,17 @@ def test_bad_config_exits_2_with_one_line(tmp_path, capsys):
     assert "full-pcpus-onyl" in err
 
 
+def test_unwritable_log_file_exits_2_with_one_line(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"logFile: {tmp_path}/file/nri-cpumgr.log\n")  # its directory is a file
+    assert main(["run", "--config", str(cfg), "--sysfs-root", str(FIXTURES / "this-machine"),
+                 "--state-dir", str(tmp_path / "s"), "--socket", str(tmp_path / "no.sock")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "logFile: cannot write the log file" in err and "file/nri-cpumgr.log" in err
+
+
 def test_static_without_reservation_is_refused(tmp_path, capsys):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("cpuManagerPolicy: static\n")

@@ -41,6 +41,8 @@ def test_yaml_bool_option_values_become_kubelet_strings():
         ("topologyManagerPolicy: strict", "topologyManagerPolicy"),
         ("- a\n- b", "mapping"),
         ("a: [", "not YAML"),
+        ("socketPath: ''", "socketPath: expected a path"),
+        ("stateDirectory: ' '", "stateDirectory: expected a path"),
     ],
 )
 def test_bad_config_is_one_line_naming_the_key(text, key):
