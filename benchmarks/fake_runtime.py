@@ -6,8 +6,8 @@ socket, in this process). Each plugin runs as a subprocess dialling it: nri-cpum
 policy, reservedSystemCPUs "0", topology from a generated 256-CPU sysfs tree: 2 sockets x 64
 cores x 2 threads, one NUMA node per socket, 4 L3 caches per socket) and the Go floor
 ``$GO_PEER`` (default ``.runtime/go-peer``; build it with
-``OUT=.runtime/go-peer bash ../shared/tools/go-peer/build.sh``; the whole comparison is
-skipped with one line, exit 0, when absent). The
+``OUT="$PWD/.runtime/go-peer" bash ../shared/tools/go-peer/build.sh``, an absolute path;
+the whole comparison is skipped with one line, exit 0, when absent). The
 two alternate in rounds within one run. Per round and N: Configure, Synchronize of N running
 BestEffort containers
 (timed), then ``--creates`` times: CreateContainer of a Guaranteed 1-CPU container in a new

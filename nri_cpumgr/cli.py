@@ -60,7 +60,8 @@ class _AfterReplyHandler(logging.Handler):
     logged has returned and its reply is written, and under a burst of requests one write
     carries the lines of many (each keeps the time it was logged at). Without a running
     event loop in the logging thread (start-up, shutdown, the checkpoint writer's thread) a
-    record is written at once.
+    record is written at once, or after the records the event loop holds if it holds any
+    (the lines stay in the order they were logged).
 
     No thread of its own: a logging thread woke for every record and took the GIL back from
     the event loop just as the runtime's next request arrived (the fake-runtime benchmark's
@@ -72,32 +73,36 @@ class _AfterReplyHandler(logging.Handler):
         self._pending: list[logging.LogRecord] = []
 
     def emit(self, record: logging.LogRecord) -> None:
+        # (called with self.lock held, as flush_pending holds it: the batch and the records
+        # of other threads are written in the order they were logged)
         aio = sys.modules.get("asyncio")  # (not imported before the early registration)
         loop = aio.events._get_running_loop() if aio is not None else None
-        if loop is None:
+        if loop is None and not self._pending:
             self.target.handle(record)
             return
         if record.exc_info:  # tracebacks refer to live frames: render them now
             record.exc_text = logging.Formatter().formatException(record.exc_info)
             record.exc_info = None
-        if not self._pending:
+        if loop is not None and not self._pending:
             loop.call_later(LOG_BATCH_S, self.flush_pending)
+        # another thread's record while the event loop holds some goes after them
         self._pending.append(record)
 
     def flush_pending(self) -> None:
         """Write the records held for the event loop, in one write (also at exit: a loop
         that stopped drops its timers)."""
-        records, self._pending = self._pending, []
-        if not records:
-            return
-        t = self.target
-        try:
-            text = "".join(t.format(r) + t.terminator for r in records)
-            with t.lock:  # type: ignore[union-attr]
-                t.stream.write(text)
-            t.flush()
-        except Exception:  # noqa: BLE001 - as logging does: report, never raise
-            t.handleError(records[0])
+        with self.lock:  # type: ignore[union-attr]
+            records, self._pending = self._pending, []
+            if not records:
+                return
+            t = self.target
+            try:
+                text = "".join(t.format(r) + t.terminator for r in records)
+                with t.lock:  # type: ignore[union-attr]
+                    t.stream.write(text)
+                t.flush()
+            except Exception:  # noqa: BLE001 - as logging does: report, never raise
+                t.handleError(records[0])
 
 
 #: How long the event loop holds log records before writing them (seconds).
@@ -224,7 +229,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = config.model_copy(update=overrides)
     if launched:
         args.launched_log = _launched_log_file(config)
-    log_handler = _setup_logging(config, launched, args.verbose)
+    try:
+        log_handler = _setup_logging(config, launched, args.verbose)
+    except ConfigError as e:
+        raise with_source(e, source) from None
     built: dict[str, object] = {}  # plugin, server: what build() made, for the cleanup
     try:
 
@@ -301,8 +309,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         async def main() -> None:
             loop = asyncio.get_running_loop()
+            def on_signal(sig: signal.Signals) -> None:
+                log.info("%s received: stopping", sig.name)
+                stub.stop()
+
             for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, stub.stop)
+                loop.add_signal_handler(sig, on_signal, sig)
             await stub.run()
 
         try:
@@ -316,6 +328,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 server.close()  # type: ignore[attr-defined]
             if plugin is not None:  # it started
                 log.info("nri-cpumgr stopped")
+        if stub.failed is not None:  # launched: the runtime's connection failed (logged)
+            return 1
     except ConfigError as e:  # the machine-dependent checks: name the file as load_config does
         raise with_source(e, source) from None
     finally:
@@ -551,7 +565,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except Exception as e:
         from nri_cpumgr.sysfs import SysfsError  # (not imported before the plugin registers)
+        from nri_cpumgr.transport.wire import LaunchEnvError
 
+        if isinstance(e, LaunchEnvError):
+            return fail(str(e), 2)
         if isinstance(e, SysfsError):  # exit 2 for a --sysfs-root given (bad input), 1 for
             given = getattr(args, "sysfs_root", None) not in (None, "/")  # the host's
             return fail(f"cannot read the topology: {e}", 2 if given else 1)

@@ -195,6 +195,10 @@ class Stub:
         self._mux: Mux | None = None
         self._client: Client | None = None
         self._registered = False
+        #: Why a launched plugin's one connection failed before it registered (None: it
+        #: did not): the command exits non-zero then.
+        self.failed: str | None = None
+        self._ever_registered = False
         self._in_handler = False
         self._pending_updates: list[nri_pb2.ContainerUpdate] = []
         self._flush_task: asyncio.Task[None] | None = None
@@ -346,6 +350,8 @@ class Stub:
                 if not self._stopping:
                     self._ready()  # a plugin that cannot start says so first
                     self._log.error("NRI connection failed: %s", exc)
+                    if not self._ever_registered:
+                        self.failed = str(exc)
             return
         # the first connection is made before tenacity is imported (~10 ms that would delay
         # the first registration); the backoff loop takes over once it failed or ended
@@ -456,7 +462,7 @@ class Stub:
             except (ConnectionError, TimeoutError) as exc:
                 raise _SessionFailed(f"registration failed: {exc!r}") from None
             self._client = client
-            self._registered = True
+            self._registered = self._ever_registered = True
             self._ready()  # (already built when Configure came first)
             runtime = f"{self.runtime_name} {self.runtime_version}".strip() or "the runtime"
             self._log.info("NRI: registered as %s-%s with %s", self.idx, self.name, runtime)

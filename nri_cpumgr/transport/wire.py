@@ -139,12 +139,29 @@ def register_early(name: str, idx: str, *, socket_path: str | None = None,
     return EarlyRegistration(sock, sid)
 
 
+class LaunchEnvError(RuntimeError):
+    """``NRI_PLUGIN_SOCKET`` is set (the runtime launched the plugin) but the launch
+    variables are incomplete or malformed; the message says which and what to do."""
+
+
 def launched_from_env() -> tuple[int, str, str]:
     """(socket fd, plugin name, plugin index) of a plugin the runtime launched, from
-    ``NRI_PLUGIN_SOCKET``, ``NRI_PLUGIN_NAME`` and ``NRI_PLUGIN_IDX``. Raises RuntimeError
-    when they are missing or malformed."""
+    ``NRI_PLUGIN_SOCKET``, ``NRI_PLUGIN_NAME`` and ``NRI_PLUGIN_IDX``. Raises
+    :class:`LaunchEnvError` when they are missing or malformed."""
+    sock = os.environ.get("NRI_PLUGIN_SOCKET")
+    if sock is None:
+        raise LaunchEnvError("not launched by an NRI runtime: NRI_PLUGIN_SOCKET is not set")
+    missing = [k for k in ("NRI_PLUGIN_NAME", "NRI_PLUGIN_IDX") if not os.environ.get(k)]
+    if missing:
+        raise LaunchEnvError(
+            f"NRI_PLUGIN_SOCKET is set (a plugin the runtime launched) but {' and '.join(missing)}"
+            f" {'is' if len(missing) == 1 else 'are'} not: the runtime sets all three; to "
+            "connect to the runtime's socket instead, unset NRI_PLUGIN_SOCKET")
     try:
-        return (int(os.environ["NRI_PLUGIN_SOCKET"]), os.environ["NRI_PLUGIN_NAME"],
-                os.environ["NRI_PLUGIN_IDX"])
-    except (KeyError, ValueError) as exc:
-        raise RuntimeError(f"not launched by an NRI runtime: {exc!r}") from None
+        fd = int(sock)
+    except ValueError:
+        raise LaunchEnvError(
+            f"NRI_PLUGIN_SOCKET={sock!r} is not a file descriptor number") from None
+    if fd < 0:
+        raise LaunchEnvError(f"NRI_PLUGIN_SOCKET={sock!r} is not a file descriptor number")
+    return fd, os.environ["NRI_PLUGIN_NAME"], os.environ["NRI_PLUGIN_IDX"]

@@ -378,3 +378,37 @@ def test_run_by_hand_writes_no_launched_log(tmp_path, monkeypatch):
     monkeypatch.delenv("NRI_PLUGIN_SOCKET", raising=False)
     assert _run(tmp_path, f"stateDirectory: {tmp_path / 'state'}\ncpuManagerPolicy: statc\n") == 2
     assert not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize("env, says", [
+    ({"NRI_PLUGIN_SOCKET": "7"}, "but NRI_PLUGIN_NAME and NRI_PLUGIN_IDX are not"),
+    ({"NRI_PLUGIN_SOCKET": "abc", "NRI_PLUGIN_NAME": "x", "NRI_PLUGIN_IDX": "10"},
+     "NRI_PLUGIN_SOCKET='abc' is not a file descriptor number"),
+])
+def test_malformed_launch_variables_are_one_line_exit_2(tmp_path, capsys, monkeypatch, env, says):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert main(["run", "--sysfs-root", str(FIXTURES / "this-machine"),
+                 "--state-dir", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and says in err
+    assert says in (tmp_path / "s" / "nri-cpumgr.log").read_text()  # stderr is /dev/null there
+
+
+def test_launched_plugin_whose_connection_fails_exits_1(tmp_path, monkeypatch):
+    import os
+
+    r, w = os.pipe()  # a descriptor that is not a socket
+    monkeypatch.setenv("NRI_PLUGIN_SOCKET", str(r))
+    monkeypatch.setenv("NRI_PLUGIN_NAME", "cpumgr")
+    monkeypatch.setenv("NRI_PLUGIN_IDX", "90")
+    try:
+        assert main(["run", "--sysfs-root", str(FIXTURES / "this-machine"),
+                     "--state-dir", str(tmp_path / "s")]) == 1
+    finally:
+        for fd in (r, w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    assert "NRI connection failed" in (tmp_path / "s" / "nri-cpumgr.log").read_text()

@@ -4,6 +4,7 @@ written after the handler that logged returns, together; without a loop at once.
 import asyncio
 import io
 import logging
+import threading
 
 from nri_cpumgr import cli
 
@@ -73,3 +74,20 @@ def test_records_left_when_the_loop_stops_are_written_by_flush_pending():
     assert stream.getvalue() == "INFO late\n"
     h.flush_pending()  # nothing twice
     assert stream.getvalue() == "INFO late\n"
+
+
+def test_another_threads_record_goes_after_those_the_loop_holds():
+    h, stream = handler()
+
+    async def main():
+        h.handle(record("on the loop"))
+        t = threading.Thread(target=h.handle, args=(record("from a thread"),))
+        t.start()
+        t.join()
+        assert stream.getvalue() == ""  # not ahead of the loop's record
+        await asyncio.sleep(0.05)
+
+    asyncio.run(main())
+    assert stream.getvalue() == "INFO on the loop\nINFO from a thread\n"
+    h.handle(record("later, no loop"))  # nothing held: at once
+    assert stream.getvalue().endswith("INFO later, no loop\n")
