@@ -256,7 +256,9 @@ async def run(args: argparse.Namespace) -> list[list[str]]:
                              f"{statistics.median(b):.0f}", f"max {max(b):.0f}", "-", "-", "-",
                              "-", str(len(b))])
     finally:
-        if not args.keep:
+        if args.keep:
+            print(f"work directory kept (plugin logs, state): {work}", file=sys.stderr)
+        else:
             shutil.rmtree(work, ignore_errors=True)
     return rows
 

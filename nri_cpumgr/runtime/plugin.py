@@ -144,8 +144,6 @@ class Plugin:
         state = restore_state(self.policy, body, self.checkpoint.path)
         if self.adoption is not None and body and body["entries"] and not state.assignments:
             self.adoption = None  # the policy rejected it (logged): the runtime is the truth
-        if corrupt is not None:
-            log.error("%s; rebuilding the state from the runtime's Synchronize", corrupt)
         if memory is not None:
             if provisional:
                 memory.start(MemoryState())
@@ -178,10 +176,14 @@ class Plugin:
         try:
             _probe_writable(self.checkpoint)
         except OSError as e:
+            where = self.checkpoint.path.parent
+            reason = "it is not a directory" if where.exists() and not where.is_dir() else \
+                f"cannot write {self.checkpoint.path.name}: {e.strerror or e}"
             raise ConfigError(
-                f"invalid config: stateDirectory {config.stateDirectory}: cannot write "
-                f"{self.checkpoint.path.name}: {e.strerror or e}"
+                f"invalid config: stateDirectory {config.stateDirectory}: {reason}"
             ) from None
+        if corrupt is not None:  # (the setup goes on: a fatal error above says it alone)
+            log.error("%s; rebuilding the state from the runtime's Synchronize", corrupt)
         if config.cpuManagerPolicy == "none" and config.memoryManagerPolicy == "None":
             log.warning("cpuManagerPolicy none and memoryManagerPolicy None: containers are "
                         "tracked but nothing is pinned")
@@ -555,7 +557,8 @@ class Plugin:
             self.manager.remove(req.container.id)
             if ps is not None:
                 ps.discard(req.container.id)
-            what = f"remove container={req.container.name}"
+            what = (f"remove pod={req.pod.namespace}/{req.pod.name} "
+                    f"container={req.container.name}")
         elif req.event in (nri_pb2.STOP_POD_SANDBOX, nri_pb2.REMOVE_POD_SANDBOX):
             uid = req.pod.uid
             if ps is not None:

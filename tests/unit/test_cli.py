@@ -412,3 +412,16 @@ def test_launched_plugin_whose_connection_fails_exits_1(tmp_path, monkeypatch):
             except OSError:
                 pass
     assert "NRI connection failed" in (tmp_path / "s" / "nri-cpumgr.log").read_text()
+
+
+def test_state_directory_that_is_a_file_is_one_line(tmp_path, capsys):
+    (tmp_path / "state").write_text("not a directory")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text('cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n')
+    assert main(["run", "--config", str(cfg), "--sysfs-root", str(FIXTURES / "this-machine"),
+                 "--state-dir", str(tmp_path / "state"),
+                 "--socket", str(tmp_path / "no.sock")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [
+        f"nri-cpumgr: invalid config: stateDirectory {tmp_path}/state: it is not a directory "
+        f"({cfg})"]
