@@ -10,7 +10,8 @@ comma separated, ``""`` for the empty set.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+import operator
+from collections.abc import Callable, Iterable
 
 
 class CPUSetError(ValueError):
@@ -21,6 +22,9 @@ class CPUSetError(ValueError):
 MAX_ID = 65535
 """Largest CPU (or NUMA node) id accepted: Linux caps NR_CPUS at 8192 today; a larger id in
 a cpulist is a typo, and expanding it would cost memory and time."""
+
+
+_SetOp = Callable[[frozenset[int], frozenset[int]], frozenset[int]]
 
 
 class CPUSet(frozenset[int]):
@@ -80,41 +84,26 @@ class CPUSet(frozenset[int]):
     # frozenset's operators return frozenset; keep the type. An operand that is already a
     # frozenset (a CPUSet) is used as is: copying a 256-CPU set costs more than the operation.
     # The result's mask is the operands' masks combined, when either of them knows its own.
-    def __or__(self, other: Iterable[int]) -> CPUSet:  # type: ignore[override]
+    def _combined(self, other: Iterable[int], set_op: _SetOp,
+                  mask_op: Callable[[int, int], int]) -> CPUSet:
         o = _frozen(other)
-        out = CPUSet(frozenset.__or__(self, o))
+        out = CPUSet(set_op(self, o))
         masks = _masks(self, o)
         if masks is not None:
-            a, b = masks
-            out._mask = a | b
+            out._mask = mask_op(*masks)
         return out
+
+    def __or__(self, other: Iterable[int]) -> CPUSet:  # type: ignore[override]
+        return self._combined(other, frozenset.__or__, operator.or_)
 
     def __and__(self, other: Iterable[int]) -> CPUSet:  # type: ignore[override]
-        o = _frozen(other)
-        out = CPUSet(frozenset.__and__(self, o))
-        masks = _masks(self, o)
-        if masks is not None:
-            a, b = masks
-            out._mask = a & b
-        return out
+        return self._combined(other, frozenset.__and__, operator.and_)
 
     def __sub__(self, other: Iterable[int]) -> CPUSet:  # type: ignore[override]
-        o = _frozen(other)
-        out = CPUSet(frozenset.__sub__(self, o))
-        masks = _masks(self, o)
-        if masks is not None:
-            a, b = masks
-            out._mask = a & ~b
-        return out
+        return self._combined(other, frozenset.__sub__, _and_not)
 
     def __xor__(self, other: Iterable[int]) -> CPUSet:  # type: ignore[override]
-        o = _frozen(other)
-        out = CPUSet(frozenset.__xor__(self, o))
-        masks = _masks(self, o)
-        if masks is not None:
-            a, b = masks
-            out._mask = a ^ b
-        return out
+        return self._combined(other, frozenset.__xor__, operator.xor)
 
     union = __or__
     intersection = __and__
@@ -122,6 +111,10 @@ class CPUSet(frozenset[int]):
 
 
 _EMPTY = CPUSet()
+
+
+def _and_not(a: int, b: int) -> int:
+    return a & ~b
 
 
 def _masks(a: CPUSet, b: frozenset[int]) -> tuple[int, int] | None:

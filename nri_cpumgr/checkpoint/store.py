@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nri_cpumgr.jsontext import canonical
+from nri_cpumgr.jsontext import canonical as _canonical
 
 try:  # CPython's own SHA-256: hashlib's OpenSSL one maps libcrypto (3.4 MiB of RSS here)
     from _sha2 import sha256 as _sha256  # type: ignore[import-not-found]  # 3.12+
@@ -31,10 +31,6 @@ VERSION = 1
 class CheckpointError(Exception):
     """The checkpoint exists but cannot be used (unreadable, not JSON, bad checksum,
     unknown version). The message names the file and the reason."""
-
-
-def _canonical(body: dict[str, Any]) -> bytes:
-    return canonical(body)
 
 
 def checksum(body: dict[str, Any]) -> str:

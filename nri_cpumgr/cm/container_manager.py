@@ -213,13 +213,9 @@ class ContainerManager:
             if t is not None:
                 texts[cid] = _encode_row(cid, t, strings)
         dirty.clear()
+        cpus, numa = strings(self.shared_pool()) if self.static else ("", "")
         text = b"[" + b",".join(texts.values()) + b"]"
-        if self.static:
-            cpus, numa = strings(self.shared_pool())
-            text = text.replace(_POOL_CPUS, encode(cpus)).replace(_POOL_NUMA, encode(numa))
-        else:
-            text = text.replace(_POOL_CPUS, b'""').replace(_POOL_NUMA, b'""')
-        return text
+        return text.replace(_POOL_CPUS, encode(cpus)).replace(_POOL_NUMA, encode(numa))
 
     # ------------------------------------------------------------------ tracking
     def _track(self, cid: str, t: _Tracked) -> None:
@@ -654,6 +650,7 @@ def _row(cid: str, t: _Tracked, cpus: str, numa: str) -> dict[str, Any]:
 # character (one in a string is escaped), so the markers cannot occur in the text around
 # them; one byte each, as bytes.replace is several times faster for a single byte
 _POOL_CPUS, _POOL_NUMA = b"\x00", b"\x01"
+_CPUS_KEY, _NUMA_KEY = b'"cpus":', b'"numa":'
 
 
 def _encode_row(
@@ -665,8 +662,8 @@ def _encode_row(
         cpus_s, numa_s = strings(t.applied) if t.applied is not None else ("", "")
         return encode(_row(cid, t, cpus_s, numa_s))
     text = encode(_row(cid, t, "", ""))
-    i = text.index(b'"cpus":""') + 7
-    j = text.index(b'"numa":""', i) + 7
+    i = text.index(_CPUS_KEY + b'""') + len(_CPUS_KEY)
+    j = text.index(_NUMA_KEY + b'""', i) + len(_NUMA_KEY)
     return text[:i] + _POOL_CPUS + text[i + 2:j] + _POOL_NUMA + text[j + 2:]
 
 
