@@ -19,8 +19,10 @@ import signal
 import sys
 from pathlib import Path
 
+from nri_cpumgr import locations
 from nri_cpumgr.config import Config, ConfigError, load_config
 from nri_cpumgr.config.model import with_source
+from nri_cpumgr.locations import config_path, load_state_file, state_dir_of
 
 
 def _asyncio():
@@ -41,18 +43,6 @@ def _asyncio():
 
 
 log = logging.getLogger("nri_cpumgr")
-
-# Read when --config is not given (run, status) and the file exists; the image ships it.
-DEFAULT_CONFIG = "/etc/nri-cpumgr/config.yaml"
-
-
-def _config_path(given: str | None) -> str | None:
-    """``--config`` when given, else :data:`DEFAULT_CONFIG` when that file exists, else None
-    (all defaults)."""
-    if given is not None:
-        return given
-    return DEFAULT_CONFIG if Path(DEFAULT_CONFIG).is_file() else None
-
 
 class _AfterReplyHandler(logging.Handler):
     """Hands records to ``target`` (a file or stderr :class:`logging.StreamHandler`) from
@@ -124,7 +114,7 @@ def _fallback_log_file(args: argparse.Namespace) -> str:
     (whatever else is wrong in it; ``--state-dir`` still overrides), else the defaults'
     (/var/lib/nri-cpumgr/nri-cpumgr.log)."""
     keys: dict[str, str] = {}
-    path = _config_path(getattr(args, "config", None))
+    path = config_path(getattr(args, "config", None))
     if path is not None:
         try:
             import yaml
@@ -218,7 +208,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     everything is built before connecting: a start-up error stops the plugin before it
     registers, never by failing the runtime's Configure (fatal to containerd 1.7)."""
     launched = "NRI_PLUGIN_SOCKET" in os.environ
-    source = _config_path(args.config)
+    source = config_path(args.config)
     config = load_config(source)
     overrides = {}
     if args.socket:
@@ -349,29 +339,6 @@ def cmd_topology(args: argparse.Namespace) -> int:
     return 0
 
 
-def state_dir_of(args: argparse.Namespace) -> Path:
-    """The plugin's state directory for a command with ``--state-dir`` / ``--config``: the
-    option, else the config's ``stateDirectory``. Raises ConfigError for a bad config."""
-    if args.state_dir:
-        return Path(args.state_dir)
-    return Path(load_config(_config_path(args.config)).stateDirectory)
-
-
-def load_state_file(state_dir: Path, name: str, prog: str, missing: str) -> dict | None:
-    """A checkpoint-format file of the state directory, or None after one line on stderr
-    (``prog: <why>``) when it is corrupt or missing (``missing`` says what to do)."""
-    from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
-
-    try:
-        body = Checkpoint(state_dir / name).load()
-    except CheckpointError as e:
-        print(f"{prog}: {e}", file=sys.stderr)
-        return None
-    if body is None:
-        print(f"{prog}: {missing}", file=sys.stderr)
-    return body
-
-
 def cmd_status(args: argparse.Namespace) -> int:
     from nri_cpumgr.runtime.plugin import CHECKPOINT_NAME
 
@@ -407,7 +374,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_nrt_export(args: argparse.Namespace) -> int:
     from nri_cpumgr.nrt.exporter import run
 
-    config = load_config(_config_path(args.config))
+    config = load_config(config_path(args.config))
     if args.state_dir:
         config = config.model_copy(update={"stateDirectory": args.state_dir})
     node = args.node_name or os.environ.get("NODE_NAME", "")
@@ -497,7 +464,7 @@ def build_parser(only_run: bool = False) -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run the NRI plugin")
     r.add_argument("--config", help="YAML config file (KubeletConfiguration-style keys; "
-                   f"default: {DEFAULT_CONFIG} if present, else the built-in defaults)")
+                   f"default: {locations.DEFAULT_CONFIG} if present, else the built-in defaults)")
     r.add_argument("--socket", help="NRI socket to dial (overrides socketPath)")
     r.add_argument("--state-dir", help="state directory (overrides stateDirectory)")
     r.add_argument("--sysfs-root", default="/", help="read topology from DIR/sys instead of /sys")
@@ -514,7 +481,7 @@ def build_parser(only_run: bool = False) -> argparse.ArgumentParser:
 
     s = sub.add_parser("status", help="show the checkpointed assignments")
     s.add_argument("--config", help="the plugin's config file, read for its stateDirectory "
-                   f"(default: {DEFAULT_CONFIG} if present, else the built-in defaults)")
+                   f"(default: {locations.DEFAULT_CONFIG} if present, else the built-in defaults)")
     s.add_argument("--state-dir", help="read the checkpoint from DIR (overrides the config)")
     s.add_argument("--json", action="store_true", help="print the checkpoint as JSON")
     s.set_defaults(func=cmd_status)
@@ -522,8 +489,8 @@ def build_parser(only_run: bool = False) -> argparse.ArgumentParser:
     n = sub.add_parser("nrt-export", help="keep the node's NodeResourceTopology object up to "
                        "date from the plugin's state (a second container of the DaemonSet)")
     n.add_argument("--config", help="the plugin's config file (its stateDirectory, Topology "
-                   f"Manager policy and scope, reserved CPUs; default: {DEFAULT_CONFIG} if "
-                   "present, else the built-in defaults)")
+                   "Manager policy and scope, reserved CPUs; default: "
+                   f"{locations.DEFAULT_CONFIG} if present, else the built-in defaults)")
     n.add_argument("--state-dir", help="read the plugin's checkpoints from DIR")
     n.add_argument("--node-name", help="the node's name (default: $NODE_NAME)")
     n.add_argument("--sysfs-root", default="/", help="read topology from DIR/sys instead of /sys")

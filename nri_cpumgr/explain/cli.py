@@ -11,8 +11,8 @@ from typing import Any
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from nri_cpumgr.cli import load_state_file, state_dir_of
     from nri_cpumgr.explain.explainer import EXPLANATIONS_NAME, find, render
+    from nri_cpumgr.locations import load_state_file, state_dir_of
 
     state_dir = state_dir_of(args)
     body = load_state_file(state_dir, EXPLANATIONS_NAME, "nri-cpumgr explain",
@@ -43,7 +43,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any) -> None:
     """The ``explain`` sub-command (called by nri_cpumgr.cli.build_parser)."""
-    from nri_cpumgr.cli import DEFAULT_CONFIG
+    from nri_cpumgr.locations import DEFAULT_CONFIG
 
     e = sub.add_parser("explain", help="why a container got its CPUs (or is refused)")
     e.add_argument("target", metavar="POD[/CONTAINER]",

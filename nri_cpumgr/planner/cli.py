@@ -114,9 +114,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from nri_cpumgr.sysfs import SysfsError
 
     try:
-        from nri_cpumgr.cli import _config_path
+        from nri_cpumgr.locations import config_path
 
-        config = load_config(_config_path(args.config))
+        config = load_config(config_path(args.config))
         machine = load_machine(args.sysfs_root, args.topology)
         cpu, mem = load_state(args.state)
         pods = load_manifests(args.manifests)

@@ -164,14 +164,14 @@ def test_launched_by_the_runtime_with_no_arguments(tmp_path, monkeypatch):
     import socket
     import threading
 
-    import nri_cpumgr.cli as cli
+    from nri_cpumgr import locations
 
     from .nri_peer import PeerConn
 
     boot = tmp_path / "boot"
     default = tmp_path / "config.yaml"
     default.write_text(f"stateDirectory: {boot}\n")
-    monkeypatch.setattr(cli, "DEFAULT_CONFIG", str(default))
+    monkeypatch.setattr(locations, "DEFAULT_CONFIG", str(default))
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     ours.set_inheritable(True)
     monkeypatch.setenv("NRI_PLUGIN_SOCKET", str(ours.fileno()))
@@ -211,7 +211,7 @@ def test_no_arguments_without_the_runtime_is_a_usage_error(monkeypatch, capsys):
 
 
 def test_status_finds_the_state_directory_in_the_config(tmp_path, capsys, monkeypatch):
-    import nri_cpumgr.cli as cli
+    from nri_cpumgr import locations
     from nri_cpumgr.checkpoint import Checkpoint
 
     state = tmp_path / "mine"
@@ -224,7 +224,7 @@ def test_status_finds_the_state_directory_in_the_config(tmp_path, capsys, monkey
     assert main(["status", "--config", str(cfg)]) == 0
     assert "shared pool:   0-1" in capsys.readouterr().out
     # no --config: the default config file names it too
-    monkeypatch.setattr(cli, "DEFAULT_CONFIG", str(cfg))
+    monkeypatch.setattr(locations, "DEFAULT_CONFIG", str(cfg))
     assert main(["status"]) == 0
     assert "reserved CPUs: 0" in capsys.readouterr().out
     # --state-dir overrides the config
@@ -311,11 +311,11 @@ def test_nothing_close_no_suggestion(tmp_path, capsys):
 def _launched(monkeypatch, tmp_path, text: str) -> None:
     """As the runtime starts the plugin (no arguments, NRI_PLUGIN_SOCKET set), with ``text``
     as the start-up config file."""
-    import nri_cpumgr.cli as cli
+    from nri_cpumgr import locations
 
     cfg = tmp_path / "config.yaml"
     cfg.write_text(text)
-    monkeypatch.setattr(cli, "DEFAULT_CONFIG", str(cfg))
+    monkeypatch.setattr(locations, "DEFAULT_CONFIG", str(cfg))
     monkeypatch.setenv("NRI_PLUGIN_SOCKET", "99")  # never reached: the start fails first
     monkeypatch.setenv("NRI_PLUGIN_NAME", "cpumgr")
     monkeypatch.setenv("NRI_PLUGIN_IDX", "90")
