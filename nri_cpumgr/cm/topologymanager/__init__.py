@@ -2,7 +2,6 @@
 
 from nri_cpumgr.cm.topologymanager.errors import (
     ERROR_TOPOLOGY_AFFINITY,
-    PolicyOptionError,
     TopologyAffinityError,
     TopologyManagerConfigError,
 )
@@ -16,6 +15,7 @@ from nri_cpumgr.cm.topologymanager.merge import (
 from nri_cpumgr.cm.topologymanager.numa_info import NUMAInfo, new_numa_info
 from nri_cpumgr.cm.topologymanager.options import (
     OptionSets,
+    PolicyOptionError,
     PolicyOptions,
     check_policy_option_available,
     new_policy_options,

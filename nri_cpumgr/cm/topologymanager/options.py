@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from nri_cpumgr.cm.topologymanager.errors import PolicyOptionError
+from nri_cpumgr.cm.topologymanager.errors import TopologyManagerConfigError
 
 PREFER_CLOSEST_NUMA_NODES = "prefer-closest-numa-nodes"
 MAX_ALLOWABLE_NUMA_NODES = "max-allowable-numa-nodes"
@@ -27,6 +27,18 @@ GATE_ALPHA_OPTIONS = "TopologyManagerPolicyAlphaOptions"
 GATE_BETA_OPTIONS = "TopologyManagerPolicyBetaOptions"
 #: Kubelet defaults of the two gates.
 DEFAULT_FEATURE_GATES: Mapping[str, bool] = {GATE_ALPHA_OPTIONS: False, GATE_BETA_OPTIONS: True}
+
+
+class PolicyOptionError(TopologyManagerConfigError):
+    """An invalid, unknown, unavailable or malformed Topology Manager policy option
+    (kubelet policy_options.go CheckPolicyOptionAvailable / NewPolicyOptions).
+
+    ``options`` holds the options as parsed before the failure (the kubelet returns them
+    together with the error; only the defaults are guaranteed)."""
+
+    def __init__(self, message: str, options: PolicyOptions | None = None) -> None:
+        super().__init__(message)
+        self.options = options
 
 
 @dataclass(frozen=True)
