@@ -9,11 +9,11 @@ own NRI metrics (``nri_cpumgr_*``). :meth:`Metrics.serve` starts the HTTP endpoi
 
 from typing import Any
 
+from .address import parse_address
 from .metrics import (
     ADMISSION_BUCKETS_MS,
     REQUEST_BUCKETS_S,
     Metrics,
-    parse_address,
 )
 
 

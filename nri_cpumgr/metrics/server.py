@@ -9,17 +9,24 @@ import logging
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 
-from nri_cpumgr.metrics.metrics import Metrics, parse_address
+from nri_cpumgr.metrics.address import parse_address
 
 log = logging.getLogger("nri_cpumgr.metrics")
+
+
+class Exposition(Protocol):
+    """What the server reads: :class:`nri_cpumgr.metrics.Metrics` (its ``exposition``), named
+    by shape so that this module does not import the one that starts it."""
+
+    def exposition(self, accept: str) -> tuple[bytes, str]: ...
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
-    metrics: Metrics
+    metrics: Exposition
     ready: Callable[[], bool | str]
 
 
@@ -72,7 +79,7 @@ class _Handler(BaseHTTPRequestHandler):
 class MetricsServer:
     """The HTTP endpoint, served from a daemon thread (one more thread per open connection).
 
-    * ``GET /metrics`` - the Prometheus exposition of :class:`Metrics` (200);
+    * ``GET /metrics`` - the Prometheus exposition of :class:`nri_cpumgr.metrics.Metrics` (200);
     * ``GET /healthz`` - 200 while the process serves (liveness);
     * ``GET /readyz``  - 200 when ``ready()`` is true (the plugin is registered with the
       runtime), else 503 (readiness; a ``str`` from ``ready()`` is the reason, sent as the
@@ -83,7 +90,7 @@ class MetricsServer:
     Raises ValueError for a bad address, OSError when it cannot listen.
     """
 
-    def __init__(self, metrics: Metrics, address: str, ready: Callable[[], bool | str]) -> None:
+    def __init__(self, metrics: Exposition, address: str, ready: Callable[[], bool | str]) -> None:
         host, port = parse_address(address)
         self._server = _Server((host, port), _Handler)
         self._server.metrics = metrics
