@@ -5,14 +5,13 @@ topologymanager.HintProvider).
 Each provider answers hints for one (pod, container) and, at ``allocate``, takes the
 Topology Manager's chosen affinity for it. Pure: they work on the managers' in-memory
 states; the device NUMA nodes are looked up in sysfs by the runtime glue beforehand.
+The device provider lives in :mod:`nri_cpumgr.cm.devicemanager` (re-exported here).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from itertools import combinations
-
 from nri_cpumgr.cm.cpumanager import CPUManagerState, NonePolicy, StaticPolicy
+from nri_cpumgr.cm.devicemanager import DeviceProvider, device_hints
 from nri_cpumgr.cm.memorymanager.manager import MemoryManager
 from nri_cpumgr.cm.memorymanager.policy_static import (
     container_requested_resources,
@@ -106,42 +105,4 @@ class MemoryProvider:
             self.manager.allocate(pod, c, _affinity(self.tm, pod, container_name))
 
 
-def device_hints(device_numa: Iterable[int], numa_nodes: Iterable[int]) -> list[TopologyHint]:
-    """Hints for devices already chosen for the container, sitting on ``device_numa``: every
-    mask of the machine's NUMA nodes that contains them all; preferred = exactly them (the
-    kubelet devicemanager's rule, for a fixed device set: a mask is preferred when it is as
-    narrow as the devices allow)."""
-    need = frozenset(device_numa)
-    nodes = sorted(set(numa_nodes) | need)
-    rest = [n for n in nodes if n not in need]
-    out = []
-    for k in range(len(rest) + 1):
-        for extra in combinations(rest, k):
-            out.append(TopologyHint(need | frozenset(extra), k == 0))
-    return out
-
-
-class DeviceProvider:
-    """Resource ``devices``: the NUMA nodes of the container's device nodes' PCI devices.
-    ``current`` maps (pod uid, container) to those nodes, filled by the caller before
-    admission. Devices without NUMA affinity give no preference."""
-
-    def __init__(self, numa_nodes: Iterable[int]) -> None:
-        self.numa_nodes = tuple(sorted(numa_nodes))
-        self.current: dict[tuple[str, str], frozenset[int]] = {}
-
-    def _hints(self, nodes: frozenset[int]) -> ProviderHints:
-        return {"devices": device_hints(nodes, self.numa_nodes)} if nodes else None
-
-    def get_topology_hints(self, pod: Pod, container_name: str) -> ProviderHints:
-        return self._hints(self.current.get((pod.uid, container_name), frozenset()))
-
-    def get_pod_topology_hints(self, pod: Pod) -> ProviderHints:
-        nodes: frozenset[int] = frozenset()
-        for (uid, _), n in self.current.items():
-            if uid == pod.uid:
-                nodes |= n
-        return self._hints(nodes)
-
-    def allocate(self, pod: Pod, container_name: str) -> None:
-        """Devices are allocated by the kubelet's device plugins; nothing to do here."""
+__all__ = ["CPUProvider", "DeviceProvider", "MemoryProvider", "device_hints"]
