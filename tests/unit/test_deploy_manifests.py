@@ -246,14 +246,6 @@ def test_crio_dropin():
     assert nri.get("nri_disable_connections", False) is False
 
 
-def test_kind_config_enables_nri():
-    cluster = yaml.safe_load((DEPLOY / "kind/cluster.yaml").read_text())
-    assert cluster["kind"] == "Cluster"
-    (patch,) = cluster["containerdConfigPatches"]
-    nri = tomllib.loads(patch)["plugins"]["io.containerd.nri.v1.nri"]
-    assert nri["disable"] is False and nri["socket_path"] == _plugin_config().socketPath
-
-
 def test_quota_admits_system_node_critical_pods():
     # clusters that limit critical priority classes by quota (ResourceQuota admission with
     # limitedResources, e.g. GKE) admit a system-node-critical pod outside kube-system only in
