@@ -46,6 +46,27 @@ def topology(name: str) -> CPUTopology:
     return CPUTopology.from_conformance(doc)
 
 
+def load_optional_group(rel: str) -> list[dict[str, Any]] | None:
+    """The cases of a group a corpus may lack (newer than the shared corpus, or under
+    ``optional/``): None when ``$NRI_CPUMGR_CONFORMANCE`` names a corpus without it. The
+    repository's own corpus must have every group (FileNotFoundError)."""
+    if (conformance_dir() / rel).is_file() or not os.environ.get("NRI_CPUMGR_CONFORMANCE"):
+        return load_group(rel)
+    return None
+
+
+def cases_or_skip(cases: list[dict[str, Any]] | None, rel: str, kind: str | None = None) -> list:
+    """``pytest.mark.parametrize`` values for an optional group: its cases (those of ``kind``
+    when given), or, when the corpus lacks the group (``cases`` is None), one skipped
+    parameter whose id names the group, so that collection never calls ``case_id`` on it."""
+    import pytest
+
+    if cases is None:
+        return [pytest.param(None, id=f"missing:{rel}", marks=pytest.mark.skip(
+            reason=f"{rel} not in $NRI_CPUMGR_CONFORMANCE ({conformance_dir()})"))]
+    return [c for c in cases if kind is None or c["kind"] == kind]
+
+
 def case_id(case: dict[str, Any]) -> str:
     return case["name"]
 

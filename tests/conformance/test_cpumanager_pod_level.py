@@ -7,7 +7,6 @@ without it, the cases are skipped with that reason (the required groups never ar
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
@@ -21,15 +20,16 @@ from nri_cpumgr.cm.podresources.policy import (
 )
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.podmodel import ContainerSpec, Pod, QOSClass, parse_quantity, pod_qos
-from tests.conformance_data import case_id, conformance_dir, corpus_pod, load_group, topology
+from tests.conformance_data import (
+    case_id,
+    cases_or_skip,
+    corpus_pod,
+    load_optional_group,
+    topology,
+)
 
 GROUP = "cpumanager/pod_level.json"
-if (conformance_dir() / GROUP).is_file():
-    CASES = load_group(GROUP)
-elif os.environ.get("NRI_CPUMGR_CONFORMANCE"):
-    CASES = []
-else:  # the repository's own corpus must have it
-    raise FileNotFoundError(conformance_dir() / GROUP)
+CASES = load_optional_group(GROUP)  # None: not in $NRI_CPUMGR_CONFORMANCE (the repo's has it)
 
 
 def _pod(raw: dict[str, Any]) -> tuple[Pod, int]:
@@ -51,9 +51,7 @@ def _policy(case: dict[str, Any]) -> StaticPolicy:
                         reserved if reserved else None, allow_no_reservation=True)
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c["kind"] == "allocate_pod"] or
-                         [pytest.param(None, marks=pytest.mark.skip(
-                             reason=f"{GROUP} not in $NRI_CPUMGR_CONFORMANCE"))], ids=case_id)
+@pytest.mark.parametrize("case", cases_or_skip(CASES, GROUP, "allocate_pod"), ids=case_id)
 def test_allocate_pod(case: dict[str, Any]) -> None:
     policy = _policy(case)
     state = CPUManagerState(default_set=CPUSet.parse(case["default_set"]))
@@ -74,9 +72,7 @@ def test_allocate_pod(case: dict[str, Any]) -> None:
     assert state.default_set == CPUSet.parse(case["expect"]["default_set"])
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c["kind"] == "validate_pod_scope"] or
-                         [pytest.param(None, marks=pytest.mark.skip(
-                             reason=f"{GROUP} not in $NRI_CPUMGR_CONFORMANCE"))], ids=case_id)
+@pytest.mark.parametrize("case", cases_or_skip(CASES, GROUP, "validate_pod_scope"), ids=case_id)
 def test_validate_pod_scope(case: dict[str, Any]) -> None:
     pod, cpu_milli = _pod(case["pod"])
     assert pod.qos_class() is QOSClass.GUARANTEED

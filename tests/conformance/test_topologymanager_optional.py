@@ -27,11 +27,15 @@ from nri_cpumgr.cm.topologymanager.merge import (
 from nri_cpumgr.cm.topologymanager.policy import Policy
 from nri_cpumgr.cm.topologymanager.scope import ContainerScope, PodScope
 from nri_cpumgr.podmodel import ContainerSpec, Pod
-from tests.conformance_data import case_id, load_group
+from tests.conformance_data import case_id, cases_or_skip, load_optional_group
 
-HINT_MERGER = load_group("optional/topologymanager/hint_merger.json")
-NUMA_INFO = load_group("optional/topologymanager/numa_info.json")
-SCOPE = load_group("optional/topologymanager/scope.json")
+# optional groups: skipped (with the group's name) when $NRI_CPUMGR_CONFORMANCE lacks them
+_HINT_MERGER = "optional/topologymanager/hint_merger.json"
+_NUMA_INFO = "optional/topologymanager/numa_info.json"
+_SCOPE = "optional/topologymanager/scope.json"
+HINT_MERGER = cases_or_skip(load_optional_group(_HINT_MERGER), _HINT_MERGER)
+NUMA_INFO = cases_or_skip(load_optional_group(_NUMA_INFO), _NUMA_INFO)
+SCOPE = cases_or_skip(load_optional_group(_SCOPE), _SCOPE)
 
 
 def decode_hint(doc: dict[str, Any]) -> TopologyHint:
