@@ -321,6 +321,7 @@ def _one_of(*allowed: str) -> Callable[[str, Any], str]:
             raise _Invalid(
                 key, f"{v!r} is not one of {', '.join(repr(a) for a in allowed)}{hint}")
         return v
+    check.allowed = allowed  # type: ignore[attr-defined]  # read by config.reference
     return check
 
 
