@@ -1,20 +1,21 @@
 # nri-cpumgr: two commands on a fresh machine (root, Debian 12):
 #   make demo   set everything up, run a real containerd + the plugin + the docs' example pods
-#   make test   set everything up and run every test (unit, conformance, real-containerd e2e,
-#               the single-node cluster e2e, the QEMU guest fast subset on cgroup v2)
+#   make test   set everything up and run every test (unit, conformance, the docs build,
+#               real-containerd e2e, the single-node cluster e2e, the QEMU guest fast subset
+#               on cgroup v2)
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup venv runtime proto proto-check lint test unit e2e e2e-vm cluster cluster-e2e demo \
-        bench clean clean-cache
+.PHONY: setup venv runtime proto proto-check lint docs test unit e2e e2e-vm cluster cluster-e2e \
+        demo bench clean clean-cache
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,docs]'
 	touch $@
 
 runtime:
@@ -30,6 +31,12 @@ proto-check: venv
 
 lint: venv
 	$(PY) -m ruff check nri_cpumgr tests benchmarks scripts
+
+# the docs site, strictly (a warning, a broken link or anchor fails), into build/site
+# (git-ignored); `make test` builds it too (tests/unit/test_docs_build.py). NO_MKDOCS_2_WARNING:
+# mkdocs-material's banner about its successor, printed on every build otherwise.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 unit: setup
 	$(PY) -m pytest -q tests/unit tests/conformance

@@ -4,8 +4,8 @@ A topology file gives, at top level, ``sockets``, ``dies`` (per socket), ``cores
 ``threads`` (per core), ``distances`` (the NUMA distance matrix, row = from node) and
 ``description``/``fast`` and optionally ``scenarios`` (the names to run there; default:
 every scenario where the topology makes it matter); then one ``[[numa]]`` table per NUMA
-node, in node order, with ``cpus`` (a Linux CPU list) and ``memory_mib``. See the README
-section "End-to-end tests in QEMU guests" for an example.
+node, in node order, with ``cpus`` (a Linux CPU list) and ``memory_mib``. See
+docs/development/qemu-guests.md for an example.
 
 QEMU numbers the vCPUs socket-major: ``cpu = ((socket * dies + die) * cores + core) * threads
 + thread`` (QEMU hw/core/machine-smp.c, x86 ``x86_topo_ids_from_idx``), and with
