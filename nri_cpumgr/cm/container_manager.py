@@ -259,6 +259,13 @@ class ContainerManager:
             d = self.pod_level.admit(info, device_numa)
             if d is not None:
                 return d
+        elif info.pod_spec is not None and info.pod_spec.pod_level:
+            # a pod with .spec.resources without the pod-level gates: the kubelet's CPU and
+            # Memory Managers skip the whole pod (cpumanager / memorymanager policy_static.go
+            # Allocate, "pod is using pod-level resources but the PodLevelResourceManagers
+            # feature gate is not enabled", v1.37.2): the node's shared pool
+            self._track(info.id, _Tracked(info, False, None))
+            return Decision(info.id, self.shared_pool() if self.static else None)
         key = info.key
         if info.qos is not QOSClass.GUARANTEED and not info.devices:
             # no provider has a hint for it (CPU and memory managers only pin Guaranteed

@@ -14,6 +14,7 @@ shared-pool containers later, coalesced, through the plugin's own UpdateContaine
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import gc
 import logging
@@ -115,6 +116,11 @@ class Plugin:
         #: Called with the effective config once Configure set it up (the command line
         #: starts the metrics server there when only the runtime's config names one).
         self.on_configured: Callable[[Config], None] | None = None
+        #: Pod spec facts (nri_cpumgr.podsource), when ``podSpecSource`` names a source.
+        self.pod_specs: Any = None
+        self._pod_source: Any = None
+        self._spec_wait = 0.0
+        self._said_no_spec: set[str] = set()
         self._setup(config, provisional=self.provisional)
 
     def _setup(self, config: Config, provisional: bool = False) -> None:
@@ -182,6 +188,7 @@ class Plugin:
             raise ConfigError(
                 f"invalid config: stateDirectory {config.stateDirectory}: {reason}"
             ) from None
+        self._start_pod_source(config)
         if corrupt is not None:  # (the setup goes on: a fatal error above says it alone)
             log.error("%s; rebuilding the state from the runtime's Synchronize", corrupt)
         if config.cpuManagerPolicy == "none" and config.memoryManagerPolicy == "None":
@@ -232,8 +239,54 @@ class Plugin:
             except OSError as e:
                 _write_failed(cp, e)
 
+    def _start_pod_source(self, config: Config) -> None:
+        """(Re)start the pod spec source ``podSpecSource`` names (nri_cpumgr.podsource).
+        Raises ConfigError when it cannot be set up (no API server URL or node name)."""
+        self._stop_pod_source()
+        self._spec_wait = config.duration("podSpecWait")
+        if config.podSpecSource != "apiServer":
+            return
+        from nri_cpumgr.podsource import APIServerPodSource, PodSpecStore
+
+        store = PodSpecStore()
+        try:
+            source = APIServerPodSource(store, config.apiServerURL, config.nodeName)
+        except ValueError as e:
+            raise ConfigError(f"invalid config: {e}") from None
+        source.start()
+        self.pod_specs, self._pod_source = store, source
+        log.info("pod spec source: watching the pods of node %s at %s (wait up to %s)",
+                 source.node, source.url.geturl(), config.podSpecWait)
+
+    def _stop_pod_source(self) -> None:
+        if self._pod_source is not None:
+            self._pod_source.stop()
+        self.pod_specs = self._pod_source = None
+
+    def _with_pod_spec(self, info: ContainerInfo) -> ContainerInfo:
+        """``info`` with its pod's spec facts when a source has them (only a Guaranteed
+        container under the static policy can be decided differently with them). Waits at
+        most ``podSpecWait`` for a pod the connected watch has not shown yet; without them
+        the container is decided from NRI alone (said once per pod)."""
+        store = self.pod_specs
+        if store is None or info.qos is not QOSClass.GUARANTEED or not self.manager.static:
+            return info
+        facts = store.wait(info.pod_uid, self._spec_wait)
+        if facts is not None:
+            return dataclasses.replace(info, pod_spec=facts)
+        if info.pod_uid not in self._said_no_spec:
+            if len(self._said_no_spec) > 4096:
+                self._said_no_spec.clear()
+            self._said_no_spec.add(info.pod_uid)
+            log.warning("pod %s/%s: no pod spec from the %s source (%s); deciding from NRI "
+                        "alone", info.namespace, info.pod_name, self.config.podSpecSource,
+                        "not connected" if not store.connected else
+                        f"not shown within {self.config.podSpecWait}")
+        return info
+
     def close(self) -> None:
         """Write the final state and stop the background writer."""
+        self._stop_pod_source()
         self.save()
         if self._writer is not None:
             self._writer.close()
@@ -424,6 +477,8 @@ class Plugin:
             return nri_pb2.CreateContainerResponse()
         t0 = time.perf_counter()
         info = container_info(req.pod, req.container)
+        if self.pod_specs is not None:
+            info = self._with_pod_spec(info)
         if info.qos is QOSClass.GUARANTEED and _contradicts_guaranteed(info):
             log.warning(
                 "pod %s/%s container %s: the kubelet's cgroup parent says Guaranteed but the "
