@@ -35,6 +35,7 @@ from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.jsontext import RawJSON, encode
 from nri_cpumgr.podmodel import Pod, QOSClass
 from nri_cpumgr.podmodel.nri import ContainerInfo, Resources
+from nri_cpumgr.podmodel.spec import qualifies_for_slice
 
 log = logging.getLogger(__name__)
 
@@ -514,6 +515,10 @@ class ContainerManager:
         rest: list[ContainerInfo] = []
         for i in pending:
             want = i.spec().guaranteed_cpus() if i.qos is QOSClass.GUARANTEED else 0
+            if want and i.pod_spec is not None and i.pod_spec.pod_level and (
+                    self.pod_level is None or i.own_spec is None
+                    or not qualifies_for_slice(i.own_spec)):
+                want = 0  # its cpuset is a pool (the node's or its pod's), not its own
             current = CPUSet.parse(i.cpus) if want and i.cpus else CPUSet()
             if self.static and want and len(current) == want and self._adopt(i, current):
                 self._owner[i.key] = i.id

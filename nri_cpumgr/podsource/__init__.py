@@ -78,6 +78,13 @@ class PodSpecStore:
             self.misses += 1
         return f
 
+    def wait_synced(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the first full LIST; True once it is in."""
+        if self.synced_at is None and timeout > 0:
+            with self._cond:
+                self._cond.wait_for(lambda: self.synced_at is not None, timeout)
+        return self.synced_at is not None
+
     def _index(self, f: PodSpecFacts) -> None:
         self._by_uid[f.uid] = f
         for a in f.aliases:

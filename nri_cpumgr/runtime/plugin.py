@@ -61,6 +61,9 @@ MEMORY_CHECKPOINT_NAME = "memory_manager_state"
 # seconds a checkpoint write waits to gather a burst of decisions (lost on a crash in that
 # window: the runtime's Synchronize restores the truth on restart)
 CHECKPOINT_LINGER = 0.2
+# seconds a Synchronize with Guaranteed containers waits at most for the pod spec source's
+# first LIST (once per connection; below the runtime's 2 s request budget)
+SYNC_SPEC_WAIT = 1.0
 
 _LIVE_STATES = (
     nri_pb2.CONTAINER_CREATED,
@@ -284,6 +287,25 @@ class Plugin:
                         f"not shown within {self.config.podSpecWait}")
         return info
 
+    def _with_pod_specs(self, infos: list[ContainerInfo]) -> list[ContainerInfo]:
+        """A Synchronize's Guaranteed containers with their pods' spec facts (the watch's
+        first LIST awaited at most ``podSpecWait`` or :data:`SYNC_SPEC_WAIT`), so that a
+        restarted plugin does not admit a pod-level pod's shared containers as exclusive
+        ones."""
+        store = self.pod_specs
+        if not self.manager.static or not any(
+                i.qos is QOSClass.GUARANTEED for i in infos):
+            return infos
+        if not store.wait_synced(max(self._spec_wait, SYNC_SPEC_WAIT)):
+            log.warning("synchronize: no pod spec from the %s source yet; deciding from NRI "
+                        "alone", self.config.podSpecSource)
+            return infos
+        out = []
+        for i in infos:
+            f = store.get(i.pod_uid) if i.qos is QOSClass.GUARANTEED else None
+            out.append(dataclasses.replace(i, pod_spec=f) if f is not None else i)
+        return out
+
     def close(self) -> None:
         """Write the final state and stop the background writer."""
         self._stop_pod_source()
@@ -393,6 +415,8 @@ class Plugin:
                         rest.append((p, c))
                         continue
                 infos.append(container_info(p, c))
+            if self.pod_specs is not None:
+                infos = self._with_pod_specs(infos)
             return self._synchronize(t0, pods, containers, infos, stopped, plain, rest)
         finally:
             if paused:

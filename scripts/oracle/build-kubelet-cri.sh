@@ -17,7 +17,7 @@ if [[ ! -x $out ]]; then
   mkdir -p "$cache"
   tmp=$(mktemp "$cache/.kubelet-cri.XXXXXX")
   trap 'rm -f "$tmp"' EXIT
-  (cd "$here/oracle" && GOFLAGS=-mod=readonly go build -trimpath -o "$tmp" ./cmd/kubelet-cri)
+  (cd "$here/oracle" && GOFLAGS=-mod=readonly go build -o "$tmp" ./cmd/kubelet-cri)
   chmod 755 "$tmp"
   mv -f "$tmp" "$out"   # atomic: concurrent builds of the same key are harmless
   trap - EXIT
