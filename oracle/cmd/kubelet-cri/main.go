@@ -22,6 +22,7 @@
 // them; R = {"cpuPeriod", "cpuQuota", "cpuShares", "memoryLimitInBytes", "oomScoreAdj",
 // "cpusetCpus", "cpusetMems", "hugepageLimits": [{"pageSize", "limit"}], "unified"}.
 // Errors: a message on stderr, exit status 1 (bad input) or 2 (the kubelet refused a pod).
+// KUBELET_CRI_DEBUG=1 prints each SyncPod round's CRI calls and container states on stderr.
 package main
 
 import (
@@ -158,8 +159,8 @@ func (podState) ShouldPodRuntimeBeRemoved(kubetypes.UID) bool { return false }
 
 type timeRecorder struct{}
 
-func (timeRecorder) RecordImageStartedPulling(kubetypes.UID)                {}
-func (timeRecorder) RecordImageFinishedPulling(kubetypes.UID)               {}
+func (timeRecorder) RecordImageStartedPulling(kubetypes.UID)              {}
+func (timeRecorder) RecordImageFinishedPulling(kubetypes.UID)             {}
 func (timeRecorder) RecordInitContainerStarted(kubetypes.UID, time.Time)  {}
 func (timeRecorder) RecordInitContainerFinished(kubetypes.UID, time.Time) {}
 
@@ -231,6 +232,13 @@ func syncPod(ctx context.Context, m kuberuntime.KubeGenericRuntime, rt *recorder
 	want := len(kind)
 	backoff := flowcontrol.NewBackOff(time.Second, time.Minute)
 	status := &kubecontainer.PodStatus{ID: pod.UID, Name: pod.Name, Namespace: pod.Namespace}
+	// what the kubelet's syncPod does before SyncPod (kubelet.go: when it creates the pod's
+	// cgroup, then once the volumes are mounted)
+	logger := klog.FromContext(ctx)
+	if err := m.UpdateActuatedPodLevelResources(logger, pod); err != nil {
+		return fmt.Errorf("UpdateActuatedPodLevelResources: %w", err)
+	}
+	m.InitializeActuatedPod(logger, pod)
 	for round := 0; round < 2*want+4; round++ {
 		res := m.SyncPod(ctx, pod, status, nil, backoff, false)
 		if err := res.Error(); err != nil {
@@ -239,6 +247,15 @@ func syncPod(ctx context.Context, m kuberuntime.KubeGenericRuntime, rt *recorder
 		rt.mu.Lock()
 		created := len(rt.containers[string(pod.UID)])
 		rt.mu.Unlock()
+		if os.Getenv("KUBELET_CRI_DEBUG") != "" {
+			rt.FakeRuntimeService.Lock()
+			fmt.Fprintf(os.Stderr, "round %d: calls %v\n", round, rt.FakeRuntimeService.Called)
+			rt.FakeRuntimeService.Called = nil
+			for id, c := range rt.FakeRuntimeService.Containers {
+				fmt.Fprintf(os.Stderr, "  %s state=%v exit=%d\n", id, c.State, c.ExitCode)
+			}
+			rt.FakeRuntimeService.Unlock()
+		}
 		if created >= want {
 			return nil
 		}
@@ -254,9 +271,11 @@ func syncPod(ctx context.Context, m kuberuntime.KubeGenericRuntime, rt *recorder
 			}
 		}
 		rt.FakeRuntimeService.Unlock()
-		var err error
-		status, err = m.GetPodStatus(ctx, &kubecontainer.Pod{ID: pod.UID, Name: pod.Name, Namespace: pod.Namespace})
+		running, err := m.GetPod(ctx, pod.UID)
 		if err != nil {
+			return fmt.Errorf("GetPod: %w", err)
+		}
+		if status, err = m.GetPodStatus(ctx, running); err != nil {
 			return fmt.Errorf("GetPodStatus: %w", err)
 		}
 	}
@@ -358,4 +377,3 @@ func main() {
 	}
 	os.Exit(code)
 }
-
