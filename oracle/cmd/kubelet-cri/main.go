@@ -151,6 +151,28 @@ func (r *recorder) CreateContainer(ctx context.Context, id string, config *runti
 	return r.FakeRuntimeService.CreateContainer(ctx, id, config, sandbox)
 }
 
+// podCgroups is the fake pod container manager, except that a pod's cgroup reads as the
+// kubelet made it (cm.ResourceConfigForPod): the kubelet's in-place resize path asks for it
+// when it starts a container of a pod with .spec.resources after an init container.
+type podCgroups struct {
+	*cm.FakePodContainerManager
+	quota bool
+}
+
+func (p podCgroups) GetPodCgroupConfig(pod *v1.Pod, _ v1.ResourceName) (*cm.ResourceConfig, error) {
+	return cm.ResourceConfigForPod(pod, p.quota, 100000, false,
+		kubeletconfig.NoneMemoryReservationPolicy), nil
+}
+
+type containerManager struct {
+	*cm.FakeContainerManager
+	quota bool
+}
+
+func (c containerManager) NewPodContainerManager() cm.PodContainerManager {
+	return podCgroups{cm.NewFakePodContainerManager(), c.quota}
+}
+
 type podState struct{}
 
 func (podState) IsPodTerminationRequested(kubetypes.UID) bool { return false }
@@ -201,7 +223,8 @@ func newManager(ctx context.Context, in *input, rt *recorder, root string) (kube
 		flowcontrol.NewBackOff(time.Second, time.Minute), false, nil, 0, 0,
 		"NeverVerifyPreloadedImages", nil, "", "", ptr.To(false),
 		ptr.Deref(in.CPUCFSQuota, true), metav1.Duration{Duration: 100 * time.Millisecond}, nil,
-		rt, apitest.NewFakeImageService(), cm.NewFakeContainerManager(klog.FromContext(ctx)),
+		rt, apitest.NewFakeImageService(),
+		containerManager{cm.NewFakeContainerManager(klog.FromContext(ctx)), ptr.Deref(in.CPUCFSQuota, true)},
 		logs.NewStubContainerLogManager(), nil, false, "",
 		func() v1.ResourceList { return allocatable }, ptr.To(0.9),
 		kubeletconfig.NoneMemoryReservationPolicy, timeRecorder{},

@@ -177,6 +177,9 @@ def linux_resources(requests: dict[str, Any] | None, limits: dict[str, Any] | No
     """
     requests = dict(requests or {})
     limits = dict(limits or {})
+    # the OOM score follows the container's own memory request (GetContainerOOMScoreAdjust;
+    # a Burstable pod's unrequested pod-level memory share is not modelled here)
+    mem_request = _bytes(requests.get("memory", limits.get("memory")))
     if pod_level_set(pod_resources):
         assert pod_resources is not None
         plim = pod_resources.get("limits") or {}
@@ -187,7 +190,6 @@ def linux_resources(requests: dict[str, Any] | None, limits: dict[str, Any] | No
     cpu_limit = _cpu_milli(limits.get("cpu"))
     cpu_request = _cpu_milli(requests.get("cpu", limits.get("cpu")))
     mem_limit = _bytes(limits.get("memory"))
-    mem_request = _bytes(requests.get("memory", limits.get("memory")))
     sizes = host_hugepage_sizes() if hugepage_sizes is None else hugepage_sizes
     hp = [(cri_page_size(s), _bytes(limits.get(k8s_hugepage_resource(s)))) for s in sizes]
     return {
