@@ -174,3 +174,38 @@ def test_no_url_or_node_is_a_clear_error(monkeypatch):
     monkeypatch.delenv("NODE_NAME", raising=False)
     with pytest.raises(ValueError, match="NODE_NAME"):
         APIServerPodSource(PodSpecStore(), "http://127.0.0.1:1", "")
+
+
+def test_https_with_the_service_account_ca_and_token(tmp_path):
+    """The in-cluster path: https verified against the CA file, the token as a bearer."""
+    import shutil
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not found")
+    cert, key = tmp_path / "ca.crt", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    (tmp_path / "token").write_text("s3cret\n")
+    with FakeAPIServer(NODE, tls=(str(cert), str(key)), token="s3cret") as api:
+        api.add(pod("tls", pod_res=G4))
+        store = PodSpecStore()
+        src = APIServerPodSource(store, api.url, NODE, token_file=str(tmp_path / "token"),
+                                 ca_file=str(cert))
+        src.start()
+        try:
+            assert until(lambda: store.get("tls") is not None)
+        finally:
+            src.stop()
+        # a wrong token: 401, never connected
+        (tmp_path / "token").write_text("wrong")
+        store = PodSpecStore()
+        src = APIServerPodSource(store, api.url, NODE, token_file=str(tmp_path / "token"),
+                                 ca_file=str(cert))
+        src.start()
+        try:
+            time.sleep(0.5)
+            assert not store.connected and store.get("tls") is None
+        finally:
+            src.stop()

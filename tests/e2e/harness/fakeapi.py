@@ -20,8 +20,12 @@ from typing import Any
 class FakeAPIServer:
     """``with FakeAPIServer("node-1") as api: api.url`` -> ``http://127.0.0.1:<port>``."""
 
-    def __init__(self, node: str) -> None:
+    def __init__(self, node: str, *, tls: tuple[str, str] | None = None,
+                 token: str | None = None) -> None:
+        """``tls``: (certificate file, key file): serve https; ``token``: refuse (401) a
+        request without ``Authorization: Bearer <token>``."""
         self.node = node
+        self.token = token
         self.delay = 0.0
         self._down = False
         self.requests: list[str] = []
@@ -43,7 +47,15 @@ class FakeAPIServer:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        scheme = "http"
+        if tls is not None:
+            import ssl
+
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+            self._server.socket = ctx.wrap_socket(self._server.socket, server_side=True)
+            scheme = "https"
+        self.url = f"{scheme}://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
@@ -100,6 +112,8 @@ class FakeAPIServer:
             threading.Event().wait(self.delay)
         if self.down:
             return self._reply(h, 503, {"kind": "Status", "code": 503, "message": "down"})
+        if self.token is not None and h.headers.get("Authorization") != f"Bearer {self.token}":
+            return self._reply(h, 401, {"kind": "Status", "code": 401})
         if u.path != "/api/v1/pods":
             return self._reply(h, 404, {"kind": "Status", "code": 404})
         sel = q.get("fieldSelector", "")
