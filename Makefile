@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 .PHONY: setup venv runtime proto proto-check lint docs test unit e2e e2e-vm cluster cluster-e2e \
-        demo bench clean clean-cache
+        demo bench clean clean-cache kubelet-cri
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -49,11 +49,17 @@ e2e: setup
 cluster:
 	bash scripts/cluster/build.sh >/dev/null
 
+# the kubelet v1.37.2's own CRI requests (oracle/cmd/kubelet-cri), built with Go and the module
+# proxy, cached outside the checkout (scripts/oracle/build-kubelet-cri.sh); the e2e tests that
+# use it build it on first use too
+kubelet-cri:
+	bash scripts/oracle/build-kubelet-cri.sh
+
 cluster-e2e: setup cluster
 	$(PY) -m pytest -q tests/cluster
 
 # NRI_E2E_VM=1: includes the QEMU guest fast subset (tests/vm: cgroup v2, both drivers)
-test: setup lint cluster
+test: setup lint cluster kubelet-cri
 	NRI_E2E_VM=1 $(PY) -m pytest tests
 
 # the QEMU guest matrix (cgroup v2, every topology of tests/vm/topologies, containerd 2.1 + 1.7)

@@ -21,6 +21,10 @@ medians. Needs root and the binaries of scripts/fetch-runtime.sh.
 
     .venv/bin/python benchmarks/busy_node.py --quick            # 1.7 and 2.1, 40 shared, 2 rounds
     .venv/bin/python benchmarks/busy_node.py --shared 40 --shared 100 --rounds 3 --pods 3
+
+``--pod-spec-source``: the plugin reads pod specs from a loopback fake API server
+(tests/e2e/harness/fakeapi.py; ``podSpecSource: apiServer``), each Guaranteed pod shown there
+before it runs, as the kubelet sees it first (the facts' lookup is on the measured path).
 """
 
 from __future__ import annotations
@@ -110,7 +114,15 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
     counter = workdir / "runc-updates"
     runc = write_runc_counter(workdir / "runc-counter.sh", counter)
     cfg = workdir / "cpumgr.yaml"
-    cfg.write_text(CONFIG)
+    api = None
+    if args.pod_spec_source:
+        from tests.e2e.harness.fakeapi import FakeAPIServer
+
+        api = FakeAPIServer("bn-node").__enter__()
+        cfg.write_text(CONFIG + f"podSpecSource: apiServer\napiServerURL: {api.url}\n"
+                       "nodeName: bn-node\n")
+    else:
+        cfg.write_text(CONFIG)
     c = CountingContainerd(version, workdir, runc)
     plugin: PluginProcess | None = None
     res: dict[str, dict[str, list[float]]] = {m: {} for m in ("none", "cpumgr")}
@@ -143,7 +155,14 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
                         time.sleep(0.5)
                     m = res[mode]
                     for k in range(args.pods):
-                        pod = cri.run_pod(f"g-{r}-{k}", "Guaranteed")
+                        uid = f"bbbbbbbb-0000-4000-8000-{r:06d}{k:06d}"
+                        if api is not None:
+                            g1 = {"cpu": "1", "memory": "64Mi"}
+                            api.add({"metadata": {"uid": uid, "name": f"g-{r}-{k}",
+                                                  "namespace": "e2e"},
+                                     "spec": {"containers": [{"name": "g", "resources": {
+                                         "requests": g1, "limits": g1}}]}})
+                        pod = cri.run_pod(f"g-{r}-{k}", "Guaranteed", uid=uid)
                         u0 = count(counter)
                         t = time.perf_counter()
                         cid = cri.create_container(pod, "g", requests={"cpu": "1",
@@ -178,6 +197,8 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
     finally:
         if plugin is not None:
             plugin.stop()
+        if api is not None:
+            api.close()
         problems = c.stop()
         if problems:
             print(f"  containerd cleanup: {problems}", file=sys.stderr)
@@ -212,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="run nri_cpumgr from this source tree (e.g. `git archive REV nri_cpumgr "
                          "| tar -x -C DIR`) instead of this checkout, to compare revisions")
     ap.add_argument("--quick", action="store_true", help="40 shared, 2 rounds of 2 pods")
+    ap.add_argument("--pod-spec-source", action="store_true",
+                    help="the plugin with podSpecSource apiServer (a loopback fake API server)")
     args = ap.parse_args(argv)
     versions = args.version or ["1.7", "2.1"]
     if args.quick:

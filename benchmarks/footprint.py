@@ -24,6 +24,10 @@ nri-cpumgr runs as the image runs it (deploy: bytecode compiled at build time): 
 points PYTHONPYCACHEPREFIX at a private directory and discards one warm-up launch so that the
 bytecode exists; ``--cold-bytecode`` measures with no bytecode cache at all instead.
 
+``--pod-spec-pods N`` adds a third subject, nri-cpumgr with ``podSpecSource: apiServer``
+watching a loopback fake API server (tests/e2e/harness/fakeapi.py) that holds N pods of this
+node (the watch's cost: its imports, its thread, N pods' facts).
+
     .venv/bin/python benchmarks/footprint.py [--rounds 5] [--go-peer .runtime/go-peer]
 """
 
@@ -203,6 +207,24 @@ async def main_async(args: argparse.Namespace) -> int:
         subjects = [Subject("nri-cpumgr", [
             sys.executable, "-m", "nri_cpumgr", "run", "--config", str(cfg),
             "--socket", "{socket}", "--state-dir", "{work}/state"], env)]
+        api = None
+        if args.pod_spec_pods:
+            from tests.e2e.harness.fakeapi import FakeAPIServer
+
+            api = FakeAPIServer("fp-node").__enter__()
+            for i in range(args.pod_spec_pods):
+                res = {"requests": {"cpu": "250m", "memory": "256Mi"},
+                       "limits": {"cpu": "1", "memory": "256Mi"}}
+                api.add({"metadata": {"uid": f"fp-{i}", "name": f"p{i}", "namespace": "ns"},
+                         "spec": {"resources": res if i % 2 else None, "containers": [
+                             {"name": "app", "resources": res},
+                             {"name": "side", "resources": {}}]}})
+            cfg2 = tmp / "config-podspec.yaml"
+            cfg2.write_text(CONFIG + f"podSpecSource: apiServer\napiServerURL: {api.url}\n"
+                            "nodeName: fp-node\n")
+            subjects.append(Subject("nri-cpumgr+podspec", [
+                sys.executable, "-m", "nri_cpumgr", "run", "--config", str(cfg2),
+                "--socket", "{socket}", "--state-dir", "{work}/state"], env))
         go = Path(args.go_peer)
         if go.is_file():
             subjects.append(Subject("go-peer", [str(go), "-socket", "{socket}",
@@ -230,6 +252,9 @@ async def main_async(args: argparse.Namespace) -> int:
                 print(line(f"launch -> synchronized, {n}", s.synced_ms[n], "ms"))
             for n in SIZES:
                 print(line(f"VmRSS after sync of {n}", s.rss[n], "MiB"))
+        if api is not None:
+            print(f"(nri-cpumgr+podspec: watching {args.pod_spec_pods} pods)")
+            api.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
@@ -242,6 +267,9 @@ def main() -> int:
                     help="seconds between the Synchronize reply and reading VmRSS")
     ap.add_argument("--go-peer", default=os.environ.get(
         "GO_PEER", str(Path(__file__).resolve().parents[1] / ".runtime/go-peer")))
+    ap.add_argument("--pod-spec-pods", type=int, default=0,
+                    help="also run with podSpecSource apiServer over a fake API server "
+                         "holding this many pods")
     ap.add_argument("--cold-bytecode", action="store_true",
                     help="no bytecode cache (PYTHONDONTWRITEBYTECODE=1)")
     args = ap.parse_args()

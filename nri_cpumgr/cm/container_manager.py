@@ -35,6 +35,7 @@ from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.jsontext import RawJSON, encode
 from nri_cpumgr.podmodel import Pod, QOSClass
 from nri_cpumgr.podmodel.nri import ContainerInfo, Resources
+from nri_cpumgr.podmodel.spec import qualifies_for_slice
 
 log = logging.getLogger(__name__)
 
@@ -259,6 +260,13 @@ class ContainerManager:
             d = self.pod_level.admit(info, device_numa)
             if d is not None:
                 return d
+        elif info.pod_spec is not None and info.pod_spec.pod_level:
+            # a pod with .spec.resources without the pod-level gates: the kubelet's CPU and
+            # Memory Managers skip the whole pod (cpumanager / memorymanager policy_static.go
+            # Allocate, "pod is using pod-level resources but the PodLevelResourceManagers
+            # feature gate is not enabled", v1.37.2): the node's shared pool
+            self._track(info.id, _Tracked(info, False, None))
+            return Decision(info.id, self.shared_pool() if self.static else None)
         key = info.key
         if info.qos is not QOSClass.GUARANTEED and not info.devices:
             # no provider has a hint for it (CPU and memory managers only pin Guaranteed
@@ -507,6 +515,10 @@ class ContainerManager:
         rest: list[ContainerInfo] = []
         for i in pending:
             want = i.spec().guaranteed_cpus() if i.qos is QOSClass.GUARANTEED else 0
+            if want and i.pod_spec is not None and i.pod_spec.pod_level and (
+                    self.pod_level is None or i.own_spec is None
+                    or not qualifies_for_slice(i.own_spec)):
+                want = 0  # its cpuset is a pool (the node's or its pod's), not its own
             current = CPUSet.parse(i.cpus) if want and i.cpus else CPUSet()
             if self.static and want and len(current) == want and self._adopt(i, current):
                 self._owner[i.key] = i.id

@@ -173,6 +173,15 @@ class Config:
     explainDecisions: bool = False
     # "async": the plugin's own UpdateContainers calls; "reply": only in replies (README)
     sharedPoolUpdateMode: str = "async"
+    # --- the plugin's own: where the pod spec facts NRI cannot show come from
+    # (nri_cpumgr.podsource; README "Pod spec facts"): "none" = NRI alone, "apiServer" = a
+    # watch of this node's pods. apiServerURL "" = in-cluster; nodeName "" = $NODE_NAME;
+    # podSpecWait: the longest a Guaranteed container's creation waits for a pod the
+    # connected watch has not shown yet ---
+    podSpecSource: str = "none"
+    apiServerURL: str = ""
+    nodeName: str = ""
+    podSpecWait: str = "500ms"
 
     @classmethod
     def model_validate(cls, doc: Any) -> Config:
@@ -482,6 +491,10 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "kubeletStateDirectory": _string,
     "explainDecisions": _boolean,
     "sharedPoolUpdateMode": _one_of("async", "reply"),
+    "podSpecSource": _one_of("none", "apiServer"),
+    "apiServerURL": _string,
+    "nodeName": _string,
+    "podSpecWait": _duration,
 }
 
 

@@ -173,6 +173,22 @@ KEYS: dict[str, KeyDoc] = {
         "after the replies; `reply`: only in replies, never a call of its own (closes the "
         "containerd lock-order hang, at the cost of slower Guaranteed creations). See "
         "[the shared pool on a busy node](../concepts/shared-pool.md)."),
+    "podSpecSource": KeyDoc(
+        "Where the plugin learns the pod spec facts NRI cannot show (whether `.spec.resources` "
+        "is set, each container's own requests and limits, sidecars): `none` decides from "
+        "NRI alone; `apiServer` lists and watches this node's pods (`spec.nodeName`) with the "
+        "service-account token, off the runtime's critical path. See "
+        "[the pod spec source](../concepts/pod-spec-facts.md)."),
+    "apiServerURL": KeyDoc(
+        "The API server for `podSpecSource: apiServer`; `\"\"`: in-cluster "
+        "(`KUBERNETES_SERVICE_HOST`, `KUBERNETES_SERVICE_PORT`, the mounted CA and token)."),
+    "nodeName": KeyDoc(
+        "This node's name for the pod watch's field selector; `\"\"`: `$NODE_NAME` (the "
+        "DaemonSet sets it from `spec.nodeName`)."),
+    "podSpecWait": KeyDoc(
+        "The longest a Guaranteed container's creation waits for a pod the connected watch "
+        "has not shown yet; with the watch disconnected there is no wait and the container is "
+        "decided from NRI alone. " + _DURATION_NOTE),
 }
 
 # What each value check refuses, by the check's qualified name in nri_cpumgr.config.model.

@@ -24,6 +24,7 @@ Errors: :class:`ManifestError` (one line naming the document and the field).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from nri_cpumgr.podmodel.nri import (
     ContainerInfo,
     container_info,
 )
+from nri_cpumgr.podmodel.spec import PodSpecFacts, facts_from_pod
 
 MIN_SHARES = 2
 SHARES_PER_CPU = 1024
@@ -83,6 +85,9 @@ class PlannedPod:
     qos: QOSClass
     containers: tuple[PlannedContainer, ...] = field(default_factory=tuple)
     source: str = ""
+    #: The pod's spec facts (``.spec.resources``, each container's own resources), as a
+    #: pod spec source gives them to the plugin (nri_cpumgr.podmodel.spec).
+    facts: PodSpecFacts | None = None
 
     @property
     def key(self) -> str:
@@ -163,9 +168,20 @@ def pod_from_spec(meta: Mapping[str, Any], spec: Any, where: str) -> PlannedPod:
     dup = {n for n in names if names.count(n) > 1}
     if dup:
         raise ManifestError(f"{where}: pod {name}: container name(s) used twice: {sorted(dup)}")
-    qos = pod_qos(Pod(uid=uid, name=name, namespace=namespace, containers=tuple(apps),
-                      init_containers=tuple(inits)))
-    return PlannedPod(namespace, name, uid, qos, tuple(planned), where)
+    try:
+        facts = facts_from_pod({"metadata": {"uid": uid, "name": name, "namespace": namespace},
+                                "spec": dict(spec)})
+    except ValueError as e:
+        raise ManifestError(f"{where}: pod {name}: {e}") from None
+    if facts.pod_level:
+        # with .spec.resources the pod's QoS class is that of its pod-level resources
+        # (kubelet apis/core/v1/helper/qos ComputePodQOS, PodLevelResources, v1.37.2)
+        qos = pod_qos(Pod(uid=uid, containers=(ContainerSpec(
+            "<pod>", dict(facts.pod_requests), dict(facts.pod_limits)),)))
+    else:
+        qos = pod_qos(Pod(uid=uid, name=name, namespace=namespace, containers=tuple(apps),
+                          init_containers=tuple(inits)))
+    return PlannedPod(namespace, name, uid, qos, tuple(planned), where, facts)
 
 
 def _uid(namespace: str, name: str) -> str:
@@ -210,18 +226,30 @@ def cgroup_parent(qos: QOSClass, uid: str) -> str:
     return f"/kubepods/{'burstable' if qos is QOSClass.BURSTABLE else 'besteffort'}/pod{uid}"
 
 
-def linux_resources(spec: ContainerSpec) -> nri_pb2.LinuxResources:
+def linux_resources(spec: ContainerSpec,
+                    pod_limits: Mapping[str, int] | None = None) -> nri_pb2.LinuxResources:
     """The container's resources as the kubelet passes them to the runtime (see the module
-    docstring for the formulas)."""
+    docstring for the formulas). ``pod_limits``: the pod's ``.spec.resources`` limits when
+    it sets pod-level resources: a container without its own cpu / memory limit gets the
+    pod's, and without a cpu request its shares come from that limit (kuberuntime
+    getCPULimit / getMemoryLimit, calculateLinuxResources, v1.37.2; checked against the
+    kubelet's own code by tests/e2e/test_kubelet_requests.py)."""
     r = nri_pb2.LinuxResources()
+    lim = spec.limits.get("cpu")
+    mem = spec.limits.get("memory")
     req = spec.requests.get("cpu") or 0
+    if pod_limits is not None:
+        if not lim:
+            lim = pod_limits.get("cpu")
+        if not mem:
+            mem = pod_limits.get("memory")
+        if "cpu" not in spec.requests:
+            req = lim or 0
     shares = max(MIN_SHARES, req * SHARES_PER_CPU // 1000) if req else MIN_SHARES
     r.cpu.shares.value = shares
-    lim = spec.limits.get("cpu")
     if lim:
         r.cpu.quota.value = max(MIN_QUOTA, lim * QUOTA_PERIOD // 1000)
         r.cpu.period.value = QUOTA_PERIOD
-    mem = spec.limits.get("memory")
     if mem:
         r.memory.limit.value = mem
     for k, v in sorted(spec.limits.items()):
@@ -248,12 +276,23 @@ def nri_messages(
     p.linux.cgroup_parent = cgroup_parent(pod.qos, pod.uid)
     ctr = nri_pb2.Container(id=container_id, pod_sandbox_id=p.id, name=c.name)
     ctr.labels[LABEL_CONTAINER_NAME] = c.name
-    ctr.linux.resources.CopyFrom(linux_resources(c.spec))
+    facts = pod.facts
+    pod_level = facts is not None and facts.pod_level
+    if pod_level:
+        assert facts is not None
+        # the sandbox's resources from .spec.resources (kuberuntime applySandboxResources)
+        p.linux.pod_resources.CopyFrom(linux_resources(ContainerSpec(
+            "<pod>", dict(facts.pod_requests), dict(facts.pod_limits))))
+    ctr.linux.resources.CopyFrom(linux_resources(
+        c.spec, facts.pod_limits if pod_level and facts is not None else None))
     return p, ctr
 
 
 def container_infos(pod: PlannedPod, ids: Iterable[str]) -> list[ContainerInfo]:
     """The plugin's view of each container of ``pod`` (in start order), read by the plugin's
     own :func:`~nri_cpumgr.podmodel.nri.container_info`."""
-    return [container_info(*nri_messages(pod, c, cid))
-            for c, cid in zip(pod.containers, ids, strict=True)]
+    out = [container_info(*nri_messages(pod, c, cid))
+           for c, cid in zip(pod.containers, ids, strict=True)]
+    if pod.facts is not None:  # the plan knows the spec, as a pod spec source does
+        out = [dataclasses.replace(i, pod_spec=pod.facts) for i in out]
+    return out

@@ -37,6 +37,7 @@ from typing import Any
 
 from nri_cpumgr.api import nri_pb2
 from nri_cpumgr.podmodel.model import ContainerSpec, QOSClass
+from nri_cpumgr.podmodel.spec import PodSpecFacts
 
 LABEL_POD_UID = "io.kubernetes.pod.uid"
 LABEL_CONTAINER_NAME = "io.kubernetes.container.name"
@@ -212,6 +213,14 @@ class ContainerInfo:
     pod_resources: Resources | None = None
     #: The pod's RuntimeClass overhead from ``pod.linux.pod_overhead`` (None when not passed).
     pod_overhead: Resources | None = None
+    #: The pod's spec facts from a pod spec source (None: unknown, NRI alone decides;
+    #: nri_cpumgr.podmodel.spec).
+    pod_spec: PodSpecFacts | None = None
+
+    @property
+    def own_spec(self) -> ContainerSpec | None:
+        """The container's own requests/limits from the pod spec (None when unknown)."""
+        return self.pod_spec.container(self.name) if self.pod_spec is not None else None
 
     @property
     def key(self) -> tuple[str, str]:

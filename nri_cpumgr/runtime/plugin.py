@@ -14,6 +14,7 @@ shared-pool containers later, coalesced, through the plugin's own UpdateContaine
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import gc
 import logging
@@ -60,6 +61,9 @@ MEMORY_CHECKPOINT_NAME = "memory_manager_state"
 # seconds a checkpoint write waits to gather a burst of decisions (lost on a crash in that
 # window: the runtime's Synchronize restores the truth on restart)
 CHECKPOINT_LINGER = 0.2
+# seconds a Synchronize with Guaranteed containers waits at most for the pod spec source's
+# first LIST (once per connection; below the runtime's 2 s request budget)
+SYNC_SPEC_WAIT = 1.0
 
 _LIVE_STATES = (
     nri_pb2.CONTAINER_CREATED,
@@ -115,6 +119,11 @@ class Plugin:
         #: Called with the effective config once Configure set it up (the command line
         #: starts the metrics server there when only the runtime's config names one).
         self.on_configured: Callable[[Config], None] | None = None
+        #: Pod spec facts (nri_cpumgr.podsource), when ``podSpecSource`` names a source.
+        self.pod_specs: Any = None
+        self._pod_source: Any = None
+        self._spec_wait = 0.0
+        self._said_no_spec: set[str] = set()
         self._setup(config, provisional=self.provisional)
 
     def _setup(self, config: Config, provisional: bool = False) -> None:
@@ -182,6 +191,7 @@ class Plugin:
             raise ConfigError(
                 f"invalid config: stateDirectory {config.stateDirectory}: {reason}"
             ) from None
+        self._start_pod_source(config)
         if corrupt is not None:  # (the setup goes on: a fatal error above says it alone)
             log.error("%s; rebuilding the state from the runtime's Synchronize", corrupt)
         if config.cpuManagerPolicy == "none" and config.memoryManagerPolicy == "None":
@@ -232,8 +242,73 @@ class Plugin:
             except OSError as e:
                 _write_failed(cp, e)
 
+    def _start_pod_source(self, config: Config) -> None:
+        """(Re)start the pod spec source ``podSpecSource`` names (nri_cpumgr.podsource).
+        Raises ConfigError when it cannot be set up (no API server URL or node name)."""
+        self._stop_pod_source()
+        self._spec_wait = config.duration("podSpecWait")
+        if config.podSpecSource != "apiServer":
+            return
+        from nri_cpumgr.podsource import APIServerPodSource, PodSpecStore
+
+        store = PodSpecStore()
+        try:
+            source = APIServerPodSource(store, config.apiServerURL, config.nodeName)
+        except ValueError as e:
+            raise ConfigError(f"invalid config: {e}") from None
+        source.start()
+        self.pod_specs, self._pod_source = store, source
+        log.info("pod spec source: watching the pods of node %s at %s (wait up to %s)",
+                 source.node, source.url.geturl(), config.podSpecWait)
+
+    def _stop_pod_source(self) -> None:
+        if self._pod_source is not None:
+            self._pod_source.stop()
+        self.pod_specs = self._pod_source = None
+
+    def _with_pod_spec(self, info: ContainerInfo) -> ContainerInfo:
+        """``info`` with its pod's spec facts when a source has them (only a Guaranteed
+        container under the static policy can be decided differently with them). Waits at
+        most ``podSpecWait`` for a pod the connected watch has not shown yet; without them
+        the container is decided from NRI alone (said once per pod)."""
+        store = self.pod_specs
+        if store is None or info.qos is not QOSClass.GUARANTEED or not self.manager.static:
+            return info
+        facts = store.wait(info.pod_uid, self._spec_wait)
+        if facts is not None:
+            return dataclasses.replace(info, pod_spec=facts)
+        if info.pod_uid not in self._said_no_spec:
+            if len(self._said_no_spec) > 4096:
+                self._said_no_spec.clear()
+            self._said_no_spec.add(info.pod_uid)
+            log.warning("pod %s/%s: no pod spec from the %s source (%s); deciding from NRI "
+                        "alone", info.namespace, info.pod_name, self.config.podSpecSource,
+                        "not connected" if not store.connected else
+                        f"not shown within {self.config.podSpecWait}")
+        return info
+
+    def _with_pod_specs(self, infos: list[ContainerInfo]) -> list[ContainerInfo]:
+        """A Synchronize's Guaranteed containers with their pods' spec facts (the watch's
+        first LIST awaited at most ``podSpecWait`` or :data:`SYNC_SPEC_WAIT`), so that a
+        restarted plugin does not admit a pod-level pod's shared containers as exclusive
+        ones."""
+        store = self.pod_specs
+        if not self.manager.static or not any(
+                i.qos is QOSClass.GUARANTEED for i in infos):
+            return infos
+        if not store.wait_synced(max(self._spec_wait, SYNC_SPEC_WAIT)):
+            log.warning("synchronize: no pod spec from the %s source yet; deciding from NRI "
+                        "alone", self.config.podSpecSource)
+            return infos
+        out = []
+        for i in infos:
+            f = store.get(i.pod_uid) if i.qos is QOSClass.GUARANTEED else None
+            out.append(dataclasses.replace(i, pod_spec=f) if f is not None else i)
+        return out
+
     def close(self) -> None:
         """Write the final state and stop the background writer."""
+        self._stop_pod_source()
         self.save()
         if self._writer is not None:
             self._writer.close()
@@ -340,6 +415,8 @@ class Plugin:
                         rest.append((p, c))
                         continue
                 infos.append(container_info(p, c))
+            if self.pod_specs is not None:
+                infos = self._with_pod_specs(infos)
             return self._synchronize(t0, pods, containers, infos, stopped, plain, rest)
         finally:
             if paused:
@@ -424,6 +501,8 @@ class Plugin:
             return nri_pb2.CreateContainerResponse()
         t0 = time.perf_counter()
         info = container_info(req.pod, req.container)
+        if self.pod_specs is not None:
+            info = self._with_pod_spec(info)
         if info.qos is QOSClass.GUARANTEED and _contradicts_guaranteed(info):
             log.warning(
                 "pod %s/%s container %s: the kubelet's cgroup parent says Guaranteed but the "

@@ -17,6 +17,8 @@ import pytest
 
 from nri_cpumgr.checkpoint import Checkpoint
 from nri_cpumgr.cpuset import CPUSet
+from tests.e2e.harness.fakeapi import FakeAPIServer
+from tests.e2e.harness.kubelet_cri import k8s_pod
 from tests.e2e.plugin_run import eventually, start_plugin
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs" / "dual-socket-smt"
@@ -40,21 +42,52 @@ def g(cpu: str, mem: str) -> dict[str, str]:
     return {"cpu": cpu, "memory": mem}
 
 
-def plugin_for(containerd, workdir, scope: str, gates: dict | None = None, **keys):
-    return start_plugin(containerd, workdir, sysfs_root=FIXTURE,
-                        topologyManagerPolicy="single-numa-node", topologyManagerScope=scope,
-                        featureGates=GATES if gates is None else gates, **keys)
+NODE = "e2e-node"
 
 
-def test_pod_scope_docs_example(containerd, cri, e2e_workdir):
+@pytest.fixture
+def api():
+    """The pod specs, from a loopback fake API server (the harness's CRI client sends a
+    container without its own resources the pod's limits, as a kubelet with
+    PodLevelResources does: the plugin needs the spec to tell it from one asking for them)."""
+    with FakeAPIServer(NODE) as a:
+        yield a
+
+
+def pod_spec_keys(api) -> dict:
+    return {"podSpecSource": "apiServer", "apiServerURL": api.url, "nodeName": NODE}
+
+
+def show(api, cri, pod_id: str, containers, budget=BUDGET) -> None:
+    """Show the pod run as ``pod_id`` on the fake API server: ``containers`` as
+    (name, requests, limits)."""
+    meta = cri.pods[pod_id].metadata
+    api.add(k8s_pod(meta.name, meta.uid, list(containers), pod_resources=budget,
+                    namespace=meta.namespace))
+
+
+def plugin_for(containerd, workdir, scope: str, gates: dict | None = None, api=None, **keys):
+    if api is not None:
+        keys.update(pod_spec_keys(api))
+    p = start_plugin(containerd, workdir, sysfs_root=FIXTURE,
+                     topologyManagerPolicy="single-numa-node", topologyManagerScope=scope,
+                     featureGates=GATES if gates is None else gates, **keys)
+    if api is not None:
+        p.wait_for_log("pod spec source: 0 pods of node", timeout=10)
+    return p
+
+
+def test_pod_scope_docs_example(containerd, cri, e2e_workdir, api):
     """pod-level-resource-managers-pod-scope-mixed.yaml: one 4-CPU NUMA-aligned bubble,
     main-app's exclusive 2-CPU slice, the two sidecars on the other 2 (never on main-app's),
     isolated from the node's shared pool; deleting the pod returns everything."""
-    plugin = plugin_for(containerd, e2e_workdir, "pod",
+    plugin = plugin_for(containerd, e2e_workdir, "pod", api=api,
                         memoryManagerPolicy="Static",
                         reservedMemory=[{"numaNode": 0, "limits": {"memory": "100Mi"}}])
     try:
         pod = cri.run_pod("pod-scope-mixed", "Guaranteed", pod_resources=BUDGET)
+        show(api, cri, pod, [("metrics-sidecar", None, None), ("logging-sidecar", None, None),
+                             ("main-app", g("2", "2Gi"), g("2", "2Gi"))])
         metrics = cri.create_container(pod, "metrics-sidecar")
         logging_ = cri.create_container(pod, "logging-sidecar")
         bubble = spec(cri, metrics)
@@ -88,13 +121,16 @@ def test_pod_scope_docs_example(containerd, cri, e2e_workdir):
         plugin.stop()
 
 
-def test_pod_scope_empty_shared_pool_refused(containerd, cri, e2e_workdir):
+def test_pod_scope_empty_shared_pool_refused(containerd, cri, e2e_workdir, api):
     """pod-level-resource-managers-empty-shared-pool.yaml: main-app (3 of 4 CPUs, with
     metrics-sidecar's 1) would leave logging-sidecar no CPU: refused with the kubelet's
     EmptyPodSharedPoolError text."""
-    plugin = plugin_for(containerd, e2e_workdir, "pod")
+    plugin = plugin_for(containerd, e2e_workdir, "pod", api=api)
     try:
         pod = cri.run_pod("empty-shared-pool", "Guaranteed", pod_resources=BUDGET)
+        show(api, cri, pod, [("metrics-sidecar", g("1", "1Gi"), g("1", "1Gi")),
+                             ("logging-sidecar", None, None),
+                             ("main-app", g("3", "3Gi"), g("3", "3Gi"))])
         cri.create_container(pod, "metrics-sidecar", requests=g("1", "1Gi"),
                              limits=g("1", "1Gi"))
         cri.create_container(pod, "logging-sidecar")
@@ -107,13 +143,15 @@ def test_pod_scope_empty_shared_pool_refused(containerd, cri, e2e_workdir):
         plugin.stop()
 
 
-def test_container_scope_docs_example(containerd, cri, e2e_workdir):
+def test_container_scope_docs_example(containerd, cri, e2e_workdir, api):
     """pod-level-resource-managers-container-scope-mixed.yaml: the infrastructure sidecar
     gets an exclusive NUMA-aligned 2-CPU slice from the node; the workers share the node's
     pool, never the sidecar's CPUs."""
-    plugin = plugin_for(containerd, e2e_workdir, "container")
+    plugin = plugin_for(containerd, e2e_workdir, "container", api=api)
     try:
         pod = cri.run_pod("container-scope-mixed", "Guaranteed", pod_resources=BUDGET)
+        show(api, cri, pod, [("infrastructure-sidecar", g("2", "2Gi"), g("2", "2Gi")),
+                             ("worker-1", None, None), ("worker-2", None, None)])
         side = cri.create_container(pod, "infrastructure-sidecar", requests=g("2", "2Gi"),
                                     limits=g("2", "2Gi"))
         w1 = cri.create_container(pod, "worker-1")
@@ -165,7 +203,7 @@ def test_resize_with_the_gate_off_changes_nothing_and_says_why(containerd, cri, 
         plugin.stop()
 
 
-def test_pod_shared_pool_on_this_host_in_cgroup_and_proc(containerd, cri, e2e_workdir):
+def test_pod_shared_pool_on_this_host_in_cgroup_and_proc(containerd, cri, e2e_workdir, api):
     """On the 2-CPU host itself (CPU 0 reserved): a 1-CPU pod budget whose only container
     is a sidecar without resources runs on the pod's bubble (CPU 1), isolated from the
     node's shared pool (CPU 0), in spec, cgroup and /proc; the pod's removal returns CPU 1
@@ -175,11 +213,12 @@ def test_pod_shared_pool_on_this_host_in_cgroup_and_proc(containerd, cri, e2e_wo
     if cgroups.host_online_cpus() != "0-1":
         pytest.skip(f"needs a 2-CPU host, have {cgroups.host_online_cpus()}")
     plugin = start_plugin(containerd, e2e_workdir, topologyManagerScope="pod",
-                          featureGates=GATES, sharedPoolGrowDelay="1s")
+                          featureGates=GATES, sharedPoolGrowDelay="1s", **pod_spec_keys(api))
     try:
         budget = {"requests": {"cpu": "1", "memory": "256Mi"},
                   "limits": {"cpu": "1", "memory": "256Mi"}}
         pod = cri.run_pod("bubble", "Guaranteed", pod_resources=budget)
+        show(api, cri, pod, [("sidecar", None, None)], budget)
         side = cri.create_container(pod, "sidecar")
         cri.start_container(side)
         be = cri.create_container(cri.run_pod("be", "BestEffort"), "app")

@@ -64,7 +64,9 @@ def test_the_expected_manifests_exist():
                            "ResourceQuota/nri-cpumgr-critical-pods",
                            "ConfigMap/nri-cpumgr-config", "DaemonSet/nri-cpumgr",
                            "ClusterRole/nri-cpumgr-nrt-exporter",
-                           "ClusterRoleBinding/nri-cpumgr-nrt-exporter"}
+                           "ClusterRoleBinding/nri-cpumgr-nrt-exporter",
+                           "ClusterRole/nri-cpumgr-pod-reader",
+                           "ClusterRoleBinding/nri-cpumgr-pod-reader"}
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
@@ -169,7 +171,7 @@ def test_mounts_match_the_config():
     assert cfg_path.name in _all()["ConfigMap/nri-cpumgr-config"]["data"]
 
 
-def test_nrt_exporter_reads_what_the_plugin_writes_and_only_it_has_api_access():
+def test_nrt_exporter_reads_what_the_plugin_writes_and_the_plugin_only_reads_pods():
     plugin, exp = _container(), _containers()["nrt-exporter"]
     spec = _daemonset()["spec"]["template"]["spec"]
     assert exp["image"] == plugin["image"] and exp["command"] == ["nri-cpumgr", "nrt-export"]
@@ -188,7 +190,13 @@ def test_nrt_exporter_reads_what_the_plugin_writes_and_only_it_has_api_access():
     cfg = _plugin_config()
     assert by_path[cfg.stateDirectory]["name"] == pm[cfg.stateDirectory]
     token_dir = "/var/run/secrets/kubernetes.io/serviceaccount"
-    assert token_dir not in pm  # the plugin has no API credentials
+    # the plugin's API access: its node's pods, read-only (podSpecSource apiServer)
+    assert pm[token_dir] == by_path[token_dir]["name"]
+    assert {m["mountPath"]: m for m in plugin["volumeMounts"]}[token_dir]["readOnly"] is True
+    assert cfg.podSpecSource == "apiServer"
+    assert plugin["env"] == [env]
+    assert _all()["ClusterRole/nri-cpumgr-pod-reader"]["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]
     vol = {v["name"]: v for v in spec["volumes"]}[by_path[token_dir]["name"]]
     kinds = [next(iter(s)) for s in vol["projected"]["sources"]]
     assert kinds == ["serviceAccountToken", "configMap", "downwardAPI"]
@@ -354,8 +362,8 @@ def _node_matches(pod_spec: dict[str, Any], labels: dict[str, str]) -> bool:
 
 def test_overlay_renders_valid_kubernetes():
     docs = _render_overlay()
-    assert sorted(d["kind"] for d in docs) == ["ClusterRoleBinding", "ConfigMap", "DaemonSet",
-                                               "ServiceAccount"]
+    assert sorted(d["kind"] for d in docs) == ["ClusterRoleBinding", "ClusterRoleBinding",
+                                               "ConfigMap", "DaemonSet", "ServiceAccount"]
     for doc in docs:
         assert kv.validate(doc, K8S_VERSIONS[-1], strict=True)
 
@@ -388,9 +396,11 @@ def test_overlay_references_its_own_config():
     cfg = parse_config(cm["data"]["config.yaml"], "deploy/overlays/big-nodes/configmap.yaml")
     assert str(cfg.reserved_cpus()) != str(_plugin_config().reserved_cpus())
     assert ("ServiceAccount", spec["serviceAccountName"], "nri-cpumgr") in over
-    (crb,) = [d for d in over.values() if d["kind"] == "ClusterRoleBinding"]
-    assert crb["roleRef"]["name"] == "nri-cpumgr-nrt-exporter"  # the base's role
-    assert crb["subjects"][0]["name"] == spec["serviceAccountName"]
+    crbs = [d for d in over.values() if d["kind"] == "ClusterRoleBinding"]
+    # the base's roles
+    assert sorted(c["roleRef"]["name"] for c in crbs) == ["nri-cpumgr-nrt-exporter",
+                                                         "nri-cpumgr-pod-reader"]
+    assert {c["subjects"][0]["name"] for c in crbs} == {spec["serviceAccountName"]}
     # everything else (image, probes, security) is the base's
     assert spec["containers"] == _daemonset()["spec"]["template"]["spec"]["containers"]
 

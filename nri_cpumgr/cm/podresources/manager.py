@@ -50,6 +50,7 @@ from nri_cpumgr.cm.podresources.policy import (
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.podmodel import ContainerSpec, Pod, QOSClass
 from nri_cpumgr.podmodel.nri import ContainerInfo, Resources
+from nri_cpumgr.podmodel.spec import qualifies_for_slice
 
 if TYPE_CHECKING:  # the container manager imports this module
     from nri_cpumgr.cm.container_manager import ContainerManager, Decision
@@ -67,6 +68,24 @@ def qualifies(r: Resources) -> bool:
     IsContainerEquivalentQOSGuaranteed, policy_static.go guaranteedCPUs)."""
     n = r.integer_cpus
     return bool(n) and r.cpu_limit_milli == n * 1000 and r.memory_limit is not None
+
+
+def container_qualifies(info: ContainerInfo) -> bool:
+    """:func:`qualifies` from the container's own spec when the pod spec is known (a
+    container without its own resources receives the pod's limits from the kubelet, which
+    NRI cannot tell from its own: nri_cpumgr.podmodel.spec), else from NRI's resources."""
+    own = info.own_spec
+    if own is not None:
+        return qualifies_for_slice(own)
+    return qualifies(info.resources)
+
+
+def slice_size(info: ContainerInfo) -> int:
+    """Whole CPUs of a qualifying container's slice (its own request when known)."""
+    own = info.own_spec
+    if own is not None:
+        return (own.requests.get("cpu") or 0) // 1000
+    return info.resources.integer_cpus
 
 
 def budget_spec(r: Resources) -> ContainerSpec:
@@ -149,11 +168,13 @@ class PodLevelManager:
                     "(pod.linux.pod_resources) for pod %s/%s; containers are pinned by the "
                     "per-container rules (said once)", info.namespace, info.pod_name)
             return None
+        if info.pod_spec is not None and not info.pod_spec.pod_level:
+            return None  # no .spec.resources: the per-container rules, as the kubelet's
         pod_cpus = info.pod_resources.integer_cpus
         if self.scope == "pod" and pod_cpus:
             return self._admit_pod_scope(info, device_numa)
         # container scope (or no whole-CPU pod budget): the hybrid model
-        if qualifies(info.resources):
+        if container_qualifies(info):
             return None  # exclusive from the node, as for any Guaranteed container
         return self._node_shared(info)
 
@@ -182,8 +203,8 @@ class PodLevelManager:
         cpus: CPUSet
         if existing is not None:
             cpus, exclusive = existing, True  # a restart keeps its slice
-        elif qualifies(info.resources):
-            n = info.resources.integer_cpus
+        elif container_qualifies(info):
+            n = slice_size(info)
             if n > len(free):
                 raise AdmissionError(f"NotEnoughCPUsError: {NotEnoughCPUsError(n, len(free))}")
             if live_shared and n == len(free):

@@ -150,21 +150,46 @@ def k8s_hugepage_resource(size: int) -> str:
     raise AssertionError("unreachable")
 
 
+def pod_level_set(pod_resources: dict[str, dict[str, Any]] | None) -> bool:
+    """The pod's ``.spec.resources`` sets cpu, memory or hugepages (component-helpers
+    resource ``IsPodLevelResourcesSet``)."""
+    if not pod_resources:
+        return False
+    names = [*(pod_resources.get("requests") or {}), *(pod_resources.get("limits") or {})]
+    return any(n in ("cpu", "memory") or n.startswith("hugepages-") for n in names)
+
+
 def linux_resources(requests: dict[str, Any] | None, limits: dict[str, Any] | None,
                     qos: str, *, capacity: int | None = None,
-                    hugepage_sizes: list[int] | None = None) -> dict[str, Any]:
+                    hugepage_sizes: list[int] | None = None,
+                    pod_resources: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The kubelet's ``LinuxContainerResources`` for a container, as a plain dict.
 
     Keys: cpu_shares, cpu_period (100000), cpu_quota (0 = unlimited), memory_limit_in_bytes
     (0 = unlimited), oom_score_adj, hugepage_limits [(page size name, bytes)]. A CPU request
     defaults to the CPU limit when only the limit is given (API-server defaulting).
+
+    ``pod_resources``: the pod's ``.spec.resources`` (``{"requests", "limits"}``). When it
+    is set (kubelet with ``PodLevelResources``, on by default), a container without its own
+    cpu / memory limit gets the pod's, and without a cpu request its shares come from that
+    limit (kuberuntime getCPULimit / getMemoryLimit, calculateLinuxResources, v1.37.2;
+    tests/e2e/test_kubelet_requests.py checks this against the kubelet's own code).
     """
     requests = dict(requests or {})
     limits = dict(limits or {})
+    # the OOM score follows the container's own memory request (GetContainerOOMScoreAdjust;
+    # a Burstable pod's unrequested pod-level memory share is not modelled here)
+    mem_request = _bytes(requests.get("memory", limits.get("memory")))
+    if pod_level_set(pod_resources):
+        assert pod_resources is not None
+        plim = pod_resources.get("limits") or {}
+        if not _cpu_milli(limits.get("cpu")) and plim.get("cpu") is not None:
+            limits["cpu"] = plim["cpu"]
+        if not _bytes(limits.get("memory")) and plim.get("memory") is not None:
+            limits["memory"] = plim["memory"]
     cpu_limit = _cpu_milli(limits.get("cpu"))
     cpu_request = _cpu_milli(requests.get("cpu", limits.get("cpu")))
     mem_limit = _bytes(limits.get("memory"))
-    mem_request = _bytes(requests.get("memory", limits.get("memory")))
     sizes = host_hugepage_sizes() if hugepage_sizes is None else hugepage_sizes
     hp = [(cri_page_size(s), _bytes(limits.get(k8s_hugepage_resource(s)))) for s in sizes]
     return {
@@ -175,6 +200,19 @@ def linux_resources(requests: dict[str, Any] | None, limits: dict[str, Any] | No
         "oom_score_adj": oom_score_adj(qos, mem_request, capacity),
         "hugepage_limits": hp,
     }
+
+
+def oracle_resources(pb: ModuleType, r: dict[str, Any]) -> Any:
+    """A CRI ``LinuxContainerResources`` from the kubelet-cri oracle's JSON form
+    (oracle/cmd/kubelet-cri: cpuPeriod, cpuQuota, cpuShares, memoryLimitInBytes, oomScoreAdj,
+    cpusetCpus, cpusetMems, hugepageLimits [{pageSize, limit}], unified)."""
+    return pb.LinuxContainerResources(
+        cpu_period=r["cpuPeriod"], cpu_quota=r["cpuQuota"], cpu_shares=r["cpuShares"],
+        memory_limit_in_bytes=r["memoryLimitInBytes"], oom_score_adj=r["oomScoreAdj"],
+        cpuset_cpus=r["cpusetCpus"], cpuset_mems=r["cpusetMems"],
+        hugepage_limits=[pb.HugepageLimit(page_size=h["pageSize"], limit=h["limit"])
+                         for h in r["hugepageLimits"]],
+        unified=dict(r["unified"]))
 
 
 def cgroup_parent(qos: str, uid: str, kubepods: str = cgroups.KUBEPODS,
@@ -230,6 +268,8 @@ class CRIClient:
         self.images = grpc_mod.ImageServiceStub(self.channel)
         self.pods: dict[str, Any] = {}  # pod id -> PodSandboxConfig
         self.pod_qos: dict[str, str] = {}  # pod id -> QoS class
+        #: pod id -> the pod's ``.spec.resources`` (containers follow the kubelet's rules)
+        self.pod_resources: dict[str, dict[str, dict[str, Any]]] = {}
         self.cgroup_parents: list[str] = []  # every pod cgroup this client created
         self._capacity: int | None = None
 
@@ -252,8 +292,13 @@ class CRIClient:
     def run_pod(self, name: str, qos: str, uid: str | None = None, namespace: str = "e2e", *,
                 labels: dict[str, str] | None = None,
                 annotations: dict[str, str] | None = None, attempt: int = 0,
-                pod_resources: dict[str, dict[str, Any]] | None = None) -> str:
+                pod_resources: dict[str, dict[str, Any]] | None = None,
+                sandbox: dict[str, Any] | None = None) -> str:
         """RunPodSandbox for a host-network pod of QoS class ``qos``; returns the pod id.
+
+        ``sandbox``: the kubelet's own sandbox request for the pod as the kubelet-cri oracle
+        prints it (``{"resources": R|None, "overhead": R|None}``), sent as it is instead of
+        the resources computed from ``pod_resources``.
 
         ``pod_resources`` (``{"requests": {...}, "limits": {...}}``, the pod's
         ``.spec.resources``) becomes the sandbox's ``linux.resources`` as the kubelet sends
@@ -297,11 +342,20 @@ class CRIClient:
             config.linux.resources.CopyFrom(pb.LinuxContainerResources(
                 cpu_period=r["cpu_period"], cpu_quota=r["cpu_quota"],
                 cpu_shares=r["cpu_shares"], memory_limit_in_bytes=r["memory_limit_in_bytes"]))
+        if sandbox is not None:  # the kubelet's own request (tests/e2e/harness/kubelet_cri.py)
+            config.linux.ClearField("resources")
+            config.linux.ClearField("overhead")
+            if sandbox.get("resources") is not None:
+                config.linux.resources.CopyFrom(oracle_resources(pb, sandbox["resources"]))
+            if sandbox.get("overhead") is not None:
+                config.linux.overhead.CopyFrom(oracle_resources(pb, sandbox["overhead"]))
         self.cgroup_parents.append(parent)
         resp = self.runtime.RunPodSandbox(pb.RunPodSandboxRequest(config=config),
                                           timeout=self.timeout)
         self.pods[resp.pod_sandbox_id] = config
         self.pod_qos[resp.pod_sandbox_id] = qos
+        if pod_resources is not None:
+            self.pod_resources[resp.pod_sandbox_id] = pod_resources
         return resp.pod_sandbox_id
 
     def stop_pod(self, pod_id: str) -> None:
@@ -315,6 +369,7 @@ class CRIClient:
                                       timeout=self.timeout)
         self.pods.pop(pod_id, None)
         self.pod_qos.pop(pod_id, None)
+        self.pod_resources.pop(pod_id, None)
 
     def list_pods(self) -> list[Any]:
         """ListPodSandbox: every ``PodSandbox`` the runtime knows."""
@@ -328,15 +383,19 @@ class CRIClient:
                          restart_count: int = 0, image: str = BUSYBOX_IMAGE,
                          labels: dict[str, str] | None = None,
                          annotations: dict[str, str] | None = None,
-                         qos: str | None = None) -> Any:
-        """The ``ContainerConfig`` the kubelet would send (see :meth:`create_container`)."""
+                         qos: str | None = None,
+                         kubelet: dict[str, Any] | None = None) -> Any:
+        """The ``ContainerConfig`` the kubelet would send (see :meth:`create_container`);
+        ``kubelet``: the kubelet's own ``LinuxContainerResources`` for it as the kubelet-cri
+        oracle prints them, sent as they are."""
         pb = self.pb
         sandbox = self.pods[pod_id]
         qos = qos or self.pod_qos[pod_id]
         meta = sandbox.metadata
         if self._capacity is None:
             self._capacity = memory_capacity()
-        res = linux_resources(requests, limits, qos, capacity=self._capacity)
+        res = linux_resources(requests, limits, qos, capacity=self._capacity,
+                              pod_resources=self.pod_resources.get(pod_id))
         lbl = {"io.kubernetes.container.name": name, "io.kubernetes.pod.name": meta.name,
                "io.kubernetes.pod.namespace": meta.namespace, "io.kubernetes.pod.uid": meta.uid,
                **(labels or {})}
@@ -352,6 +411,14 @@ class CRIClient:
             (Path(sandbox.log_directory) / name).mkdir(parents=True, exist_ok=True)
             log_path = f"{name}/{restart_count}.log"
         ns = pb.NamespaceOption(network=pb.NODE, pid=pb.CONTAINER, ipc=pb.POD)
+        resources = (oracle_resources(pb, kubelet) if kubelet is not None else
+                     pb.LinuxContainerResources(
+                         cpu_period=res["cpu_period"], cpu_quota=res["cpu_quota"],
+                         cpu_shares=res["cpu_shares"],
+                         memory_limit_in_bytes=res["memory_limit_in_bytes"],
+                         oom_score_adj=res["oom_score_adj"],
+                         hugepage_limits=[pb.HugepageLimit(page_size=p, limit=n)
+                                          for p, n in res["hugepage_limits"]]))
         return pb.ContainerConfig(
             metadata=pb.ContainerMetadata(name=name, attempt=restart_count),
             image=pb.ImageSpec(image=image, user_specified_image=image),
@@ -361,14 +428,7 @@ class CRIClient:
             annotations=ann,
             log_path=log_path,
             linux=pb.LinuxContainerConfig(
-                resources=pb.LinuxContainerResources(
-                    cpu_period=res["cpu_period"], cpu_quota=res["cpu_quota"],
-                    cpu_shares=res["cpu_shares"],
-                    memory_limit_in_bytes=res["memory_limit_in_bytes"],
-                    oom_score_adj=res["oom_score_adj"],
-                    hugepage_limits=[pb.HugepageLimit(page_size=p, limit=n)
-                                     for p, n in res["hugepage_limits"]],
-                ),
+                resources=resources,
                 security_context=pb.LinuxContainerSecurityContext(namespace_options=ns),
             ),
         )
@@ -379,8 +439,10 @@ class CRIClient:
                          restart_count: int = 0, image: str = BUSYBOX_IMAGE, *,
                          labels: dict[str, str] | None = None,
                          annotations: dict[str, str] | None = None,
-                         qos: str | None = None) -> str:
+                         qos: str | None = None,
+                         kubelet: dict[str, Any] | None = None) -> str:
         """CreateContainer in pod ``pod_id`` (run by this client); returns the container id.
+        ``kubelet``: see :meth:`container_config`.
 
         Resources per :func:`linux_resources` using the pod's QoS class (or ``qos``);
         labels ``io.kubernetes.container.name`` and ``io.kubernetes.pod.*``; annotation
@@ -389,7 +451,7 @@ class CRIClient:
         (e.g. an NRI plugin refusing the container).
         """
         config = self.container_config(pod_id, name, requests, limits, command, restart_count,
-                                       image, labels, annotations, qos)
+                                       image, labels, annotations, qos, kubelet)
         resp = self.runtime.CreateContainer(
             self.pb.CreateContainerRequest(pod_sandbox_id=pod_id, config=config,
                                            sandbox_config=self.pods[pod_id]),
