@@ -459,6 +459,7 @@ class ContainerManager:
                         self.memory.policy.remove_container(self.memory.state, uid, name)
         live_keys = {i.key for i in infos}
         live_keys.update((uid, name) for _, uid, name, _ in plain)
+        self._release_unlisted(pods, live_keys | {i.key for i in stopped})
         for i in stopped:  # exited, pod alive: keep what it holds for its restart
             if i.key in live_keys or i.pod_uid not in pods:
                 continue
@@ -471,6 +472,7 @@ class ContainerManager:
                                        stopped=True, mems=mems_for(mem) if mem else None))
         updates: dict[str, Decision] = {}
         pending: list[ContainerInfo] = []
+        resized: list[tuple[ContainerInfo, _Tracked, CPUSet]] = []
         assignments = self.state.assignments
         memory = self.memory
         memory_pods = memory.state.get_memory_assignments() if memory is not None else {}
@@ -497,11 +499,29 @@ class ContainerManager:
             if assigned is not None or mems is not None:
                 self._owner[i.key] = i.id
                 cpus = CPUSet(assigned) if assigned is not None else None
-                self._track(i.id, _Tracked(i, cpus is not None, cpus, mems=mems))
-                if cpus is not None and CPUSet.parse(i.cpus) != cpus:
-                    updates[i.id] = Decision(i.id, cpus, exclusive=True, mems=mems)
+                t = _Tracked(i, cpus is not None, cpus, mems=mems)
+                self._track(i.id, t)
+                if cpus is not None and (cur := CPUSet.parse(i.cpus)) != cpus:
+                    if self._resized_by_runtime(i, cpus, cur):
+                        resized.append((i, t, cur))  # decided below, shrinks first
+                    else:
+                        updates[i.id] = Decision(i.id, cpus, exclusive=True, mems=mems)
             else:
                 pending.append(i)
+        # resizes the runtime applied after the checkpoint was written: the runtime's cpuset
+        # where its CPUs are free (a shrink frees CPUs a grow may have taken: shrinks first)
+        resized.sort(key=lambda r: len(r[2]) - len(r[1].applied or ()))
+        for i, t, cur in resized:
+            if not self._adopt_resize(i, t, cur):
+                updates[i.id] = Decision(i.id, t.applied, exclusive=True, mems=t.mems)
+        # a container admitted after the checkpoint was written released its pod's exited
+        # containers' CPUs first (admit: the kubelet's reuse of init containers' CPUs): so
+        # before any adoption, whatever order the runtime lists them in
+        for i in pending:
+            if i.qos is QOSClass.GUARANTEED:
+                self._release_stopped_of_pod(i.pod_uid, keep=i.name)
+        if self.pod_level is not None:
+            self.pod_level.adopt(pending)
         # adopt exclusive cpusets the runtime already applied before admitting anybody, so
         # an admission never takes the CPUs a running container holds
         rest: list[ContainerInfo] = []
@@ -579,6 +599,70 @@ class ContainerManager:
             return False
         self.state.set_cpuset(i.pod_uid, i.name, cpus)
         self.state.default_set = self.state.default_set - cpus
+        return True
+
+    def _release_unlisted(self, pods: set[str], listed: set[tuple[str, str]]) -> None:
+        """At Synchronize: release the assignments of containers of live pods the runtime
+        lists no more, neither live nor exited (removed after the checkpoint was written:
+        a REMOVE_CONTAINER releases them, so does this). The pod-level bubble
+        (``POD_ENTRY``) is the pod's, not a container's: kept."""
+        from nri_cpumgr.cm.podresources.manager import POD_ENTRY
+
+        gone = [
+            (uid, name)
+            for uid, conts in self.state.assignments.items() if uid in pods
+            for name in conts if name != POD_ENTRY and (uid, name) not in listed
+        ]
+        if self.memory is not None:
+            gone += [
+                (uid, name)
+                for uid, conts in self.memory.state.get_memory_assignments().items()
+                if uid in pods
+                for name in conts if name != POD_ENTRY and (uid, name) not in listed
+            ]
+        for uid, name in dict.fromkeys(gone):
+            log.info("synchronize: pod %s container %s is gone: its CPUs are released",
+                     uid, name)
+            self._release(uid, name)
+            self.resizer.forget(uid, name)
+
+    def _resized_by_runtime(self, i: ContainerInfo, cpus: CPUSet, cur: CPUSet) -> bool:
+        """The runtime reports a live container with exclusive CPUs ``cpus`` (checkpoint) on
+        ``cur``, with resources that ask for ``len(cur)`` CPUs, not ``len(cpus)``: an in-place
+        resize the plugin answered (the runtime applies the new resources and our cpuset in
+        one update) after the checkpoint was written. Only with the resize gate on (off,
+        every resize is refused), never for a slice of a pod-level budget (not resized)."""
+        if not (self.static and self.resizer.cpus_gate and cur and i.qos is QOSClass.GUARANTEED):
+            return False
+        from nri_cpumgr.cm.podresources.manager import POD_ENTRY
+
+        if self.state.get_cpuset(i.pod_uid, POD_ENTRY) is not None:
+            return False
+        want = i.spec().guaranteed_cpus()
+        return want == len(cur) != len(cpus)
+
+    def _adopt_resize(self, i: ContainerInfo, t: _Tracked, cur: CPUSet) -> bool:
+        """Take the runtime's ``cur`` as the container's exclusive CPUs (a resize the
+        checkpoint missed) if the CPUs it adds are free and not reserved; the CPUs it gave up
+        go back to the shared pool (unless another container of the pod holds them).
+        False: nothing changed."""
+        old = t.applied
+        assert old is not None
+        if not (cur - old) <= self.policy.available_cpus(self.state):
+            return False
+        uid, name = i.key
+        in_use = CPUSet()
+        for other, cpus in self.state.assignments.get(uid, {}).items():
+            if other != name:
+                in_use = in_use | cpus
+        self.state.set_cpuset(uid, name, cur)
+        self.state.default_set = (self.state.default_set | ((old - cur) - in_use)) - cur
+        t.applied = cur
+        self.row_changed(i.id)
+        self.resizer.adopted(i.key, old, cur)
+        log.info("synchronize: pod %s/%s container %s was resized after the last checkpoint: "
+                 "keeps the runtime's cpus=%s (checkpoint %s)", i.namespace, i.pod_name, i.name,
+                 cur, old)
         return True
 
     def _release_stopped_of_pod(self, pod_uid: str, keep: str) -> None:
