@@ -176,11 +176,11 @@ def test_kill_after_release(node_on, cri, twelve_cpus):
     gone = cri.create_container(pod, "two", requests=g("2"), limits=g("2"))
     other = cri.run_pod("other", "Guaranteed")
     cri.create_container(other, "app", requests=g("4"), limits=g("4"))
-    time.sleep(0.5)
     kept = node.spec(keep)
-    cri.remove_container(gone)
     cri.stop_pod(other)
     cri.remove_pod(other)
+    time.sleep(0.5)
+    cri.remove_container(gone)  # (the pod lives on: only the runtime's list says it is gone)
     node.kill_and_relaunch()
     node.check({keep: kept}, [be])
 
