@@ -459,7 +459,6 @@ class ContainerManager:
                         self.memory.policy.remove_container(self.memory.state, uid, name)
         live_keys = {i.key for i in infos}
         live_keys.update((uid, name) for _, uid, name, _ in plain)
-        self._release_unlisted(pods, live_keys | {i.key for i in stopped})
         for i in stopped:  # exited, pod alive: keep what it holds for its restart
             if i.key in live_keys or i.pod_uid not in pods:
                 continue
@@ -520,6 +519,7 @@ class ContainerManager:
         for i in pending:
             if i.qos is QOSClass.GUARANTEED:
                 self._release_stopped_of_pod(i.pod_uid, keep=i.name)
+                self._release_reused(i, live_keys)
         if self.pod_level is not None:
             self.pod_level.adopt(pending)
         # adopt exclusive cpusets the runtime already applied before admitting anybody, so
@@ -601,28 +601,37 @@ class ContainerManager:
         self.state.default_set = self.state.default_set - cpus
         return True
 
-    def _release_unlisted(self, pods: set[str], listed: set[tuple[str, str]]) -> None:
-        """At Synchronize: release the assignments of containers of live pods the runtime
-        lists no more, neither live nor exited (removed after the checkpoint was written:
-        a REMOVE_CONTAINER releases them, so does this). The pod-level bubble
-        (``POD_ENTRY``) is the pod's, not a container's: kept."""
+    def _release_reused(self, i: ContainerInfo, live: set[tuple[str, str]]) -> None:
+        """At Synchronize, for a live container the state has no assignment for: where its
+        cpuset (of the size it asks for) is held by other containers of its pod that the
+        runtime does not list (exited: containerd lists no exited container), it reused
+        their CPUs when it was admitted after the checkpoint (the kubelet's reuse of
+        finished init containers' CPUs; :meth:`admit` released them): release them so the
+        cpuset is adopted. A pod-level pod's slices are left to its manager."""
+        if not self.static or not i.cpus:
+            return
         from nri_cpumgr.cm.podresources.manager import POD_ENTRY
 
-        gone = [
-            (uid, name)
-            for uid, conts in self.state.assignments.items() if uid in pods
-            for name in conts if name != POD_ENTRY and (uid, name) not in listed
-        ]
-        if self.memory is not None:
-            gone += [
-                (uid, name)
-                for uid, conts in self.memory.state.get_memory_assignments().items()
-                if uid in pods
-                for name in conts if name != POD_ENTRY and (uid, name) not in listed
-            ]
-        for uid, name in dict.fromkeys(gone):
-            log.info("synchronize: pod %s container %s is gone: its CPUs are released",
-                     uid, name)
+        uid = i.pod_uid
+        conts = self.state.assignments.get(uid, {})
+        if not conts or POD_ENTRY in conts:
+            return
+        cur = CPUSet.parse(i.cpus)
+        if len(cur) != i.spec().guaranteed_cpus():
+            return
+        free = self.policy.available_cpus(self.state)
+        if cur <= free:
+            return
+        gone = [name for name, cpus in conts.items()
+                if name != i.name and (uid, name) not in live and cpus & cur]
+        held = CPUSet()
+        for name in gone:
+            held = held | conts[name]
+        if not gone or not cur <= free | held:
+            return
+        for name in gone:
+            log.info("synchronize: pod %s/%s container %s reuses the CPUs of %s, which has "
+                     "exited: released", i.namespace, i.pod_name, i.name, name)
             self._release(uid, name)
             self.resizer.forget(uid, name)
 

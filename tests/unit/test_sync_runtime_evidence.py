@@ -160,32 +160,16 @@ def test_grown_cpus_held_by_another_container_are_not_taken():
     assert_whole(m2)
 
 
-def test_a_removal_the_checkpoint_missed_releases_the_cpus():
-    """A container removed from a live pod after the last checkpoint: the runtime lists it
-    no more (neither running nor exited), so its CPUs go back to the shared pool."""
-    m = manager()
-    m.admit(info("a", "p", "one", res(2)))
-    m.admit(info("b", "p", "two", res(2)))
-    two = m.state.get_cpuset("p", "two")
-    stale = frozen(m)
-    m.remove("b")
-    m2 = restarted(stale)
-    ups = m2.synchronize([info("a", "p", "one", res(2), "2,8"),
-                          be("x", str(ALL - CPUSet({2, 8}) - two))])
-    assert m2.state.get_cpuset("p", "two") is None
-    assert ups["x"].cpus == ALL - CPUSet({2, 8})
-    assert_whole(m2)
-
-
-def test_an_exited_container_keeps_its_cpus():
-    """(Unchanged: one the runtime still lists as exited keeps them for its restart.)"""
+def test_a_container_the_runtime_does_not_list_keeps_its_cpus():
+    """(Unchanged: containerd lists no exited container in a Synchronize, so one of a live
+    pod that is not listed keeps its CPUs for its restart, as the kubelet keeps them: a
+    removal is not visible there, its release is on disk before its reply instead.)"""
     m = manager()
     m.admit(info("a", "p", "one", res(2)))
     m.admit(info("b", "p", "two", res(2)))
     two = m.state.get_cpuset("p", "two")
     m2 = restarted(frozen(m))
-    m2.synchronize([info("a", "p", "one", res(2), "2,8")],
-                   stopped=[info("b", "p", "two", res(2), str(two))])
+    m2.synchronize([info("a", "p", "one", res(2), "2,8")])
     assert m2.state.get_cpuset("p", "two") == two
 
 
@@ -200,11 +184,12 @@ def test_reuse_of_an_exited_init_containers_cpus_the_checkpoint_missed():
     assert m.admit(info("app", "p", "app", res(2))).cpus == CPUSet({2, 8})
     other = m.admit(info("o", "q", "app", res(2))).cpus
     assert other == CPUSet({4, 10})
-    for order in (1, -1):
+    for order, listed in ((1, True), (-1, True), (1, False), (-1, False)):
+        # (containerd lists no exited container: `stopped` is empty there)
         m2 = restarted(stale)
         live = [info("app", "p", "app", res(2), "2,8"), info("o", "q", "app", res(2), "4,10")]
         ups = m2.synchronize(live[::order], stopped=[info("init", "p", "init", res(4),
-                                                          "2,4,8,10")])
+                                                          "2,4,8,10")] if listed else [])
         assert ups == {}, order
         assert m2.state.get_cpuset("p", "app") == CPUSet({2, 8})
         assert m2.state.get_cpuset("q", "app") == CPUSet({4, 10})
@@ -250,3 +235,47 @@ def test_pod_level_bubble_and_slice_the_checkpoint_missed():
                 pod_ctr("main", "p", "main-app", sliced, POD4, current=str(other))][::order])
             assert ups == {}, (stale, order)
             assert m3.state.get_cpuset("p", "main-app") == other
+
+
+def test_a_release_is_on_disk_before_its_reply(workdir):
+    """A release is what a Synchronize cannot show (containerd lists no exited container,
+    and a stopped pod sandbox until it is removed): the checkpoint has it before the
+    StateChange reply. Shared containers' changes stay after the reply."""
+    import asyncio
+
+    from nri_cpumgr.api import nri_pb2
+    from nri_cpumgr.runtime.plugin import CHECKPOINT_NAME
+    from tests.unit.test_runtime_plugin import STATIC, ctr, pod, run
+
+    path = workdir / "state" / CHECKPOINT_NAME
+
+    def entries() -> dict:
+        from nri_cpumgr.checkpoint import Checkpoint
+
+        return (Checkpoint(path).load() or {}).get("entries", {})
+
+    async def body(conn, plugin):
+        await conn.handshake()
+        for uid, qos, m in (("g", "", 1000), ("be", "besteffort", 0)):
+            await conn.call("CreateContainer", nri_pb2.CreateContainerRequest(
+                pod=pod(uid, qos), container=ctr(uid, m)), nri_pb2.CreateContainerResponse)
+        await asyncio.sleep(0.4)  # (the creates' checkpoint, after the linger)
+        assert entries() == {"g": {"app": "1"}}
+        ino = path.stat().st_ino
+        await conn.call("StateChange", nri_pb2.StateChangeEvent(
+            event=nri_pb2.REMOVE_CONTAINER, pod=pod("be", "besteffort"),
+            container=ctr("be")), nri_pb2.Empty)
+        assert path.stat().st_ino == ino  # a shared container: written later
+        await conn.call("StateChange", nri_pb2.StateChangeEvent(
+            event=nri_pb2.REMOVE_CONTAINER, pod=pod("g"), container=ctr("g")), nri_pb2.Empty)
+        assert entries() == {}
+        # the same for a pod sandbox stopped (its CPUs released)
+        await conn.call("CreateContainer", nri_pb2.CreateContainerRequest(
+            pod=pod("h"), container=ctr("h", 1000)), nri_pb2.CreateContainerResponse)
+        await asyncio.sleep(0.4)
+        assert entries() == {"h": {"app": "1"}}
+        await conn.call("StateChange", nri_pb2.StateChangeEvent(
+            event=nri_pb2.STOP_POD_SANDBOX, pod=pod("h")), nri_pb2.Empty)
+        assert entries() == {}
+
+    run(workdir, body, STATIC)
