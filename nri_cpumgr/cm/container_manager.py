@@ -424,6 +424,13 @@ class ContainerManager:
         id -> decision: cpus, exclusive, mems, and a CFS quota to restore for a container
         that lost its exclusive CPUs).
 
+        The state may predate the runtime's last changes (a checkpoint written after the
+        replies, lost in a crash): where the runtime shows a newer decision it wins, where
+        its CPUs are free: a resize (resources asking for the reported cpuset's size, not
+        the state's; resize gate on), a container reusing CPUs of its pod's exited
+        containers (released first), a pod-level bubble and its slices (see
+        docs/crash-after-a-change.md).
+
         ``plain`` (only when :meth:`plain_shared_possible`): live containers given as
         ``(container id, pod uid, name, cpuset the runtime reports)`` that can only be in
         the shared pool (Burstable or BestEffort by their pod's cgroup, no devices, pod not

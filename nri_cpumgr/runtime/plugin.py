@@ -2,8 +2,10 @@
 
 Each handler copies what it needs out of the request (:func:`container_info`), asks the
 :class:`~nri_cpumgr.cm.container_manager.ContainerManager` for a decision, turns it into NRI
-messages, logs one line, and schedules a checkpoint write for after the reply (the runtime's
-Synchronize is the truth after a crash, so the write is off the critical path).
+messages, logs one line, and schedules a checkpoint write for after the reply (after a crash
+the runtime's Synchronize shows what the lost write had, so the write is off the critical
+path), except for a release, which the runtime cannot show: written before its reply
+(docs/crash-after-a-change.md).
 
 A reply carries what the container being created needs, never updates of other containers:
 when the shared pool changes, :class:`~nri_cpumgr.poolsync.SharedPoolSync` moves the

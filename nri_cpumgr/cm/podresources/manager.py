@@ -76,7 +76,7 @@ def _had_slice(r: Resources) -> bool:
     if qualifies(r):
         return True
     return (r.cpu_quota is not None and r.cpu_quota < 0 and bool(r.integer_cpus)
-                and r.memory_limit is not None)
+            and r.memory_limit is not None)
 
 
 def budget_spec(r: Resources) -> ContainerSpec:
