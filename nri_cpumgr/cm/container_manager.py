@@ -432,6 +432,13 @@ class ContainerManager:
         id -> decision: cpus, exclusive, mems, and a CFS quota to restore for a container
         that lost its exclusive CPUs).
 
+        The state may predate the runtime's last changes (a checkpoint written after the
+        replies, lost in a crash): where the runtime shows a newer decision it wins, where
+        its CPUs are free: a resize (resources asking for the reported cpuset's size, not
+        the state's; resize gate on), a container reusing CPUs of its pod's exited
+        containers (released first), a pod-level bubble and its slices (see
+        docs/concepts/crash-after-a-change.md).
+
         ``plain`` (only when :meth:`plain_shared_possible`): live containers given as
         ``(container id, pod uid, name, cpuset the runtime reports)`` that can only be in
         the shared pool (Burstable or BestEffort by their pod's cgroup, no devices, pod not
@@ -479,6 +486,7 @@ class ContainerManager:
                                        stopped=True, mems=mems_for(mem) if mem else None))
         updates: dict[str, Decision] = {}
         pending: list[ContainerInfo] = []
+        resized: list[tuple[ContainerInfo, _Tracked, CPUSet]] = []
         assignments = self.state.assignments
         memory = self.memory
         memory_pods = memory.state.get_memory_assignments() if memory is not None else {}
@@ -505,11 +513,30 @@ class ContainerManager:
             if assigned is not None or mems is not None:
                 self._owner[i.key] = i.id
                 cpus = CPUSet(assigned) if assigned is not None else None
-                self._track(i.id, _Tracked(i, cpus is not None, cpus, mems=mems))
-                if cpus is not None and CPUSet.parse(i.cpus) != cpus:
-                    updates[i.id] = Decision(i.id, cpus, exclusive=True, mems=mems)
+                t = _Tracked(i, cpus is not None, cpus, mems=mems)
+                self._track(i.id, t)
+                if cpus is not None and (cur := CPUSet.parse(i.cpus)) != cpus:
+                    if self._resized_by_runtime(i, cpus, cur):
+                        resized.append((i, t, cur))  # decided below, shrinks first
+                    else:
+                        updates[i.id] = Decision(i.id, cpus, exclusive=True, mems=mems)
             else:
                 pending.append(i)
+        # resizes the runtime applied after the checkpoint was written: the runtime's cpuset
+        # where its CPUs are free (a shrink frees CPUs a grow may have taken: shrinks first)
+        resized.sort(key=lambda r: len(r[2]) - len(r[1].applied or ()))
+        for i, t, cur in resized:
+            if not self._adopt_resize(i, t, cur):
+                updates[i.id] = Decision(i.id, t.applied, exclusive=True, mems=t.mems)
+        # a container admitted after the checkpoint was written released its pod's exited
+        # containers' CPUs first (admit: the kubelet's reuse of init containers' CPUs): so
+        # before any adoption, whatever order the runtime lists them in
+        for i in pending:
+            if i.qos is QOSClass.GUARANTEED:
+                self._release_stopped_of_pod(i.pod_uid, keep=i.name)
+                self._release_reused(i, live_keys)
+        if self.pod_level is not None:
+            self.pod_level.adopt(pending)
         # adopt exclusive cpusets the runtime already applied before admitting anybody, so
         # an admission never takes the CPUs a running container holds
         rest: list[ContainerInfo] = []
@@ -591,6 +618,79 @@ class ContainerManager:
             return False
         self.state.set_cpuset(i.pod_uid, i.name, cpus)
         self.state.default_set = self.state.default_set - cpus
+        return True
+
+    def _release_reused(self, i: ContainerInfo, live: set[tuple[str, str]]) -> None:
+        """At Synchronize, for a live container the state has no assignment for: where its
+        cpuset (of the size it asks for) is held by other containers of its pod that the
+        runtime does not list (exited: containerd lists no exited container), it reused
+        their CPUs when it was admitted after the checkpoint (the kubelet's reuse of
+        finished init containers' CPUs; :meth:`admit` released them): release them so the
+        cpuset is adopted. A pod-level pod's slices are left to its manager."""
+        if not self.static or not i.cpus:
+            return
+        from nri_cpumgr.cm.podresources.manager import POD_ENTRY
+
+        uid = i.pod_uid
+        conts = self.state.assignments.get(uid, {})
+        if not conts or POD_ENTRY in conts:
+            return
+        cur = CPUSet.parse(i.cpus)
+        if len(cur) != i.spec().guaranteed_cpus():
+            return
+        free = self.policy.available_cpus(self.state)
+        if cur <= free:
+            return
+        gone = [name for name, cpus in conts.items()
+                if name != i.name and (uid, name) not in live and cpus & cur]
+        held = CPUSet()
+        for name in gone:
+            held = held | conts[name]
+        if not gone or not cur <= free | held:
+            return
+        for name in gone:
+            log.info("synchronize: pod %s/%s container %s reuses the CPUs of %s, which has "
+                     "exited: released", i.namespace, i.pod_name, i.name, name)
+            self._release(uid, name)
+            self.resizer.forget(uid, name)
+
+    def _resized_by_runtime(self, i: ContainerInfo, cpus: CPUSet, cur: CPUSet) -> bool:
+        """The runtime reports a live container with exclusive CPUs ``cpus`` (checkpoint) on
+        ``cur``, with resources that ask for ``len(cur)`` CPUs, not ``len(cpus)``: an in-place
+        resize the plugin answered (the runtime applies the new resources and our cpuset in
+        one update) after the checkpoint was written. Only with the resize gate on (off,
+        every resize is refused), never for a slice of a pod-level budget (not resized)."""
+        if not (self.static and self.resizer.cpus_gate and cur and i.qos is QOSClass.GUARANTEED):
+            return False
+        from nri_cpumgr.cm.podresources.manager import POD_ENTRY
+
+        if self.state.get_cpuset(i.pod_uid, POD_ENTRY) is not None:
+            return False
+        want = i.spec().guaranteed_cpus()
+        return want == len(cur) != len(cpus)
+
+    def _adopt_resize(self, i: ContainerInfo, t: _Tracked, cur: CPUSet) -> bool:
+        """Take the runtime's ``cur`` as the container's exclusive CPUs (a resize the
+        checkpoint missed) if the CPUs it adds are free and not reserved; the CPUs it gave up
+        go back to the shared pool (unless another container of the pod holds them).
+        False: nothing changed."""
+        old = t.applied
+        assert old is not None
+        if not (cur - old) <= self.policy.available_cpus(self.state):
+            return False
+        uid, name = i.key
+        in_use = CPUSet()
+        for other, cpus in self.state.assignments.get(uid, {}).items():
+            if other != name:
+                in_use = in_use | cpus
+        self.state.set_cpuset(uid, name, cur)
+        self.state.default_set = (self.state.default_set | ((old - cur) - in_use)) - cur
+        t.applied = cur
+        self.row_changed(i.id)
+        self.resizer.adopted(i.key, old, cur)
+        log.info("synchronize: pod %s/%s container %s was resized after the last checkpoint: "
+                 "keeps the runtime's cpus=%s (checkpoint %s)", i.namespace, i.pod_name, i.name,
+                 cur, old)
         return True
 
     def _release_stopped_of_pod(self, pod_uid: str, keep: str) -> None:

@@ -2,8 +2,10 @@
 
 Each handler copies what it needs out of the request (:func:`container_info`), asks the
 :class:`~nri_cpumgr.cm.container_manager.ContainerManager` for a decision, turns it into NRI
-messages, logs one line, and schedules a checkpoint write for after the reply (the runtime's
-Synchronize is the truth after a crash, so the write is off the critical path).
+messages, logs one line, and schedules a checkpoint write for after the reply (after a crash
+the runtime's Synchronize shows what the lost write had, so the write is off the critical
+path), except for a release, which the runtime cannot show: written before its reply
+(docs/concepts/crash-after-a-change.md).
 
 A reply carries what the container being created needs, never updates of other containers:
 when the shared pool changes, :class:`~nri_cpumgr.poolsync.SharedPoolSync` moves the
@@ -632,6 +634,9 @@ class Plugin:
                 ps.started(req.container.id)
             return
         before = self.manager.shared_pool()
+        t = self.manager.containers.get(req.container.id)
+        uid = t.info.pod_uid if t is not None else req.pod.uid
+        held = self._held(uid)
         if req.event == nri_pb2.REMOVE_CONTAINER:
             self.manager.remove(req.container.id)
             if ps is not None:
@@ -639,7 +644,6 @@ class Plugin:
             what = (f"remove pod={req.pod.namespace}/{req.pod.name} "
                     f"container={req.container.name}")
         elif req.event in (nri_pb2.STOP_POD_SANDBOX, nri_pb2.REMOVE_POD_SANDBOX):
-            uid = req.pod.uid
             if ps is not None:
                 for cid in self.manager.pod_container_ids(uid):
                     ps.discard(cid)
@@ -650,11 +654,23 @@ class Plugin:
         else:
             return
         after = self.manager.shared_pool()
-        if after != before or req.event == nri_pb2.REMOVE_CONTAINER:
+        if req.event != nri_pb2.REMOVE_POD_SANDBOX and self._held(uid) != held:
+            # a release a Synchronize could not show after a crash (the runtime lists no
+            # exited container, and a stopped pod sandbox until it is removed): on disk
+            # before the reply, as the kubelet's state store does
+            self.save()
+        elif after != before or req.event == nri_pb2.REMOVE_CONTAINER:
             self._changed()
         if after != before:
             log.info("%s released: shared-pool=%s (shared containers follow)", what, after)
             self._pool_changed()
+
+    def _held(self, pod_uid: str) -> int:
+        """How many CPU and memory assignments the pod holds (the pod-level bubble too)."""
+        n = len(self.manager.state.assignments.get(pod_uid, ()))
+        if self.manager.memory is not None:
+            n += len(self.manager.memory.state.get_memory_assignments().get(pod_uid, ()))
+        return n
 
     def disconnected(self) -> None:
         if self._plain_rest is not None:

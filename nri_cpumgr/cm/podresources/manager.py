@@ -88,6 +88,16 @@ def slice_size(info: ContainerInfo) -> int:
     return info.resources.integer_cpus
 
 
+def _had_slice(r: Resources) -> bool:
+    """As the runtime reports a container we gave a slice: it :func:`qualifies`, or (its
+    CFS quota cleared, -1, as we clear it for exclusive CPUs) whole CPUs by its request
+    and a memory limit."""
+    if qualifies(r):
+        return True
+    return (r.cpu_quota is not None and r.cpu_quota < 0 and bool(r.integer_cpus)
+            and r.memory_limit is not None)
+
+
 def budget_spec(r: Resources) -> ContainerSpec:
     """The pod's totals as one pseudo container (:data:`POD_ENTRY`): whole CPUs, memory and
     hugepage limits as requests and limits."""
@@ -296,6 +306,45 @@ class PodLevelManager:
         """The pod sandbox went away (its bubble was released with the pod's entries)."""
         self.cm.tm.remove_container(_bubble_id(pod_uid))
         self.cm.devices.current.pop((pod_uid, POD_ENTRY), None)
+
+    def adopt(self, pending: list[ContainerInfo]) -> None:
+        """At Synchronize, before any admission: pod-scope bubbles and slices the runtime
+        applied after the checkpoint was written (``pending``: the live containers the
+        state has no assignment for). A pod without a bubble gets back the one its
+        containers' cpusets make up together (pod shared pool + slices) when that is its
+        whole budget and free; then each qualifying container whose cpuset is a free part
+        of the bubble of its size keeps it as its slice. What cannot be taken back this
+        way is admitted as before."""
+        cm = self.cm
+        if self.scope != "pod" or not cm.static:
+            return
+        pods: dict[str, list[ContainerInfo]] = {}
+        for i in pending:
+            if (i.qos is QOSClass.GUARANTEED and i.pod_resources is not None
+                    and i.pod_resources.integer_cpus and i.cpus):
+                pods.setdefault(i.pod_uid, []).append(i)
+        for uid, infos in pods.items():
+            bubble = self.bubble(uid)
+            if bubble is None:
+                seen = CPUSet()
+                for i in infos:
+                    seen = seen | CPUSet.parse(i.cpus)
+                budget = infos[0].pod_resources.integer_cpus  # type: ignore[union-attr]
+                if len(seen) != budget or not seen <= cm.policy.available_cpus(cm.state):
+                    continue
+                bubble = seen
+                cm.state.set_cpuset(uid, POD_ENTRY, bubble)
+                cm.state.default_set = cm.state.default_set - bubble
+                log.info("synchronize: pod %s/%s: pod-level bubble cpus=%s taken back from "
+                         "its containers' cpusets", infos[0].namespace, infos[0].pod_name,
+                         bubble)
+            free = bubble - self.slices(uid)
+            for i in infos:
+                cur = CPUSet.parse(i.cpus)
+                if (_had_slice(i.resources) and cm.state.get_cpuset(uid, i.name) is None
+                        and len(cur) == i.resources.integer_cpus and cur <= free):
+                    cm.state.set_cpuset(uid, i.name, cur)
+                    free = free - cur
 
     def after_synchronize(self, updates: dict[str, Decision]) -> None:
         """Pod shared containers whose reported cpuset differs from their pod's pool."""

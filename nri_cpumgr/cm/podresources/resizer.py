@@ -70,6 +70,15 @@ class Resizer:
         self.resized[key] = {"from": str(old), "to": str(cpus), "promised": str(promised)}
         return old, cpus
 
+    def adopted(self, key: tuple[str, str], old: CPUSet, new: CPUSet) -> None:
+        """A resize from ``old`` to ``new`` the runtime applied and the checkpoint missed
+        (taken over at Synchronize): recorded as if answered now. The promised CPUs are the
+        restored ones, else the smaller of the two (the admitted ones for a first grow)."""
+        promised = self.promised.get(key)
+        if promised is None:
+            promised = self.promised[key] = old if len(old) <= len(new) else new
+        self.resized[key] = {"from": str(old), "to": str(new), "promised": str(promised)}
+
     def _check_memory(self, old: Resources, new: Resources, pinned: bool) -> None:
         """A memory resize of a container whose memory the Memory Manager pinned: refused
         with the gate off (the kubelet's InPlacePodVerticalScalingExclusiveMemory); with the
