@@ -129,7 +129,7 @@ class Result:
         return out
 
 
-class _Churn:
+class Churn:
     """The churn threads and their shared bookkeeping."""
 
     def __init__(self, c: Containerd, deadline: float, max_cycles: int) -> None:
@@ -266,7 +266,7 @@ def run(version: str, *, minutes: float, mode: str | None, shared: int = 20,
     if mode is not None:
         keys["sharedPoolUpdateMode"] = mode
     plugin = None
-    churn = _Churn(c, deadline, max_cycles)
+    churn = Churn(c, deadline, max_cycles)
     threads: list[threading.Thread] = []
     hung = False
     try:
