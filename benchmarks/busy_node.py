@@ -13,7 +13,8 @@ are handled one after the other, kubelet-like:
   contains the Guaranteed container's CPUs (polled every ~1 ms; with no plugin nothing moves
   and the figure is not taken);
 * deletion: StopContainer, RemoveContainer, StopPodSandbox, RemovePodSandbox (total, ms);
-* back: ms from the end of the deletion until every shared container has those CPUs again;
+* back: ms from the end of the deletion until every shared container has those CPUs again
+  (``sharedPoolGrowDelay``, 10 s, and the pass; in ``reply`` mode the poke below);
 * runc updates: ``runc update`` calls from CreateContainer until the CPUs are back.
 
 With ``--mode`` (repeatable: ``async``, ``reply``, ``auto``) each round runs the plugin once
@@ -125,6 +126,7 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
         cfgs[m] = workdir / f"cpumgr-{labels[m]}.yaml"
         cfgs[m].write_text(CONFIG + (f"sharedPoolUpdateMode: {m}\n" if m else ""))
     c = CountingContainerd(version, workdir, runc)
+    plugin_log = workdir / "plugin.log"
     plugin: PluginProcess | None = None
     res: dict[str, dict[str, list[float]]] = {"none": {}, **{labels[m]: {} for m in modes}}
     effective: dict[str, str] = {}
@@ -151,15 +153,17 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
                     mode = "none" if pmode == "none" else labels[pmode]
                     if mode != "none":
                         since = c.log_offset()
+                        since_p = plugin_log.stat().st_size if plugin_log.exists() else 0
                         argv = [sys.executable, "-m", "nri_cpumgr", "run", "--config",
                                 str(cfgs[pmode]),
                                 "--socket", str(c.nri_socket),
                                 "--state-dir", str(workdir / "nri-cpumgr-state")]
-                        plugin = PluginProcess(argv, workdir / "plugin.log",
+                        plugin = PluginProcess(argv, plugin_log,
                                                cwd=args.plugin_src or TOP).start()
                         c.wait_plugin_ready(PLUGIN_NAME, PLUGIN_INDEX, timeout=30, since=since)
                         time.sleep(0.5)
-                        em = re.search(r"shared pool update mode (\S+)", plugin.log_text())
+                        em = re.search(r"shared pool update mode (\S+)",
+                                       plugin.log_text(since_p))
                         effective[mode] = em.group(1) if em else "?"
                     m = res[mode]
                     for k in range(args.pods):
@@ -183,13 +187,17 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
                         cri.pods.pop(pod, None)
                         m.setdefault("deletion", []).append((time.perf_counter() - t) * 1000)
                         if mode != "none":
+                            t_del = time.perf_counter()
                             if effective.get(mode) == "reply":
                                 # the growth rides on the first reply after the grow delay:
                                 # the node's next container operation, here right after it
                                 time.sleep(GROW_DELAY_S)
                                 cri.update_container_resources(shared_ids[0], None, None,
                                                                "BestEffort")
-                            back = wait_until(lambda g=gcpus: all(g <= s for s in shared_cpus()))
+                            back = wait_until(lambda g=gcpus: all(g <= s for s in shared_cpus()),
+                                              POLL_TIMEOUT_S + GROW_DELAY_S)
+                            if back is not None:  # ms from the end of the deletion
+                                back = (time.perf_counter() - t_del) * 1000
                             m.setdefault("back", []).append(float("nan") if back is None else back)
                         time.sleep(0.2)
                         m.setdefault("runc updates", []).append(float(count(counter) - u0))
