@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 .PHONY: setup venv runtime proto proto-check lint docs test unit e2e e2e-vm cluster cluster-e2e \
-        demo bench clean clean-cache kubelet-cri
+        demo bench stress clean clean-cache kubelet-cri
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -71,6 +71,12 @@ demo: setup
 
 bench: setup
 	$(PY) benchmarks/run_all.py
+
+# issue 21: 10 minutes of pod churn per containerd version (1.7, 2.1) with the shipped
+# sharedPoolUpdateMode; fails on a CRI call outliving 20 s, keeping containerd's goroutine dump
+STRESS_ARGS ?= --minutes 10
+stress: setup
+	$(PY) tests/e2e/stress.py $(STRESS_ARGS)
 
 clean:
 	VENV=$(VENV) bash scripts/clean.sh

@@ -13,14 +13,22 @@ are handled one after the other, kubelet-like:
   contains the Guaranteed container's CPUs (polled every ~1 ms; with no plugin nothing moves
   and the figure is not taken);
 * deletion: StopContainer, RemoveContainer, StopPodSandbox, RemovePodSandbox (total, ms);
-* back: ms from the end of the deletion until every shared container has those CPUs again;
+* back: ms from the end of the deletion until every shared container has those CPUs again
+  (``sharedPoolGrowDelay``, 10 s, and the pass; in ``reply`` mode the poke below);
 * runc updates: ``runc update`` calls from CreateContainer until the CPUs are back.
 
-Prints a markdown table: median (p90) per mode and the ratio nri-cpumgr/no plugin of the
-medians. Needs root and the binaries of scripts/fetch-runtime.sh.
+With ``--mode`` (repeatable: ``async``, ``reply``, ``auto``) each round runs the plugin once
+per ``sharedPoolUpdateMode`` given, on the same daemon. In ``reply`` mode nothing carries the
+growth until a runtime call has a reply after ``sharedPoolGrowDelay``: "back" is then measured
+with one UpdateContainerResources (the BestEffort container's own resources, unchanged) sent
+to a shared container once the delay has passed, as the next container operation of a node.
+
+Prints a markdown table: median (p90) per mode and the ratio mode/no plugin of the medians.
+Needs root and the binaries of scripts/fetch-runtime.sh.
 
     .venv/bin/python benchmarks/busy_node.py --quick            # 1.7 and 2.1, 40 shared, 2 rounds
     .venv/bin/python benchmarks/busy_node.py --shared 40 --shared 100 --rounds 3 --pods 3
+    .venv/bin/python benchmarks/busy_node.py --shared 40 --mode async --mode reply
 
 ``--pod-spec-source``: the plugin reads pod specs from a loopback fake API server
 (tests/e2e/harness/fakeapi.py; ``podSpecSource: apiServer``), each Guaranteed pod shown there
@@ -30,6 +38,7 @@ before it runs, as the kubelet sees it first (the facts' lookup is on the measur
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import statistics
 import sys
@@ -51,6 +60,7 @@ PLUGIN_NAME = "cpumgr"
 PLUGIN_INDEX = 90
 CONFIG = 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n'
 POLL_TIMEOUT_S = 20.0
+GROW_DELAY_S = 10.0  # the shipped sharedPoolGrowDelay (CONFIG leaves it)
 
 
 
@@ -113,28 +123,35 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
     workdir = Path(tempfile.mkdtemp(prefix=f"bn{version}-", dir="/tmp"))
     counter = workdir / "runc-updates"
     runc = write_runc_counter(workdir / "runc-counter.sh", counter)
-    cfg = workdir / "cpumgr.yaml"
     api = None
+    extra = ""
     if args.pod_spec_source:
         from tests.e2e.harness.fakeapi import FakeAPIServer
 
         api = FakeAPIServer("bn-node").__enter__()
-        cfg.write_text(CONFIG + f"podSpecSource: apiServer\napiServerURL: {api.url}\n"
-                       "nodeName: bn-node\n")
-    else:
-        cfg.write_text(CONFIG)
+        extra = f"podSpecSource: apiServer\napiServerURL: {api.url}\nnodeName: bn-node\n"
+    modes = args.mode or [None]  # None: the shipped sharedPoolUpdateMode
+    labels = {m: "cpumgr" if m is None else m for m in modes}
+    cfgs = {}
+    for m in modes:
+        cfgs[m] = workdir / f"cpumgr-{labels[m]}.yaml"
+        cfgs[m].write_text(CONFIG + extra + (f"sharedPoolUpdateMode: {m}\n" if m else ""))
     c = CountingContainerd(version, workdir, runc)
+    plugin_log = workdir / "plugin.log"
     plugin: PluginProcess | None = None
-    res: dict[str, dict[str, list[float]]] = {m: {} for m in ("none", "cpumgr")}
+    res: dict[str, dict[str, list[float]]] = {"none": {}, **{labels[m]: {} for m in modes}}
+    effective: dict[str, str] = {}
     try:
         c.start()
         with c.cri_client() as cri:
             t0 = time.perf_counter()
             shared_dirs: list[Path] = []
+            shared_ids: list[str] = []
             for i in range(n_shared):
                 pod = cri.run_pod(f"shared-{i}", "BestEffort")
                 cid = cri.create_container(pod, "c")
                 cri.start_container(cid)
+                shared_ids.append(cid)
                 shared_dirs.append(cg.controller_dir("cpuset", cri.cgroups_path(cid)))
             print(f"  containerd {version}: {n_shared} shared containers running in "
                   f"{time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
@@ -143,16 +160,22 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
                 return [parse_cpus((d / "cpuset.cpus").read_text()) for d in shared_dirs]
 
             for r in range(args.rounds):
-                for mode in ("none", "cpumgr"):
-                    if mode == "cpumgr":
+                for pmode in ("none", *modes):
+                    mode = "none" if pmode == "none" else labels[pmode]
+                    if mode != "none":
                         since = c.log_offset()
-                        argv = [sys.executable, "-m", "nri_cpumgr", "run", "--config", str(cfg),
+                        since_p = plugin_log.stat().st_size if plugin_log.exists() else 0
+                        argv = [sys.executable, "-m", "nri_cpumgr", "run", "--config",
+                                str(cfgs[pmode]),
                                 "--socket", str(c.nri_socket),
                                 "--state-dir", str(workdir / "nri-cpumgr-state")]
-                        plugin = PluginProcess(argv, workdir / "plugin.log",
+                        plugin = PluginProcess(argv, plugin_log,
                                                cwd=args.plugin_src or TOP).start()
                         c.wait_plugin_ready(PLUGIN_NAME, PLUGIN_INDEX, timeout=30, since=since)
                         time.sleep(0.5)
+                        em = re.search(r"shared pool update mode (\S+)",
+                                       plugin.log_text(since_p))
+                        effective[mode] = em.group(1) if em else "?"
                     m = res[mode]
                     for k in range(args.pods):
                         uid = f"bbbbbbbb-0000-4000-8000-{r:06d}{k:06d}"
@@ -171,7 +194,7 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
                         cri.start_container(cid)
                         m.setdefault("create+start", []).append((time.perf_counter() - t) * 1000)
                         gcpus = parse_cpus(cri.cgroup_cpus(cid))
-                        if mode == "cpumgr":
+                        if mode != "none":
                             off = wait_until(lambda g=gcpus: all(not s & g for s in shared_cpus()))
                             m.setdefault("off", []).append(float("nan") if off is None else off)
                         t = time.perf_counter()
@@ -181,8 +204,18 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
                         cri.remove_pod(pod)
                         cri.pods.pop(pod, None)
                         m.setdefault("deletion", []).append((time.perf_counter() - t) * 1000)
-                        if mode == "cpumgr":
-                            back = wait_until(lambda g=gcpus: all(g <= s for s in shared_cpus()))
+                        if mode != "none":
+                            t_del = time.perf_counter()
+                            if effective.get(mode) == "reply":
+                                # the growth rides on the first reply after the grow delay:
+                                # the node's next container operation, here right after it
+                                time.sleep(GROW_DELAY_S)
+                                cri.update_container_resources(shared_ids[0], None, None,
+                                                               "BestEffort")
+                            back = wait_until(lambda g=gcpus: all(g <= s for s in shared_cpus()),
+                                              POLL_TIMEOUT_S + GROW_DELAY_S)
+                            if back is not None:  # ms from the end of the deletion
+                                back = (time.perf_counter() - t_del) * 1000
                             m.setdefault("back", []).append(float("nan") if back is None else back)
                         time.sleep(0.2)
                         m.setdefault("runc updates", []).append(float(count(counter) - u0))
@@ -212,13 +245,18 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
                   + " ".join(f"{v:.0f}" for v in vals), file=sys.stderr)
     for metric in ("create+start", "deletion", "off", "back", "runc updates"):
         a = res["none"].get(metric)
-        b = res["cpumgr"][metric]
-        fa = f"{statistics.median(a):.1f} ({percentile(a, 0.9):.1f})" if a else "-"
-        fb = f"{statistics.median(b):.1f} ({percentile(b, 0.9):.1f})"
-        ratio = (f"{statistics.median(b) / statistics.median(a):.2f}"
-                 if a and statistics.median(a) > 0 else "-")
-        unit = "" if metric == "runc updates" else " ms"
-        rows.append([version, str(n_shared), metric + unit, fa, fb, ratio, str(len(b))])
+        for m in modes:
+            label = labels[m]
+            b = res[label][metric]
+            fa = f"{statistics.median(a):.1f} ({percentile(a, 0.9):.1f})" if a else "-"
+            fb = f"{statistics.median(b):.1f} ({percentile(b, 0.9):.1f})"
+            ratio = (f"{statistics.median(b) / statistics.median(a):.2f}"
+                     if a and statistics.median(a) > 0 else "-")
+            unit = "" if metric == "runc updates" else " ms"
+            got = effective.get(label, label)
+            name = label if got == label else f"{label} ({got})"
+            rows.append([version, str(n_shared), name, metric + unit, fa, fb, ratio,
+                         str(len(b))])
     return rows
 
 
@@ -232,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plugin-src", type=Path,
                     help="run nri_cpumgr from this source tree (e.g. `git archive REV nri_cpumgr "
                          "| tar -x -C DIR`) instead of this checkout, to compare revisions")
+    ap.add_argument("--mode", action="append", choices=["async", "reply", "auto"],
+                    help="sharedPoolUpdateMode of the plugin's runs (repeatable: one plugin "
+                         "run per mode and round; default: the shipped one)")
     ap.add_argument("--quick", action="store_true", help="40 shared, 2 rounds of 2 pods")
     ap.add_argument("--pod-spec-source", action="store_true",
                     help="the plugin with podSpecSource apiServer (a loopback fake API server)")
@@ -249,8 +290,8 @@ def main(argv: list[str] | None = None) -> int:
             rows += run_daemon(v, n, args)
     print(f"\nBusy node: Guaranteed 1-CPU pod among N running BestEffort containers, "
           f"{args.rounds} alternating rounds x {args.pods} pods; median (p90)\n")
-    print_table(["containerd", "N shared", "metric", "no plugin", "nri-cpumgr", "ratio", "n"],
-                rows)
+    print_table(["containerd", "N shared", "sharedPoolUpdateMode", "metric", "no plugin",
+                 "nri-cpumgr", "ratio", "n"], rows)
     return 0
 
 

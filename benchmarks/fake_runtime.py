@@ -55,7 +55,9 @@ async def call(conn: PeerConn, method: str, req, resp_cls, **kw: object):
     size = TTRPC_HEADER + req.ByteSize()
     return await conn.call(method, req, resp_cls,
                            sizes=[FRAME_PAYLOAD] * ((size - 1) // FRAME_PAYLOAD), **kw)
-CONFIG = 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n'
+# the plugin's own UpdateContainers path, as measured before issue 21: the fake runtime has
+# no NRI locks to invert ("auto" would take "reply" for a runtime it does not know)
+CONFIG = 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\nsharedPoolUpdateMode: async\n'
 ALL_CPUS = "0-255"
 
 

@@ -51,7 +51,9 @@ if str(TOP) not in sys.path:
 from nri_cpumgr.api import nri_pb2  # noqa: E402
 from tests.unit.nri_peer import FakeRuntime  # noqa: E402
 
-CONFIG = 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n'
+# the plugin's own UpdateContainers path, as measured before issue 21: the fake runtime has
+# no NRI locks to invert ("auto" would take "reply" for a runtime it does not know)
+CONFIG = 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\nsharedPoolUpdateMode: async\n'
 SIZES = (0, 100, 1000)
 FRAME_CHUNK = 4000
 

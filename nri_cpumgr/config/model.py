@@ -171,8 +171,10 @@ class Config:
     # --- the plugin's own: record why each container got its CPUs (nri_cpumgr.explain;
     # `nri-cpumgr explain`); also on at debug level (-v) ---
     explainDecisions: bool = False
-    # "async": the plugin's own UpdateContainers calls; "reply": only in replies (README)
-    sharedPoolUpdateMode: str = "async"
+    # "async": the plugin's own UpdateContainers calls; "reply": only in replies; "auto":
+    # "async" only on a runtime known to be free of the NRI lock-order inversion
+    # (containerd >= 2.4.0), "reply" elsewhere (nri_cpumgr.poolsync.runtimes; README)
+    sharedPoolUpdateMode: str = "auto"
     # --- the plugin's own: where the pod spec facts NRI cannot show come from
     # (nri_cpumgr.podsource; README "Pod spec facts"): "none" = NRI alone, "apiServer" = a
     # watch of this node's pods. apiServerURL "" = in-cluster; nodeName "" = $NODE_NAME;
@@ -490,7 +492,7 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "sharedPoolUpdateBatchSize": _positive_int,
     "kubeletStateDirectory": _string,
     "explainDecisions": _boolean,
-    "sharedPoolUpdateMode": _one_of("async", "reply"),
+    "sharedPoolUpdateMode": _one_of("auto", "async", "reply"),
     "podSpecSource": _one_of("none", "apiServer"),
     "apiServerURL": _string,
     "nodeName": _string,

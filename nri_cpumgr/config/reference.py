@@ -169,10 +169,14 @@ KEYS: dict[str, KeyDoc] = {
         "Record why each container got its CPUs (`nri-cpumgr explain`); also on with `-v`. "
         "Costs about 0.13 ms per Guaranteed CreateContainer."),
     "sharedPoolUpdateMode": KeyDoc(
+        "`auto` (default): decided at Configure from the runtime's name and version, `async` "
+        "on containerd 2.4.0 and later (NRI v0.12.1+, without the lock-order inversion), "
+        "`reply` on every other runtime, including one it cannot identify; "
         "`async`: the plugin moves shared containers with its own UpdateContainers calls "
         "after the replies; `reply`: only in replies, never a call of its own (closes the "
         "containerd lock-order hang, at the cost of slower Guaranteed creations). See "
-        "[the shared pool on a busy node](../concepts/shared-pool.md)."),
+        "[the shared pool on a busy node](../concepts/shared-pool.md) and "
+        "[the NRI lock order](../concepts/nri-lock-order.md)."),
     "podSpecSource": KeyDoc(
         "Where the plugin learns the pod spec facts NRI cannot show (whether `.spec.resources` "
         "is set, each container's own requests and limits, sidecars): `none` decides from "

@@ -71,9 +71,10 @@ def encode_updates(items: list[tuple[str, bytes]], tag: bytes = _UPDATE_TAG) -> 
     return b"".join(parts)
 
 
-#: Update modes (``sharedPoolUpdateMode``): ``async``, the plugin's own UpdateContainers
-#: calls after the replies; ``reply``, only in replies to the runtime's calls (see
-#: :meth:`SharedPoolSync.into_reply`).
+#: Update paths: ``async``, the plugin's own UpdateContainers calls after the replies;
+#: ``reply``, only in replies to the runtime's calls (see :meth:`SharedPoolSync.into_reply`).
+#: ``sharedPoolUpdateMode: auto`` (the default) picks one per runtime at Configure
+#: (:func:`nri_cpumgr.poolsync.runtimes.choose_update_mode`).
 MODES = ("async", "reply")
 
 
@@ -130,6 +131,18 @@ class SharedPoolSync:
             return
         self._send = send
         self._kick()
+
+    def set_mode(self, mode: str) -> None:
+        """Switch to ``mode`` (one of :data:`MODES`; the runtime that configured the plugin
+        decides it, see :mod:`nri_cpumgr.poolsync.runtimes`). Call it at Configure, before
+        the runtime synchronizes: a change drops the connection state as
+        :meth:`disconnected` does (the next :meth:`connected` starts over). Raises
+        ValueError for another mode."""
+        if mode not in MODES:
+            raise ValueError(f"shared pool update mode {mode!r}: expected one of {MODES}")
+        if mode != self.mode:
+            self.disconnected()
+            self.mode = mode
 
     def disconnected(self) -> None:
         """Stop sending; what is still stale is rebuilt by the next Synchronize."""

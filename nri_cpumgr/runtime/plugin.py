@@ -50,7 +50,7 @@ from nri_cpumgr.podmodel.nri import (
     plain_shared,
     qos_from_resources,
 )
-from nri_cpumgr.poolsync import SharedPoolSync
+from nri_cpumgr.poolsync import SharedPoolSync, choose_update_mode
 from nri_cpumgr.runtime.events import EVENTS  # noqa: F401 - re-exported
 from nri_cpumgr.sysfs import device_numa_node
 from nri_cpumgr.topology import Machine
@@ -177,7 +177,9 @@ class Plugin:
             shrink_delay=config.duration("sharedPoolShrinkDelay"),
             grow_delay=config.duration("sharedPoolGrowDelay"),
             batch_size=config.sharedPoolUpdateBatchSize,
-            mode=config.sharedPoolUpdateMode,
+            # "auto" is decided at Configure (the runtime's name and version); until then
+            # the path that cannot deadlock any runtime
+            mode="reply" if config.sharedPoolUpdateMode == "auto" else config.sharedPoolUpdateMode,
         )
         if provisional:
             return
@@ -375,11 +377,26 @@ class Plugin:
             extra = f" registration-timeout={req.registration_timeout}ms " \
                     f"request-timeout={req.request_timeout}ms"
         log.info("configure runtime=%s %s%s", req.runtime_name, req.runtime_version, extra)
+        self._choose_update_mode(req.runtime_name, req.runtime_version)
         if self.refused is None:
             self.registered = True
             if self._writer is None:  # its thread starts here, not inside Synchronize
                 self._writer = BackgroundWriter(_write_failed)
         self.metrics.connection(True, False)
+
+    def _choose_update_mode(self, runtime_name: str, runtime_version: str) -> None:
+        """The shared-pool update path for this runtime (nri_cpumgr.poolsync.runtimes)."""
+        if self.pool_sync is None or self.refused is not None or not self.manager.static:
+            return
+        choice = choose_update_mode(self.config.sharedPoolUpdateMode, runtime_name,
+                                    runtime_version)
+        self.pool_sync.set_mode(choice.mode)
+        if choice.hazard:
+            log.warning("shared pool update mode async (%s): under container churn this "
+                        "runtime can hang for good, every container operation of the node "
+                        "with it; use sharedPoolUpdateMode auto or reply", choice.reason)
+        else:
+            log.info("shared pool update mode %s (%s)", choice.mode, choice.reason)
 
     def synchronize(
         self, pods: Sequence[nri_pb2.PodSandbox], containers: Sequence[nri_pb2.Container]

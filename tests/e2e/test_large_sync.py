@@ -64,7 +64,8 @@ def test_synchronize_over_4mib(containerd, cri, e2e_workdir):
 
     since = containerd.log_offset()
     t1 = time.monotonic()
-    plugin = start_plugin(containerd, e2e_workdir)
+    # the plugin's own UpdateContainers path (explicit: "auto" takes it on containerd >= 2.4.0)
+    plugin = start_plugin(containerd, e2e_workdir, sharedPoolUpdateMode="async")
     t_sync = time.monotonic() - t1
     try:
         log = plugin.log_text()

@@ -43,15 +43,18 @@ def applied_updates(log: str) -> dict[str, int]:
 
 def burst_update_counts(containerd: Containerd, cri: CRIClient, workdir: Path, *,
                         shared: int = 8, burst: int = 10, shrink_delay: float = 1.0,
-                        timeout: float = 30.0) -> tuple[list[int], float, float]:
+                        timeout: float = 30.0,
+                        mode: str = "async") -> tuple[list[int], float, float]:
     """Run ``shared`` BestEffort containers, then create ``burst`` Guaranteed 1-CPU pods back
     to back (as fast as CRI answers), and wait until no shared container's cpuset holds an
     exclusive CPU. Returns (updates containerd applied per shared container from the start
     of the burst, seconds the burst took, seconds from its end until every shared container
-    was off). ``containerd`` must log at trace level."""
+    was off). ``containerd`` must log at trace level. ``mode``: ``sharedPoolUpdateMode``
+    (``async``, explicit: ``auto`` takes it on containerd >= 2.4.0 only; in ``reply`` mode
+    every Guaranteed pod's reply moves every shared container, one update each)."""
     plugin = start_plugin(containerd, workdir, sysfs_root=FIXTURE,
                           sharedPoolShrinkDelay=f"{shrink_delay:g}s",
-                          sharedPoolGrowDelay="60s")
+                          sharedPoolGrowDelay="60s", sharedPoolUpdateMode=mode)
     try:
         ids = [cri.create_container(cri.run_pod(f"be{i}", "BestEffort"), "app")
                for i in range(shared)]

@@ -85,7 +85,8 @@ def test_shared_pool_durations_need_a_unit_and_are_read_in_seconds():
 def test_shared_pool_update_mode():
     from nri_cpumgr.config import ConfigError, parse_config
 
-    assert parse_config("").sharedPoolUpdateMode == "async"
+    assert parse_config("").sharedPoolUpdateMode == "auto"
+    assert parse_config("sharedPoolUpdateMode: async\n").sharedPoolUpdateMode == "async"
     assert parse_config("sharedPoolUpdateMode: reply\n").sharedPoolUpdateMode == "reply"
     with pytest.raises(ConfigError, match="sharedPoolUpdateMode"):
         parse_config("sharedPoolUpdateMode: later\n")

@@ -159,7 +159,9 @@ def test_reply_mode_takes_a_shrink_at_once_and_a_growth_after_the_grow_delay():
 
 # ---------------------------------------------------------------- through the plugin
 
-FAST = STATIC + "sharedPoolShrinkDelay: 2s\n"
+# the plugin's own UpdateContainers calls (the fake runtime is not known to be free of the
+# NRI lock-order inversion: "auto" would pick "reply" there)
+FAST = STATIC + "sharedPoolShrinkDelay: 2s\nsharedPoolUpdateMode: async\n"
 
 
 def _guaranteed(uid: str) -> nri_pb2.CreateContainerRequest:

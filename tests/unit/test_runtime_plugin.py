@@ -95,7 +95,8 @@ def test_sync_create_refuse_release(workdir):
         assert cpus_of(upd.update) == {"c-be": "0-1", "c-bu": "0-1"}
         assert all(u.ignore_failure for u in upd.update)
 
-    plugin = run(workdir, body, STATIC + "sharedPoolGrowDelay: 0s\n")
+    plugin = run(workdir, body,
+                 STATIC + "sharedPoolGrowDelay: 0s\nsharedPoolUpdateMode: async\n")
     body = Checkpoint(workdir / "state" / CHECKPOINT_NAME).load()
     assert body["policyName"] == "static"
     assert body["defaultCpuSet"] == "0-1"

@@ -1,0 +1,110 @@
+"""Which shared-pool update path is safe on the runtime that configured the plugin.
+
+containerd's NRI integration takes two locks: its own (``l.Lock()`` around every CRI call's
+NRI hook, and around applying a plugin's updates in ``updateFromPlugin``) and the NRI
+Adaptation's. A CRI call takes containerd's lock, then the Adaptation's; up to NRI v0.12.0 a
+plugin's UpdateContainers took the Adaptation's lock first (``(*Adaptation).updateContainers``)
+and containerd's second: the two can wait for each other for good, and every container
+operation of the node hangs behind them (containerd/containerd#13733). NRI v0.12.1 (the first
+release with containerd/nri#301) no longer takes the Adaptation lock there.
+
+Read in the Go modules of each release (``go.mod`` of containerd, ``pkg/adaptation/
+adaptation.go`` of NRI): containerd 1.7.x (up to 1.7.35: NRI v0.6.1 .. v0.8.0), 2.1.x (v0.8.0),
+2.2.x (v0.11.0) and 2.3.x (up to 2.3.7: v0.12.0) have the inversion; containerd 2.4.0
+(v0.12.3) is the first release without it. Other runtimes (CRI-O, ...) are not known here:
+they get the path that is safe whatever their NRI does.
+
+The decision is pure (strings in, a :class:`ModeChoice` out); the runtime glue logs it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+#: The first containerd release whose vendored NRI (v0.12.3) has containerd/nri#301.
+FIXED_CONTAINERD = (2, 4, 0)
+#: The first NRI release with containerd/nri#301.
+FIXED_NRI = "v0.12.1"
+ISSUE = "containerd/containerd#13733"
+
+#: ``sharedPoolUpdateMode`` values: ``auto`` picks ``async`` or ``reply`` per runtime.
+CONFIG_MODES = ("auto", "async", "reply")
+
+# "1.7.24", "v2.1.9", "2.1.9+unknown", "1.7.24~ds1", "v2.4.0-rc.1", "v2.4.0-12-gabcdef0"
+_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(.*)")
+_PRERELEASE = re.compile(r"[-~.]?(alpha|beta|rc|pre|dev)", re.IGNORECASE)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModeChoice:
+    """``mode``: ``async`` or ``reply``; ``reason``: one line for the log; ``hazard``: True
+    when the runtime's NRI has (or may have) the lock-order inversion and the mode is
+    ``async`` (an explicit choice: logged as a WARNING)."""
+
+    mode: str
+    reason: str
+    hazard: bool = False
+
+
+def parse_version(text: str) -> tuple[int, int, int, bool] | None:
+    """``(major, minor, patch, prerelease)`` of a runtime version string as runtimes report
+    it in Configure (containerd's ``version.Version``: ``v2.1.9`` upstream, ``2.1.9+unknown``
+    or ``1.7.24~ds1`` as Debian builds it); None when it does not start with a version.
+    ``prerelease`` is True for ``-rc.1``, ``-beta.2``, ``~rc1``, ...: those come before the
+    release. Build metadata (``+unknown``), Debian repacks (``~ds1``) and ``git describe``
+    suffixes (``-12-gabcdef0``, commits after the tag) are not pre-releases."""
+    m = _VERSION.fullmatch(text.strip())
+    if m is None:
+        return None
+    rest = m.group(4)
+    if rest and rest[0] not in "-~+_ ":
+        return None  # "2.1.9x": not a version we can read
+    pre = bool(rest) and not rest.startswith("+") and _PRERELEASE.match(rest) is not None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0), pre
+
+
+def nri_lock_inversion(runtime_name: str, runtime_version: str) -> bool | None:
+    """True: the runtime's NRI takes its locks in opposite orders for a plugin's
+    UpdateContainers and for CRI calls (a plugin calling UpdateContainers can hang it);
+    False: it does not (containerd >= 2.4.0); None: not known (another runtime, or a version
+    that cannot be read)."""
+    if runtime_name.strip().lower() != "containerd":
+        return None
+    v = parse_version(runtime_version)
+    if v is None:
+        return None
+    major, minor, patch, pre = v
+    if (major, minor, patch) > FIXED_CONTAINERD:
+        return False
+    if (major, minor, patch) == FIXED_CONTAINERD:
+        return pre  # 2.4.0-rc.N: not known to carry the fix, so taken as without it
+    return True
+
+
+def choose_update_mode(configured: str, runtime_name: str, runtime_version: str) -> ModeChoice:
+    """The shared-pool update path for ``configured`` (one of :data:`CONFIG_MODES`) on the
+    runtime that sent Configure. ``auto``: ``async`` only where the runtime is known to be
+    without the inversion, ``reply`` everywhere else. ``async`` and ``reply`` are kept as
+    given; ``async`` on a runtime with the inversion, or one not known, is flagged
+    (``hazard``). Raises ValueError for any other ``configured``."""
+    if configured not in CONFIG_MODES:
+        raise ValueError(f"sharedPoolUpdateMode {configured!r}: expected one of {CONFIG_MODES}")
+    runtime = f"{runtime_name or '?'} {runtime_version or '?'}"
+    inverted = nri_lock_inversion(runtime_name, runtime_version)
+    if inverted is True:
+        why = (f"{runtime} vendors an NRI older than {FIXED_NRI}: a plugin's UpdateContainers "
+               f"can deadlock it against CRI calls ({ISSUE}; fixed in containerd "
+               f"{'.'.join(map(str, FIXED_CONTAINERD))})")
+    elif inverted is False:
+        why = f"{runtime} vendors NRI {FIXED_NRI} or later (containerd/nri#301)"
+    else:
+        why = (f"{runtime} is not known to be free of the NRI lock-order inversion "
+               f"({ISSUE})")
+    if configured == "reply":
+        return ModeChoice("reply", f"configured; {why}")
+    if configured == "async":
+        return ModeChoice("async", f"configured; {why}", hazard=inverted is not False)
+    if inverted is False:
+        return ModeChoice("async", f"auto: {why}")
+    return ModeChoice("reply", f"auto: {why}")
