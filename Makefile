@@ -66,8 +66,10 @@ cluster-modern: setup
 	NRI_CLUSTER_CONTAINERD=2.1,2.4 $(PY) -m pytest -q tests/cluster/test_modern.py
 
 # NRI_E2E_VM=1: includes the QEMU guest fast subset (tests/vm: cgroup v2, both drivers)
-test: setup lint cluster
-	NRI_E2E_VM=1 $(PY) -m pytest tests
+# modern-tools: helm for the chart tests. The kubelet 1.37 cluster (tests/cluster/test_modern.py)
+# runs with `make cluster-modern` (docs/modern-node.md says why it is not here yet)
+test: setup lint cluster modern-tools
+	NRI_E2E_VM=1 $(PY) -m pytest tests --ignore=tests/cluster/test_modern.py
 
 # the QEMU guest matrix (cgroup v2, every topology of tests/vm/topologies, containerd 2.1 + 1.7)
 e2e-vm: setup
