@@ -114,10 +114,9 @@ def test_helm_lint(helm: Path) -> None:
     r = _run(helm, "lint", "--strict", str(CHART))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "1 chart(s) linted, 0 chart(s) failed" in r.stdout
-    # and lint fails a chart that cannot render (the check is real)
-    r = _run(helm, "lint", "--strict", str(CHART), "--set", "config.metricsAddress=")
-    assert r.returncode != 0
-    assert "config.metricsAddress must be set" in r.stdout + r.stderr
+    assert "[ERROR]" not in r.stdout and "[WARNING]" not in r.stdout, r.stdout
+    # (helm 4's lint renders `required` values leniently; the rendering test below checks
+    # that a missing metricsAddress fails)
 
 
 def test_default_values_render_what_kustomize_renders(helm: Path) -> None:
@@ -208,3 +207,5 @@ def test_paths_and_port_follow_the_config(helm: Path) -> None:
     assert "tolerations" not in spec
     r = _run(helm, "template", "x", str(CHART), "--set", "config.metricsAddress=nonsense")
     assert r.returncode != 0 and "expected host:port" in r.stderr
+    r = _run(helm, "template", "x", str(CHART), "--set", "config.metricsAddress=")
+    assert r.returncode != 0 and "config.metricsAddress must be set" in r.stderr
