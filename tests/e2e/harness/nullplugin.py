@@ -159,7 +159,8 @@ class NullPlugin:
             time.sleep(self.delay)
         reply = b""
         if method == "Configure":
-            reply = _field_varint(1, self.events) if self.events else b""
+            # ConfigureResponse.events is field 2 (nri api.proto)
+            reply = _field_varint(2, self.events) if self.events else b""
         self.send(PLUGIN_CONN, stream, T_RESPONSE, _field_bytes(2, reply) if reply else b"")
         if method == "Synchronize":
             log("synchronized")
