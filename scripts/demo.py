@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 import grpc  # noqa: E402
 
-from tests.e2e.harness import Containerd, cgroups, e2e_missing  # noqa: E402
+from tests.e2e.harness import VERSIONS, Containerd, cgroups, e2e_missing  # noqa: E402
 from tests.e2e.harness.docs_pods import DOCS_PODS  # noqa: E402
 from tests.e2e.plugin_run import eventually, start_plugin  # noqa: E402
 
@@ -73,7 +73,8 @@ def _interrupt(signum: int, _frame: object) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--containerd", default="1.7", choices=["1.7", "2.1"])
+    ap.add_argument("--containerd", default="1.7", choices=list(VERSIONS),
+                    help="1.7/2.1: Debian's; 2.4: scripts/modern/build.sh's")
     ap.add_argument("--keep", action="store_true",
                     help="keep the work directory (containerd and plugin logs, config, the "
                          "plugin's state; the pods are removed all the same)")

@@ -1,5 +1,6 @@
-"""A single-node Kubernetes 1.20 cluster for the tests, from the binaries scripts/cluster/build.sh
-builds (../shared/docs/real-kubelet.md has what is known to work here).
+"""A single-node Kubernetes cluster for the tests: 1.20.2 with containerd 1.7, from the binaries
+scripts/cluster/build.sh builds, or 1.37.2 with containerd 2.x, from scripts/modern/build.sh's
+(../shared/docs/real-kubelet.md has what is known to work here).
 
 The whole cluster, control plane and node, runs in a network and mount namespace of its own
 (:mod:`tests.cluster.node`), so it touches neither the machine's network nor its mounts. This
@@ -31,9 +32,11 @@ from tests.e2e.harness import cgroups as cg
 from tests.e2e.harness import images as images_mod
 from tests.e2e.harness.paths import REPO
 
-__all__ = ["NODE_IP", "Cluster", "ClusterError", "built_bin_dir", "wait_for"]
+__all__ = ["NODE_IP", "Cluster", "ClusterError", "built_bin_dir", "modern_bin_dirs",
+           "wait_for"]
 
 BUILD_SCRIPT = REPO / "scripts/cluster/build.sh"
+MODERN_BUILD_SCRIPT = REPO / "scripts/modern/build.sh"
 NODE_NAME = "nri-node"
 
 
@@ -43,10 +46,38 @@ def built_bin_dir() -> Path | None:
     return Path(r.stdout.strip()) if r.returncode == 0 else None
 
 
+def modern_bin_dirs(*components: str) -> tuple[dict[str, Path], list[str]]:
+    """The bin directories of scripts/modern/build.sh components that are built, and the
+    reasons (one per missing component) for those that are not."""
+    dirs, missing = {}, []
+    for c in components:
+        r = subprocess.run(["bash", str(MODERN_BUILD_SCRIPT), "--print", c],
+                           capture_output=True, text=True)
+        if r.returncode == 0:
+            dirs[c] = Path(r.stdout.strip())
+        else:
+            missing.append(r.stderr.strip() or f"modern {c} not built")
+    return dirs, missing
+
+
 class Cluster:
     """The test cluster; ``with Cluster(bin_dir) as c: c.kubectl("get", "nodes")``."""
 
-    def __init__(self, bin_dir: Path, workdir: Path | None = None) -> None:
+    def __init__(self, bin_dir: Path, workdir: Path | None = None, *, flavor: str = "1.20",
+                 containerd: str = "1.7", etcd_bin: Path | None = None,
+                 feature_gates: dict[str, bool] | None = None,
+                 containerd_log_level: str = "info", kubelet_verbosity: int = 2) -> None:
+        """``flavor`` "1.20" (kubelet 1.20.2, CRI v1alpha2: containerd "1.7") or "1.37"
+        (kubelet 1.37.2: containerd "2.1" or "2.4"); ``feature_gates`` for the kubelet
+        (1.37 only); ``etcd_bin`` when ``bin_dir`` has no etcd."""
+        if flavor not in ("1.20", "1.37"):
+            raise ValueError(f"unknown cluster flavor {flavor!r}")
+        if (flavor == "1.20") != (containerd == "1.7"):
+            raise ValueError(f"kubelet {flavor} does not run with containerd {containerd}")
+        self.flavor, self.containerd = flavor, containerd
+        self.etcd_bin = etcd_bin
+        self.feature_gates = dict(feature_gates or {})
+        self.containerd_log_level, self.kubelet_verbosity = containerd_log_level, kubelet_verbosity
         self.bin = Path(bin_dir)
         self.work = Path(workdir or tempfile.mkdtemp(prefix="k8s-", dir="/tmp"))
         self.proc: subprocess.Popen[bytes] | None = None
@@ -114,7 +145,12 @@ class Cluster:
         spec = {"workdir": str(self.work), "bin_dir": str(self.bin),
                 "kubeconfig": str(self.kubeconfig), "token": self.token,
                 "cgroup_root": self.cgroup_root, "node_name": NODE_NAME,
-                "pause_image": images_mod.PAUSE_IMAGE}
+                "pause_image": images_mod.PAUSE_IMAGE, "flavor": self.flavor,
+                "containerd": self.containerd,
+                "etcd_bin": str(self.etcd_bin) if self.etcd_bin else None,
+                "feature_gates": self.feature_gates,
+                "containerd_log_level": self.containerd_log_level,
+                "kubelet_verbosity": self.kubelet_verbosity}
         (self.work / "cluster.json").write_text(json.dumps(spec))
         log = open(self.work / "cluster.log", "ab")  # noqa: SIM115 - for the process' life
         self.proc = subprocess.Popen(
@@ -138,15 +174,31 @@ class Cluster:
     # -- use
     def kubectl(self, *args: str, input: str | None = None, check: bool = True,
                 timeout: float = 120.0) -> str:
-        """Run kubectl (1.32, Debian's) in the cluster's network namespace; returns stdout.
-        Raises ClusterError when it fails (unless ``check`` is False)."""
+        """Run kubectl (1.20 cluster: Debian's 1.32; 1.37: the modern build's) in the cluster's
+        network namespace; returns stdout. Raises ClusterError when it fails (unless
+        ``check`` is False)."""
+        return self.run_in_net([str(self.bin / "kubectl"), f"--kubeconfig={self.kubeconfig}",
+                                *args], input=input, check=check, timeout=timeout)
+
+    def helm(self, helm_bin: Path, *args: str, timeout: float = 300.0) -> str:
+        """Run ``helm`` against the cluster (its config, cache and data dirs in the work dir);
+        returns stdout. Raises ClusterError when it fails."""
+        home = self.work / "helm"
+        env = {"KUBECONFIG": str(self.kubeconfig), "HELM_CACHE_HOME": str(home / "cache"),
+               "HELM_CONFIG_HOME": str(home / "config"), "HELM_DATA_HOME": str(home / "data")}
+        return self.run_in_net([str(helm_bin), *args], timeout=timeout, env=env)
+
+    def run_in_net(self, argv: list[str], *, input: str | None = None, check: bool = True,
+                   timeout: float = 120.0, env: dict[str, str] | None = None) -> str:
+        """Run ``argv`` in the cluster's network namespace; returns stdout. Raises
+        ClusterError when it exits non-zero (unless ``check`` is False)."""
         assert self.proc is not None, "cluster not started"
-        r = subprocess.run(["nsenter", f"--net=/proc/{self.proc.pid}/ns/net", "--",
-                            str(self.bin / "kubectl"), f"--kubeconfig={self.kubeconfig}",
-                            *args], input=input, capture_output=True, text=True,
-                           timeout=timeout)
+        r = subprocess.run(["nsenter", f"--net=/proc/{self.proc.pid}/ns/net", "--", *argv],
+                           input=input, capture_output=True, text=True, timeout=timeout,
+                           env=dict(os.environ, **(env or {})))
         if check and r.returncode != 0:
-            raise ClusterError(f"kubectl {' '.join(args)}: {r.stderr.strip()}")
+            raise ClusterError(f"{Path(argv[0]).name} {' '.join(argv[1:])}: "
+                               f"{r.stderr.strip()}")
         return r.stdout
 
     def get_json(self, *args: str) -> Any:

@@ -142,8 +142,9 @@ def _cgroup_root(rel: str) -> None:
 
 
 def kubelet_config(spec: dict[str, Any], work: Path) -> dict[str, Any]:
-    """The KubeletConfiguration (kubelet.config.k8s.io/v1beta1, 1.20) of the test node."""
-    return {
+    """The KubeletConfiguration (kubelet.config.k8s.io/v1beta1) of the test node: 1.20's,
+    plus :func:`modern_kubelet_config` for kubelet 1.37 (``spec["flavor"]``)."""
+    cfg: dict[str, Any] = {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
         "address": NODE_IP,
@@ -174,6 +175,25 @@ def kubelet_config(spec: dict[str, Any], work: Path) -> dict[str, Any]:
         "serializeImagePulls": False,
         # the default, /usr/libexec/kubernetes/kubelet-plugins/volume/exec, would be created
         "volumePluginDir": str(work / "volume-plugins"),
+    }
+    if spec.get("flavor") == "1.37":
+        cfg.update(modern_kubelet_config(spec, work))
+    return cfg
+
+
+def modern_kubelet_config(spec: dict[str, Any], work: Path) -> dict[str, Any]:
+    """What kubelet 1.37 needs on top of :func:`kubelet_config`: to run on this cgroup v1 host
+    at all (``failCgroupV1: false``; 1.35+ refuse v1 otherwise), the runtime endpoint (a
+    config field since 1.27, the flags are deprecated), the pod logs directory in the work dir,
+    and the feature gates of ``spec["feature_gates"]`` (PodLevelResources is on by default in
+    1.34+, InPlacePodVerticalScaling GA in 1.35; the CPU manager stays ``none``)."""
+    endpoint = f"unix://{spec['cri_socket']}"
+    return {
+        "failCgroupV1": False,
+        "containerRuntimeEndpoint": endpoint,
+        "imageServiceEndpoint": endpoint,
+        "podLogsDir": str(work / "pod-logs"),
+        "featureGates": dict(spec.get("feature_gates") or {}),
     }
 
 
@@ -220,8 +240,13 @@ class Inside:
 
     def start(self) -> dict[str, Any]:
         p, pki, kubeconfig = PORTS, self.pki, self.spec["kubeconfig"]
+        modern = self.spec.get("flavor") == "1.37"
+        # flags 1.20 needs and later releases removed (insecure ports: 1.24)
+        old_only = [] if modern else ["--insecure-port=0"]
+        no_port = [] if modern else ["--port=0"]
         self.spawn("etcd", [
-            str(self.bin / "etcd"), "--name", "test", "--data-dir", str(self.work / "etcd"),
+            self.spec.get("etcd_bin") or str(self.bin / "etcd"), "--name", "test",
+            "--data-dir", str(self.work / "etcd"),
             "--listen-client-urls", f"http://127.0.0.1:{p['etcd']}",
             "--advertise-client-urls", f"http://127.0.0.1:{p['etcd']}",
             "--listen-peer-urls", f"http://127.0.0.1:{p['etcd_peer']}",
@@ -231,7 +256,7 @@ class Inside:
         self.spawn("kube-apiserver", [
             str(self.bin / "kube-apiserver"), f"--etcd-servers=http://127.0.0.1:{p['etcd']}",
             "--bind-address=127.0.0.1", f"--advertise-address={NODE_IP}",
-            f"--secure-port={p['apiserver']}", "--insecure-port=0",
+            f"--secure-port={p['apiserver']}", *old_only,
             f"--tls-cert-file={pki / 'apiserver.crt'}",
             f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}", f"--token-auth-file={pki / 'tokens.csv'}",
@@ -247,16 +272,20 @@ class Inside:
                  on_timeout=lambda: tail(self.work / "kube-apiserver.log"))
         self.spawn("kube-controller-manager", [
             str(self.bin / "kube-controller-manager"), f"--kubeconfig={kubeconfig}",
-            "--leader-elect=false", "--bind-address=127.0.0.1", "--port=0",
+            "--leader-elect=false", "--bind-address=127.0.0.1", *no_port,
             f"--secure-port={p['cm']}", f"--service-account-private-key-file={pki / 'sa.key'}",
             f"--root-ca-file={pki / 'ca.crt'}",
+            # 1.20's cloud controllers are off here; 1.37 has none of them in this binary
+            "--controllers=*" if modern else
             "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service,-route", "--v=1"])
         self.spawn("kube-scheduler", [
             str(self.bin / "kube-scheduler"), f"--kubeconfig={kubeconfig}",
-            "--leader-elect=false", "--bind-address=127.0.0.1", "--port=0",
+            "--leader-elect=false", "--bind-address=127.0.0.1", *no_port,
             f"--secure-port={p['sched']}", "--v=1"])
 
-        self.ctrd = Containerd("1.7", self.work / "node", nri_request_timeout="2s")
+        self.ctrd = Containerd(self.spec.get("containerd", "1.7"), self.work / "node",
+                               nri_request_timeout="2s",
+                               log_level=self.spec.get("containerd_log_level", "info"))
         cni = self.ctrd.workdir / "cni"
         (cni / "bin").mkdir(parents=True, exist_ok=True)
         (cni / "conf").mkdir(parents=True, exist_ok=True)
@@ -268,16 +297,21 @@ class Inside:
         self.ctrd.start()
         kdir = self.work / "kubelet"
         kdir.mkdir(exist_ok=True)
+        self.spec["cri_socket"] = str(self.ctrd.cri_socket)
         (self.work / "kubelet-config.json").write_text(
             json.dumps(kubelet_config(self.spec, self.work), indent=1))
         endpoint = f"unix://{self.ctrd.cri_socket}"
+        # 1.37: the runtime endpoint is in the config, the sandbox image is containerd's
+        runtime_flags = [] if modern else [
+            "--container-runtime=remote", f"--container-runtime-endpoint={endpoint}",
+            f"--image-service-endpoint={endpoint}",
+            f"--pod-infra-container-image={self.spec['pause_image']}"]
         self.spawn("kubelet", [
             str(self.bin / "kubelet"), f"--config={self.work / 'kubelet-config.json'}",
-            f"--kubeconfig={kubeconfig}", "--container-runtime=remote",
-            f"--container-runtime-endpoint={endpoint}", f"--image-service-endpoint={endpoint}",
+            f"--kubeconfig={kubeconfig}", *runtime_flags,
             "--runtime-request-timeout=5m", f"--root-dir={kdir}",
             f"--hostname-override={self.spec['node_name']}", f"--node-ip={NODE_IP}",
-            f"--pod-infra-container-image={self.spec['pause_image']}", "--v=2"])
+            f"--v={self.spec.get('kubelet_verbosity', 2)}"])
         wait_for(lambda: self.alive() or self.node_ready(), 180, "the node to be Ready",
                  on_timeout=lambda: tail(self.work / "kubelet.log", 6000))
         return {"nri_socket": str(self.ctrd.nri_socket), "cri_socket": str(self.ctrd.cri_socket),

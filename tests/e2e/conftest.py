@@ -2,7 +2,8 @@
 
 * ``containerd`` - a session-wide :class:`~tests.e2e.harness.Containerd` per version, the
   fixture is parametrized over the versions in ``NRI_E2E_CONTAINERD`` (comma separated,
-  default ``1.7,2.1``). Restarted if a test left it dead; stopped (with full cleanup) at the end.
+  default ``1.7,2.1``; ``2.4`` is the scripts/modern/build.sh containerd 2.4.2 with runc
+  1.5.3). Restarted if a test left it dead; stopped (with full cleanup) at the end.
 * ``cri`` - a :class:`~tests.e2e.harness.CRIClient` on it; after the test every pod it ran is
   stopped and removed and the pod cgroups are rmdir'ed (the test fails if that leaves
   something behind).
@@ -36,10 +37,11 @@ import pytest
 
 from tests.e2e.harness import VERSIONS, Containerd, CRIClient, e2e_missing
 from tests.e2e.harness import cgroups as cg
+from tests.e2e.harness.paths import DEFAULT_VERSIONS
 
 
 def _versions() -> list[str]:
-    raw = os.environ.get("NRI_E2E_CONTAINERD", ",".join(VERSIONS))
+    raw = os.environ.get("NRI_E2E_CONTAINERD", ",".join(DEFAULT_VERSIONS))
     vs = [v.strip() for v in raw.split(",") if v.strip()]
     bad = [v for v in vs if v not in VERSIONS]
     if bad:
@@ -86,7 +88,7 @@ def _containerd_pool() -> Iterator[dict[str, Containerd]]:
 
 @pytest.fixture(scope="session", params=_versions())
 def containerd_version(request: pytest.FixtureRequest) -> str:
-    """The containerd version ("1.7" or "2.1") this test runs against."""
+    """The containerd version ("1.7", "2.1" or "2.4") this test runs against."""
     return str(request.param)
 
 

@@ -143,7 +143,8 @@ def test_nri_enabled(containerd: Containerd) -> None:
 def test_runtime_version(containerd: Containerd, cri: CRIClient) -> None:
     v = cri.version()
     assert v.runtime_name == "containerd"
-    assert v.runtime_version.startswith(containerd.version + ".")
+    # Debian's builds say "2.1.9~ds1", an upstream release build (scripts/modern) "v2.4.2"
+    assert v.runtime_version.removeprefix("v").startswith(containerd.version + ".")
     assert v.runtime_api_version == "v1"
 
 
@@ -286,12 +287,18 @@ def test_external_plugin_registers(containerd: Containerd, cri: CRIClient,
     assert not plugin.running
 
 
+# the events nri-cpumgr subscribes (NRI v0.6.1's: no validation) - see the next two tests
+V061_EVENTS = "0x7ff"
+
+
 def test_late_plugin_answer_is_dropped(containerd: Containerd, cri: CRIClient,
                                        e2e_workdir: Path) -> None:
     """A CreateContainer answer later than plugin_request_timeout (2 s here) disconnects the
-    plugin and the CRI call still succeeds (docs/nri-protocol.md, "Timeouts")."""
+    plugin and the CRI call still succeeds (docs/nri-protocol.md, "Timeouts"), for a plugin
+    subscribed to the v0.6.1 events (as nri-cpumgr is)."""
     since = containerd.log_offset()
-    with _null_plugin(containerd, e2e_workdir, "--delay-ms", "3000") as plugin:
+    with _null_plugin(containerd, e2e_workdir, "--delay-ms", "3000",
+                      "--events", V061_EVENTS) as plugin:
         containerd.wait_plugin_ready("null", 90, since=since)
         pod = cri.run_pod("harness-t", "BestEffort")
         t0 = time.monotonic()
@@ -300,4 +307,27 @@ def test_late_plugin_answer_is_dropped(containerd: Containerd, cri: CRIClient,
         assert 1.9 < elapsed < 3.0, elapsed
         containerd.wait_for_log(r"closing plugin .*90-null.*CreateContainer", since=since)
         assert cri.inspect(cid)[1]["linux"]["cgroupsPath"].endswith(cid)
+        plugin.wait_for_log(r"connection closed by the runtime", timeout=5, allow_exit=True)
+
+
+def test_late_validator_fails_the_container_on_nri_0_12(containerd: Containerd, cri: CRIClient,
+                                                        e2e_workdir: Path) -> None:
+    """Subscribed to every event the runtime has (mask 0), a plugin on containerd 2.4.2
+    (NRI v0.12.3) is also a validator (ValidateContainerAdjustment): when its late
+    CreateContainer answer gets it closed, the validation step still asks it and the CRI call
+    fails ("validator plugin 90-null failed: ttrpc: closed"); containerd 1.7 / 2.1 (no
+    validation) create the container without it. Seen first on this matrix; nri-cpumgr
+    subscribes no validation, so it is not affected."""
+    since = containerd.log_offset()
+    with _null_plugin(containerd, e2e_workdir, "--delay-ms", "3000") as plugin:
+        containerd.wait_plugin_ready("null", 90, since=since)
+        pod = cri.run_pod("harness-v", "BestEffort")
+        if containerd.version == "2.4":
+            with pytest.raises(grpc.RpcError) as e:
+                cri.create_container(pod, "app")
+            assert "validator plugin 90-null failed" in e.value.details()
+        else:
+            cid = cri.create_container(pod, "app")
+            assert cri.inspect(cid)[1]["linux"]["cgroupsPath"].endswith(cid)
+        containerd.wait_for_log(r"closing plugin .*90-null.*CreateContainer", since=since)
         plugin.wait_for_log(r"connection closed by the runtime", timeout=5, allow_exit=True)

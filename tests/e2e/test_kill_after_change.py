@@ -28,6 +28,8 @@ import pytest
 
 from nri_cpumgr.checkpoint import Checkpoint
 from nri_cpumgr.cpuset import CPUSet
+from tests.e2e.harness.fakeapi import FakeAPIServer
+from tests.e2e.harness.kubelet_cri import k8s_pod
 from tests.e2e.plugin_run import eventually, start_plugin
 
 REPO = Path(__file__).resolve().parents[2]
@@ -211,11 +213,27 @@ def test_kill_after_resize(node_on, cri, twelve_cpus, grow):
 def test_kill_after_pod_level_slice(node_on, cri, twelve_cpus):
     """Pod scope, a 4-CPU budget: a sidecar on the bubble, then main-app's exclusive 2-CPU
     slice (the sidecar moved in that reply) and the kill."""
-    node = node_on(sysfs_root=twelve_cpus, featureGates=POD_LEVEL,
-                   topologyManagerPolicy="single-numa-node", topologyManagerScope="pod")
+    # the pod spec from a loopback fake API server: the harness sends the resource-less sidecar
+    # the pod's limits, as a kubelet with PodLevelResources does (issue 26)
+    api = FakeAPIServer("e2e-node").__enter__()
+    try:
+        node = node_on(sysfs_root=twelve_cpus, featureGates=POD_LEVEL,
+                       topologyManagerPolicy="single-numa-node", topologyManagerScope="pod",
+                       podSpecSource="apiServer", apiServerURL=api.url, nodeName="e2e-node")
+        node.plugin.wait_for_log("pod spec source: 0 pods of node", timeout=10)
+        _kill_after_pod_level_slice(node, cri, api)
+    finally:
+        api.close()
+
+
+def _kill_after_pod_level_slice(node, cri, api) -> None:
     be = _shared(cri)
     budget = {"requests": {"cpu": "4", "memory": "1Gi"}, "limits": {"cpu": "4", "memory": "1Gi"}}
     pod = cri.run_pod("bubble", "Guaranteed", pod_resources=budget)
+    meta = cri.pods[pod].metadata
+    api.add(k8s_pod(meta.name, meta.uid,
+                    [("sidecar", None, None), ("main-app", g("2"), g("2"))],
+                    pod_resources=budget, namespace=meta.namespace))
     side = cri.create_container(pod, "sidecar")
     bubble = node.spec(side)
     assert len(bubble) == 4

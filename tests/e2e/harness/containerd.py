@@ -37,7 +37,7 @@ import psutil
 from . import images as images_mod
 from .cri import CRIClient
 from .logs import LogFile
-from .paths import RUNC, containerd_bin_dir
+from .paths import containerd_bin_dir, runc_path
 
 NRI_REGISTRATION_TIMEOUT = "5s"
 NRI_REQUEST_TIMEOUT = "2s"
@@ -121,7 +121,7 @@ class ContainerdError(RuntimeError):
 
 
 class Containerd:
-    """One containerd daemon of ``version`` ("1.7" or "2.1") confined to ``workdir``.
+    """One containerd daemon of ``version`` ("1.7", "2.1" or "2.4") confined to ``workdir``.
 
     ``start()`` writes the config, launches containerd in its own session (log appended to
     ``log_path``), waits until CRI answers and the NRI socket exists, and imports the test
@@ -138,6 +138,7 @@ class Containerd:
         self.version = version
         self.systemd_cgroup = systemd_cgroup  # runc's systemd cgroup driver (needs systemd)
         self.bin_dir = containerd_bin_dir(version)
+        self.runc = runc_path(version)
         self.workdir = Path(workdir).resolve()
         self.nri_registration_timeout = nri_registration_timeout
         self.nri_request_timeout = nri_request_timeout
@@ -211,7 +212,8 @@ class Containerd:
             opt=w / "opt", nri_sock=self.nri_socket, nri_plugins=self.nri_plugin_dir,
             nri_conf=self.nri_conf_dir, reg_timeout=self.nri_registration_timeout,
             req_timeout=self.nri_request_timeout, pause=images_mod.PAUSE_IMAGE,
-            cni_bin=w / "cni/bin", cni_conf=w / "cni/conf", runc=RUNC, runc_root=self.runc_root,
+            cni_bin=w / "cni/bin", cni_conf=w / "cni/conf", runc=self.runc,
+            runc_root=self.runc_root,
             systemd_cgroup=str(self.systemd_cgroup).lower(),
         )
 
@@ -339,7 +341,7 @@ class Containerd:
                 if not ns_root.is_dir():
                     continue
                 for cdir in ns_root.iterdir():
-                    r = subprocess.run([str(RUNC), "--root", str(ns_root), "delete", "--force",
+                    r = subprocess.run([str(self.runc), "--root", str(ns_root), "delete", "--force",
                                         cdir.name], capture_output=True, text=True, timeout=30)
                     if r.returncode != 0 and cdir.exists():
                         problems.append(f"runc delete {cdir.name[:12]}: {r.stderr.strip()}")

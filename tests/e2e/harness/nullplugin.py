@@ -7,12 +7,17 @@ success answer to every request on conn 1 (Configure answers with the ``--events
 Protobuf fields are hand-encoded; no generated code is needed. Not the project's plugin.
 
 Usage: ``python3 -m tests.e2e.harness.nullplugin --socket NRI_SOCK [--name null] [--idx 90]
-[--events MASK] [--delay-ms N --delay-on METHOD]``. Logs one line per request on stdout.
+[--events MASK] [--delay-ms N --delay-on METHOD] [--record DIR]``. Logs one line per request on
+stdout. With ``--record DIR`` it also writes each request's payload (the method's protobuf
+request message, e.g. ``CreateContainerRequest``) to ``DIR/<seq>-<Method>.bin``, as received:
+decode it with the NRI schema (tests/cluster records what a real kubelet's pods look like to a
+plugin that way).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import struct
 import sys
@@ -83,7 +88,8 @@ class NullPlugin:
     """Registers as ``<idx>-<name>`` and answers every runtime request with success."""
 
     def __init__(self, sock_path: str, name: str, idx: str, events: int, delay: float,
-                 delay_on: str = "CreateContainer") -> None:
+                 delay_on: str = "CreateContainer", record: str | None = None) -> None:
+        self.record, self.seq = record, 0
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.connect(sock_path)
         self.name, self.idx, self.events, self.delay = name, idx, events, delay
@@ -141,12 +147,20 @@ class NullPlugin:
         f = parse_fields(body)
         method = f.get(2, b"")
         method = method.decode() if isinstance(method, bytes) else str(method)
+        if self.record:
+            self.seq += 1
+            payload = f.get(3, b"")
+            path = os.path.join(self.record, f"{self.seq:05d}-{method}.bin")
+            with open(path + ".tmp", "wb") as out:
+                out.write(payload if isinstance(payload, bytes) else b"")
+            os.rename(path + ".tmp", path)
         if self.delay and method == self.delay_on:
             log(f"delaying {method} by {self.delay}s")
             time.sleep(self.delay)
         reply = b""
         if method == "Configure":
-            reply = _field_varint(1, self.events) if self.events else b""
+            # ConfigureResponse.events is field 2 (nri api.proto)
+            reply = _field_varint(2, self.events) if self.events else b""
         self.send(PLUGIN_CONN, stream, T_RESPONSE, _field_bytes(2, reply) if reply else b"")
         if method == "Synchronize":
             log("synchronized")
@@ -168,8 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--delay-ms", type=float, default=0.0,
                     help="delay before answering --delay-on requests")
     ap.add_argument("--delay-on", default="CreateContainer", help="ttrpc method name to delay")
+    ap.add_argument("--record", help="write each request's payload to DIR/<seq>-<Method>.bin")
     a = ap.parse_args(argv)
-    return NullPlugin(a.socket, a.name, a.idx, a.events, a.delay_ms / 1000, a.delay_on).run()
+    return NullPlugin(a.socket, a.name, a.idx, a.events, a.delay_ms / 1000, a.delay_on,
+                      a.record).run()
 
 
 if __name__ == "__main__":
