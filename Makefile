@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 .PHONY: setup venv runtime proto proto-check lint test unit e2e e2e-vm cluster cluster-e2e demo \
-        bench clean clean-cache
+        bench clean clean-cache oracle differential
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -45,8 +45,19 @@ cluster:
 cluster-e2e: setup cluster
 	$(PY) -m pytest -q tests/cluster
 
+# The kubelet oracle (oracle/: the kubelet's own managers, k8s.io/kubernetes as a Go module),
+# built outside the checkout; the release is KUBERNETES_VERSION (default: oracle/KUBERNETES_VERSION)
+oracle:
+	bash scripts/build-oracle.sh
+
+# seeded random scenarios, the kubelet vs the plugin (DIFFERENTIAL_MINUTES, DIFFERENTIAL_SEED)
+DIFFERENTIAL_MINUTES ?= 5
+DIFFERENTIAL_SEED ?= 1
+differential: venv oracle
+	$(PY) scripts/differential.py --minutes $(DIFFERENTIAL_MINUTES) --seed $(DIFFERENTIAL_SEED)
+
 # NRI_E2E_VM=1: includes the QEMU guest fast subset (tests/vm: cgroup v2, both drivers)
-test: setup lint cluster
+test: setup lint cluster oracle
 	NRI_E2E_VM=1 $(PY) -m pytest tests
 
 # the QEMU guest matrix (cgroup v2, every topology of tests/vm/topologies, containerd 2.1 + 1.7)
