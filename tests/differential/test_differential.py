@@ -63,7 +63,8 @@ def test_oracle_answers_a_known_case(oracle: S.Oracle) -> None:
                     "cpuManagerPolicyOptions": {"full-pcpus-only": "true"}},
          "events": [{"op": "add", "pod": pod}, {"op": "add", "pod": odd}]}
     k = oracle.run(s)
-    assert k["events"][0]["containers"] == [{"name": "c", "cpus": "2,4,8,10", "mems": ""}]
+    assert k["events"][0]["containers"] == [
+        {"name": "c", "cpus": "2,4,8,10", "exclusive": True, "mems": ""}]
     assert k["events"][0]["sharedPool"] == "0-1,3,5-7,9,11"
     assert k["events"][1]["admitted"] is False
     assert k["events"][1]["reason"] == "SMTAlignmentError"
