@@ -19,7 +19,8 @@ the plugin refuses makes the pod "not admitted" (the error of the first refusal)
 then deleted (its other containers released), as the kubelet never runs a pod it rejects.
 
 Output (:func:`run_scenario`), the oracle's shape: ``{"name", "events": [{"op", "pod",
-"admitted", "reason", "message", "containers": [{"name", "cpus", "mems"}], "sharedPool"}]}``;
+"admitted", "reason", "message", "containers": [{"name", "cpus", "exclusive", "mems"}],
+"sharedPool"}]}``;
 ``configError`` instead of events when the config or machine is refused. ``reason`` is the
 kubelet's admission reason (the error type name: TopologyAffinityError, SMTAlignmentError,
 ...; ``UnexpectedAdmissionError`` for an error the kubelet does not type).
@@ -125,6 +126,7 @@ def run_scenario(doc: Mapping[str, Any]) -> dict[str, Any]:
                 er["containers"].append({
                     "name": c.name,
                     "cpus": str(d.cpus) if d.cpus else "",
+                    "exclusive": bool(d.exclusive),
                     "mems": str(d.mems) if d.mems else "",
                 })
                 if c.kind == "init":
