@@ -327,7 +327,8 @@ def compare(kubelet: dict[str, Any], ours: dict[str, Any]) -> list[dict[str, Any
         if k.get("sharedPool", "") != p.get("sharedPool", ""):
             out.append({"kind": "shared-pool", "event": i, "what": k["pod"],
                         "kubelet": k.get("sharedPool", ""), "plugin": p.get("sharedPool", "")})
-        if out:
+        # a shared container's cpuset when created leaves the two states alike: go on
+        if any(d["kind"] != "shared-cpus" for d in out):
             break
     return out
 
@@ -345,13 +346,25 @@ def load_known() -> list[dict[str, Any]]:
 
 def known_difference(s: dict[str, Any], diffs: list[dict[str, Any]],
                      known: list[dict[str, Any]] | None = None) -> str | None:
-    """The id of the documented difference that explains ``diffs`` (the first mismatch),
-    or None. Each entry of known_differences.json has ``match``: ``kind`` and optional
-    substrings ``kubelet`` / ``plugin`` of the two answers and config ``config`` keys."""
+    """The ids of the documented differences that explain every one of ``diffs`` (joined
+    with ``+``), or None when one of them is not documented. Each entry of
+    known_differences.json has ``match``: ``kind`` and optional substrings ``kubelet`` /
+    ``plugin`` of the two answers, config values, a policy option, a relation."""
     if not diffs:
         return None
-    d = diffs[0]
-    for k in known if known is not None else load_known():
+    known = known if known is not None else load_known()
+    ids: list[str] = []
+    for d in diffs:
+        kid = _explained(s, d, known)
+        if kid is None:
+            return None
+        if kid not in ids:
+            ids.append(kid)
+    return "+".join(ids)
+
+
+def _explained(s: dict[str, Any], d: dict[str, Any], known: list[dict[str, Any]]) -> str | None:
+    for k in known:
         m = k["match"]
         if m.get("kind") and m["kind"] != d["kind"]:
             continue
