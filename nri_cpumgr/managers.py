@@ -53,8 +53,9 @@ def check_reserved_cpus(config: Config, machine: Machine) -> None:
 
 def build_policy(config: Config, machine: Machine) -> StaticPolicy | NonePolicy:
     """The CPU policy the config names. Raises :class:`ConfigError` (one line) when the
-    none policy is given options (kubelet NewNonePolicy) or the static policy cannot be built (no reservation, reserved CPUs not on this machine or all
-    of them, bad option, reserved list vs count...)."""
+    none policy is given options (kubelet NewNonePolicy) or the static policy cannot be
+    built (no reservation, reserved CPUs not on this machine or all of them, bad option,
+    reserved list vs count...)."""
     check_reserved_cpus(config, machine)
     if config.cpuManagerPolicy == "none":
         if config.cpuManagerPolicyOptions:
