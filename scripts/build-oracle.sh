@@ -18,14 +18,15 @@ print=${1:-}
 log() { if [[ $print == --print-path ]]; then echo "$@" >&2; else echo "$@"; fi; }
 
 command -v go >/dev/null || { echo "build-oracle: go is not installed (Go 1.26 needed)" >&2; exit 1; }
-stamp=$( { echo "$version"; go version; cat oracle/go.mod oracle/go.sum;
+stamp=$( { echo "$version"; go version; cat scripts/build-oracle.sh oracle/go.mod oracle/go.sum;
            find oracle -name '*.go' -print0 | sort -z | xargs -0 cat; } | sha256sum | cut -d' ' -f1)
 if [[ -x $bin && -f $out/stamp && $(cat "$out/stamp") == "$stamp" ]]; then
   [[ $print == --print-path ]] && echo "$bin"
   exit 0
 fi
 mkdir -p "$out"
-pinned=$(sed -n 's/^require k8s.io\/kubernetes \(v[^ ]*\)$/\1/p' oracle/go.mod)
+pinned=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}
+             $1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2}' oracle/go.mod)
 src=$root/oracle
 if [[ $version != "$pinned" ]]; then
   # another release: a copy of the module, re-pinned
