@@ -324,6 +324,8 @@ def compare(kubelet: dict[str, Any], ours: dict[str, Any]) -> list[dict[str, Any
                     kind = f if f == "mems" or kc.get("exclusive") else "shared-cpus"
                     out.append({"kind": kind, "event": i, "what": what,
                                 "kubelet": kc.get(f, ""), "plugin": pc.get(f, "")})
+            if any(d["kind"] != "shared-cpus" for d in out):
+                return out  # the states part here: what follows is a consequence
         if k.get("sharedPool", "") != p.get("sharedPool", ""):
             out.append({"kind": "shared-pool", "event": i, "what": k["pod"],
                         "kubelet": k.get("sharedPool", ""), "plugin": p.get("sharedPool", "")})
