@@ -9,7 +9,8 @@ PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 .PHONY: setup venv runtime proto proto-check lint docs test unit e2e e2e-vm cluster cluster-e2e \
-        demo bench stress clean clean-cache kubelet-cri modern modern-tools e2e-2.4 cluster-modern
+        demo bench stress clean clean-cache kubelet-cri modern modern-tools e2e-2.4 cluster-modern \
+        oracle differential
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -58,6 +59,17 @@ kubelet-cri:
 cluster-e2e: setup cluster
 	$(PY) -m pytest -q tests/cluster
 
+# The kubelet oracle (oracle/: the kubelet's own managers, k8s.io/kubernetes as a Go module),
+# built outside the checkout; the release is KUBERNETES_VERSION (default: oracle/KUBERNETES_VERSION)
+oracle:
+	bash scripts/build-oracle.sh
+
+# seeded random scenarios, the kubelet vs the plugin (DIFFERENTIAL_MINUTES, DIFFERENTIAL_SEED)
+DIFFERENTIAL_MINUTES ?= 5
+DIFFERENTIAL_SEED ?= 1
+differential: venv oracle
+	$(PY) scripts/differential.py --minutes $(DIFFERENTIAL_MINUTES) --seed $(DIFFERENTIAL_SEED)
+
 # The modern node from Go modules (scripts/modern/build.sh, versions in scripts/modern/versions.env):
 # kubelet & co. 1.37.2, containerd 2.4.2, runc 1.5.3, crictl, helm; cached machine-wide in
 # /var/cache/nri-cpumgr/modern (figures: docs/development/modern-node.md), nothing when built
@@ -81,7 +93,7 @@ cluster-modern: setup
 # NRI_E2E_VM=1: includes the QEMU guest fast subset (tests/vm: cgroup v2, both drivers)
 # modern-tools: helm for the chart tests. The kubelet 1.37 cluster (tests/cluster/test_modern.py)
 # runs with `make cluster-modern` (docs/development/modern-node.md says why it is not here yet)
-test: setup lint cluster kubelet-cri modern-tools
+test: setup lint cluster kubelet-cri oracle modern-tools
 	NRI_E2E_VM=1 $(PY) -m pytest tests --ignore=tests/cluster/test_modern.py
 
 # the QEMU guest matrix (cgroup v2, every topology of tests/vm/topologies, containerd 2.1 + 1.7)

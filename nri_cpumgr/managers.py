@@ -53,10 +53,18 @@ def check_reserved_cpus(config: Config, machine: Machine) -> None:
 
 def build_policy(config: Config, machine: Machine) -> StaticPolicy | NonePolicy:
     """The CPU policy the config names. Raises :class:`ConfigError` (one line) when the
-    static policy cannot be built (no reservation, reserved CPUs not on this machine or all
-    of them, bad option, reserved list vs count...)."""
+    none policy is given options (kubelet NewNonePolicy) or the static policy cannot be
+    built (no reservation, reserved CPUs not on this machine or all of them, bad option,
+    reserved list vs count...)."""
     check_reserved_cpus(config, machine)
     if config.cpuManagerPolicy == "none":
+        if config.cpuManagerPolicyOptions:
+            # kubelet cpumanager policy_none.go NewNonePolicy, v1.37.2: options are refused
+            opts = ", ".join(f"{k}: {v}" for k, v in sorted(
+                config.cpuManagerPolicyOptions.items()))
+            raise ConfigError(
+                "invalid config: cpuManagerPolicyOptions: the none policy takes no options "
+                f"(received unsupported options {opts}; the kubelet refuses them too)")
         return NonePolicy(machine.topology)
     reserved = config.reserved_cpus()
     count = config.reserved_cpu_count()

@@ -107,7 +107,43 @@ def load_manifests(paths: list[str]) -> list[PlannedPod]:
     return pods
 
 
+def cmd_scenario(path: str) -> int:
+    """``plan --scenario FILE``: each scenario of FILE (one JSON document, or one per line)
+    through the plugin's managers; one result JSON document per line (the kubelet oracle's
+    shape, nri_cpumgr.planner.scenario)."""
+    from nri_cpumgr.planner.manifest import ManifestError
+    from nri_cpumgr.planner.scenario import run_scenario
+
+    try:
+        text = _read(path)
+        stripped = text.strip()
+        try:
+            docs = [json.loads(stripped)] if stripped else []
+        except ValueError:
+            docs = [json.loads(line) for line in text.splitlines() if line.strip()]
+        for n, doc in enumerate(docs, 1):
+            if not isinstance(doc, dict):
+                raise InputError(f"{path}: scenario {n} is not a JSON object")
+            print(json.dumps(run_scenario(doc)), flush=True)
+    except ValueError as e:
+        print(f"nri-cpumgr plan: {path}: not a scenario (JSON): {e}", file=sys.stderr)
+        return 2
+    except (InputError, ManifestError) as e:
+        print(f"nri-cpumgr plan: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
+    if args.scenario:
+        if args.manifests:
+            print("nri-cpumgr plan: --scenario takes no manifests (the pods are in it)",
+                  file=sys.stderr)
+            return 2
+        return cmd_scenario(args.scenario)
+    if not args.manifests:
+        print("nri-cpumgr plan: give pod manifests (or --scenario FILE)", file=sys.stderr)
+        return 2
     from nri_cpumgr.config import ConfigError, load_config
     from nri_cpumgr.planner.manifest import ManifestError
     from nri_cpumgr.planner.plan import Planner, format_plan
@@ -141,7 +177,7 @@ def add_parser(sub: Any) -> None:
         "plan", help="dry run: what the plugin would give some pods on a node",
         description="Dry run: the plugin's managers decide for the pods of the manifests on "
         "the machine (and state) given. No runtime, nothing written.")
-    p.add_argument("manifests", nargs="+", metavar="MANIFEST",
+    p.add_argument("manifests", nargs="*", metavar="MANIFEST",
                    help="Pod manifests (YAML, several documents allowed; - for stdin)")
     p.add_argument("--config", help="the plugin's config file (default: "
                    "/etc/nri-cpumgr/config.yaml if present, else the built-in defaults)")
@@ -155,4 +191,9 @@ def add_parser(sub: Any) -> None:
                    "(default: an empty node)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--explain", action="store_true", help="say why, for each container")
+    p.add_argument("--scenario", metavar="JSON",
+                   help="a differential-testing scenario (machine, config, pod adds, exits, "
+                   "deletes; one JSON document or one per line; - for stdin): print, per "
+                   "scenario, one JSON line in the kubelet oracle's shape "
+                   "(docs/development/differential.md); --config/--topology/--state are not used")
     p.set_defaults(func=cmd_plan)

@@ -90,3 +90,18 @@ def test_shared_pool_update_mode():
     assert parse_config("sharedPoolUpdateMode: reply\n").sharedPoolUpdateMode == "reply"
     with pytest.raises(ConfigError, match="sharedPoolUpdateMode"):
         parse_config("sharedPoolUpdateMode: later\n")
+
+
+def test_none_policy_with_options_is_refused_as_the_kubelet_refuses_it():
+    """kubelet cpumanager NewNonePolicy (v1.37.2): "None policy: received unsupported
+    options"; found by the differential run (tests/differential/regressions/
+    none-policy-refuses-options.json)."""
+    from nri_cpumgr.managers import build_policy
+    from nri_cpumgr.topology import CPUInfo, CPUTopology, Machine
+
+    machine = Machine(CPUTopology.from_details({c: CPUInfo(0, 0, c) for c in range(4)}))
+    cfg = parse_config("cpuManagerPolicy: none\n"
+                       "cpuManagerPolicyOptions: {full-pcpus-only: 'true'}\n")
+    with pytest.raises(ConfigError, match="none policy takes no options.*full-pcpus-only"):
+        build_policy(cfg, machine)
+    assert build_policy(parse_config("cpuManagerPolicy: none\n"), machine) is not None

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Differential run: seeded random scenarios through the kubelet oracle and the plugin.
+
+    scripts/differential.py [-n N | --minutes M] [--seed S] [--oracle PATH] [--json]
+    scripts/differential.py --replay FILE.json     (one scenario: both answers, the diff)
+
+Prints per area (cpu manager options, topology manager, memory manager, pod-level,
+lifecycle) how many scenarios agree, how many differ in a documented way
+(tests/differential/known_differences.json) and how many differ otherwise; for every
+undocumented mismatch: the seed, the shrunk scenario and both answers. Exit 1 when there is
+an undocumented mismatch. See docs/development/differential.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.differential import scenarios as S  # noqa: E402
+
+
+def both(oracle: S.Oracle, s: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    p = oracle._start()
+    assert p.stdin is not None and p.stdout is not None
+    p.stdin.write(json.dumps(s) + "\n")  # the oracle works while the plugin side runs
+    p.stdin.flush()
+    ours = S.plugin(s)
+    line = p.stdout.readline()
+    if not line:
+        raise RuntimeError(f"kubelet-oracle exited on {s.get('name')}")
+    oracle.count += 1
+    return json.loads(line), ours
+
+
+def report_mismatch(oracle: S.Oracle, s: dict[str, Any], diffs: list[dict[str, Any]],
+                    out: Any) -> dict[str, Any]:
+    kind = diffs[0]["kind"]
+
+    def still(t: dict[str, Any]) -> bool:  # the same kind of undocumented mismatch
+        k, p = both(oracle, t)
+        d = S.compare(k, p)
+        return bool(d) and d[0]["kind"] == kind and S.known_difference(t, d) is None
+
+    small = S.shrink(s, still)
+    k, p = both(oracle, small)
+    print(f"\nMISMATCH seed {s.get('seed')} ({kind}): {json.dumps(diffs[0])}", file=out)
+    print("  shrunk scenario: " + json.dumps(small), file=out)
+    print("  kubelet: " + json.dumps(k), file=out)
+    print("  plugin:  " + json.dumps(p), file=out)
+    return {"seed": s.get("seed"), "diff": S.compare(k, p) or diffs, "scenario": small,
+            "kubelet": k, "plugin": p}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
+    ap.add_argument("-n", type=int, default=0, help="number of scenarios")
+    ap.add_argument("--minutes", type=float, default=0.0,
+                    help="run for this long instead of -n")
+    ap.add_argument("--seed", type=int, default=1, help="first seed (then seed+1, ...)")
+    ap.add_argument("--oracle", help="the kubelet-oracle binary (default: make oracle's)")
+    ap.add_argument("--max-report", type=int, default=5,
+                    help="shrink and print at most this many undocumented mismatches")
+    ap.add_argument("--replay", help="run one scenario file and print both answers")
+    ap.add_argument("--json", action="store_true", help="the summary as JSON on stdout")
+    args = ap.parse_args(argv)
+    oracle = S.Oracle(Path(args.oracle) if args.oracle else S.oracle_path())
+    try:
+        if args.replay:
+            s = json.loads(Path(args.replay).read_text())
+            k, p = both(oracle, s)
+            print(json.dumps({"kubelet": k, "plugin": p, "diff": S.compare(k, p)}, indent=1))
+            return 0
+        n = args.n or (0 if args.minutes else 200)
+        deadline = time.monotonic() + args.minutes * 60 if args.minutes else None
+        known = S.load_known()
+        counts: dict[str, collections.Counter[str]] = {
+            a: collections.Counter() for a in S.AREAS}
+        by_known: collections.Counter[str] = collections.Counter()
+        kinds: collections.Counter[str] = collections.Counter()
+        reported: list[dict[str, Any]] = []
+        t0 = time.monotonic()
+        done = 0
+        seed = args.seed
+        while (done < n) if not deadline else (time.monotonic() < deadline):
+            s = S.generate(seed)
+            k, p = both(oracle, s)
+            diffs = S.compare(k, p)
+            if not diffs:
+                verdict = "agree"
+            else:
+                kid = S.known_difference(s, diffs, known)
+                if kid:
+                    verdict = "documented"
+                    by_known[kid] += 1
+                else:
+                    verdict = "MISMATCH"
+                    kinds[diffs[0]["kind"]] += 1
+                    if len(reported) < args.max_report:
+                        reported.append(report_mismatch(oracle, s, diffs, sys.stderr))
+            for a in S.areas(s):
+                counts[a][verdict] += 1
+            if k.get("configError"):
+                counts["base"]["config refused by both" if not diffs else "config"] += 0
+            done += 1
+            seed += 1
+        secs = time.monotonic() - t0
+        summary = {
+            "scenarios": done, "seeds": [args.seed, seed - 1], "seconds": round(secs, 1),
+            "per_minute": round(done / secs * 60, 1) if secs else None,
+            "kubernetes": k.get("kubernetes") if done else None,
+            "areas": {a: dict(c) for a, c in counts.items() if c},
+            "documented": dict(by_known), "undocumented_by_kind": dict(kinds),
+        }
+        if args.json:
+            print(json.dumps(summary, indent=1))
+        else:
+            print(f"{done} scenarios (seeds {args.seed}..{seed - 1}) in {secs:.0f} s "
+                  f"({summary['per_minute']}/min), kubelet {summary['kubernetes']}")
+            print(f"{'area':22} {'agree':>7} {'documented':>11} {'MISMATCH':>9}")
+            for a in S.AREAS:
+                c = counts[a]
+                if c:
+                    print(f"{a:22} {c['agree']:7} {c['documented']:11} {c['MISMATCH']:9}")
+            for kid, c in sorted(by_known.items()):
+                print(f"  documented {kid}: {c}")
+            for kind, c in sorted(kinds.items()):
+                print(f"  UNDOCUMENTED {kind}: {c}")
+        return 1 if kinds else 0
+    finally:
+        oracle.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

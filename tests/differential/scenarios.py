@@ -1,0 +1,470 @@
+"""Differential testing against the kubelet: seeded scenarios, both sides, comparison, shrinking.
+
+A scenario (docs/development/differential.md) runs through the kubelet oracle
+(oracle/cmd/kubelet-oracle:
+the kubelet's own CPU, Topology and Memory managers, k8s.io/kubernetes imported as a Go
+module) and through the plugin's decision path (nri_cpumgr.planner.scenario.run_scenario).
+:func:`generate` makes a random valid scenario from a seed (same seed, same scenario);
+:func:`compare` lists where the two answers differ; :func:`shrink` removes what a mismatch
+does not need; :func:`known_difference` says whether a mismatch is one the project documents
+(``known_differences.json``, docs/concepts/differences.md).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+TOPOLOGIES = ROOT / "tests" / "data" / "conformance" / "topologies"
+KNOWN = Path(__file__).with_name("known_differences.json")
+REGRESSIONS = Path(__file__).with_name("regressions")
+
+AREAS = ("cpu manager options", "topology manager", "memory manager", "pod-level", "lifecycle",
+         "base")
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+# ------------------------------------------------------------------ machines
+def conformance_machines() -> list[dict[str, Any]]:
+    """Every topology of the conformance corpus (name, cpus rows)."""
+    out = []
+    for f in sorted(TOPOLOGIES.glob("*.json")):
+        d = json.loads(f.read_text())
+        out.append({"name": d["name"], "cpus": [
+            {k: int(r.get(k, 0)) for k in ("cpu", "core", "socket", "numa", "uncore")}
+            for r in d["cpus"]]})
+    return out
+
+
+def synthetic_machine(rng: random.Random) -> dict[str, Any]:
+    """A real machine shape: 1-4 sockets, 1-4 NUMA nodes per socket (2-8 in all when more
+    than one), SMT on or off, 1-3 L3 groups per NUMA node; CPUs numbered the Linux way
+    (first threads of every core, then the siblings)."""
+    sockets = rng.choice([1, 1, 2, 2, 2, 4])
+    numa_per = rng.choice([1, 1, 2, 4]) if sockets < 4 else rng.choice([1, 2])
+    l3_per = rng.choice([1, 1, 2, 3])
+    cores_per_l3 = rng.choice([2, 3, 4])
+    smt = rng.choice([1, 2, 2])
+    cores = []  # (socket, numa, uncore)
+    for s in range(sockets):
+        for n in range(numa_per):
+            for u in range(l3_per):
+                cores += [(s, s * numa_per + n, (s * numa_per + n) * l3_per + u)] * cores_per_l3
+    rows = []
+    for t in range(smt):
+        for i, (s, n, u) in enumerate(cores):
+            rows.append({"cpu": t * len(cores) + i, "core": i, "socket": s, "numa": n,
+                         "uncore": u})
+    return {"name": f"synthetic-{sockets}s{numa_per}n{l3_per}l3x{cores_per_l3}c-smt{smt}",
+            "cpus": rows}
+
+
+def with_memory(m: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    """The machine with ``numa_nodes``: memory (4-16 GiB) and 2Mi hugepages per node."""
+    nodes = sorted({r["numa"] for r in m["cpus"]})
+    sock = {r["numa"]: r["socket"] for r in m["cpus"]}
+    m = dict(m)
+    far = rng.choice([20, 21, 32])
+
+    def dist(a: int, b: int) -> int:
+        return 10 if a == b else (12 if sock[a] == sock[b] else far)
+
+    m["numa_nodes"] = [{"id": n, "memory_bytes": rng.choice([4, 8, 16]) * GIB,
+                        "hugepages": {str(2 * MIB): rng.choice([0, 512, 1024])},
+                        "distances": {str(j): dist(n, j) for j in nodes}}
+                       for n in nodes]
+    return m
+
+
+# ------------------------------------------------------------------ config
+CPU_OPTIONS = ["full-pcpus-only", "distribute-cpus-across-numa", "align-by-socket",
+               "distribute-cpus-across-cores", "strict-cpu-reservation",
+               "prefer-align-cpus-by-uncorecache"]
+
+
+def gen_config(rng: random.Random, m: dict[str, Any]) -> dict[str, Any]:
+    cpus = sorted(r["cpu"] for r in m["cpus"])
+    numa = sorted({r["numa"] for r in m["cpus"]})
+    c: dict[str, Any] = {"cpuManagerPolicy": "static" if rng.random() < 0.95 else "none"}
+    if rng.random() < 0.6:
+        n = rng.choice([1, 1, 2, 4])
+        # the kubelet's usual: the first core(s), or a spread
+        c["reservedSystemCPUs"] = ",".join(str(x) for x in sorted(
+            rng.sample(cpus[: max(n * 2, 4)], min(n, len(cpus) - 1))))
+    else:
+        c["kubeReserved"] = {"cpu": rng.choice(["1", "500m", "2", "1500m"])}
+    opts: dict[str, str] = {}
+    for o in CPU_OPTIONS:
+        if rng.random() < 0.2:
+            opts[o] = "true"
+    if rng.random() < 0.9:  # mostly combinations the kubelet accepts
+        if "prefer-align-cpus-by-uncorecache" in opts:
+            opts.pop("distribute-cpus-across-numa", None)
+            opts.pop("distribute-cpus-across-cores", None)
+        if "full-pcpus-only" in opts:
+            opts.pop("distribute-cpus-across-cores", None)
+    if opts:
+        c["cpuManagerPolicyOptions"] = opts
+    gates = {}
+    if rng.random() < 0.9 and ({"align-by-socket", "distribute-cpus-across-cores"} & set(opts)):
+        gates["CPUManagerPolicyAlphaOptions"] = True
+    c["topologyManagerPolicy"] = rng.choice(
+        ["none", "best-effort", "restricted", "single-numa-node"])
+    c["topologyManagerScope"] = rng.choice(["container", "pod"])
+    if rng.random() < 0.2:
+        c["topologyManagerPolicyOptions"] = {"prefer-closest-numa-nodes": "true"}
+    if rng.random() < 0.35:
+        c["memoryManagerPolicy"] = "Static"
+        sysres = rng.choice([412, 924])  # + 100Mi eviction = 512Mi / 1Gi
+        c["systemReserved"] = {"memory": f"{sysres}Mi"}
+        total = sysres + 100
+        if len(numa) > 1 and rng.random() < 0.5:
+            half = total // 2
+            c["reservedMemory"] = [{"numaNode": numa[0], "limits": {"memory": f"{half}Mi"}},
+                                   {"numaNode": numa[1],
+                                    "limits": {"memory": f"{total - half}Mi"}}]
+        else:
+            c["reservedMemory"] = [{"numaNode": numa[0], "limits": {"memory": f"{total}Mi"}}]
+    c["evictionHard"] = {"memory.available": "100Mi"}
+    if gates:
+        c["featureGates"] = gates
+    return c
+
+
+# ------------------------------------------------------------------ pods
+def _container(rng: random.Random, name: str, qos: str, max_cpus: int,
+               hugepages: bool) -> dict[str, Any]:
+    res: dict[str, Any] = {}
+    if qos == "Guaranteed":
+        if rng.random() < 0.8:
+            cpu = str(rng.choice([1, 1, 2, 2, 3, 4, 6, 8, max(1, max_cpus)]))
+        else:
+            cpu = rng.choice(["500m", "1500m", "250m", "2500m"])
+        mem = f"{rng.choice([128, 256, 512, 1024, 2048])}Mi"
+        lim = {"cpu": cpu, "memory": mem}
+        if hugepages and rng.random() < 0.3:
+            lim["hugepages-2Mi"] = f"{rng.choice([2, 64, 128])}Mi"
+        res = {"requests": dict(lim), "limits": dict(lim)}
+    elif qos == "Burstable":
+        k = rng.random()
+        if k < 0.4:
+            res = {"requests": {"cpu": rng.choice(["100m", "1", "2"]), "memory": "64Mi"}}
+        elif k < 0.8:
+            res = {"requests": {"cpu": "1", "memory": "128Mi"},
+                   "limits": {"cpu": "2", "memory": "128Mi"}}
+        else:
+            res = {"requests": {"memory": "64Mi"}}
+    return {"name": name, "resources": res}
+
+
+def gen_pod(rng: random.Random, name: str, max_cpus: int, hugepages: bool) -> dict[str, Any]:
+    qos = rng.choices(["Guaranteed", "Burstable", "BestEffort"], [0.7, 0.2, 0.1])[0]
+    spec: dict[str, Any] = {"containers": []}
+    inits = []
+    for i in range(rng.choice([0, 0, 0, 1, 2])):
+        c = _container(rng, f"init{i}", qos, max_cpus, hugepages)
+        if rng.random() < 0.4:
+            c["restartPolicy"] = "Always"
+            c["name"] = f"sidecar{i}"
+        inits.append(c)
+    if inits:
+        spec["initContainers"] = inits
+    for i in range(rng.choice([1, 1, 1, 2, 3])):
+        spec["containers"].append(_container(rng, f"app{i}", qos, max_cpus, hugepages))
+    return {"metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+            "spec": spec}
+
+
+def pod_uses_hugepages(pod: dict[str, Any]) -> bool:
+    cs = (pod["spec"].get("initContainers") or []) + pod["spec"]["containers"]
+    return any("hugepages-2Mi" in (c.get("resources") or {}).get("limits", {}) for c in cs)
+
+
+def generate(seed: int) -> dict[str, Any]:
+    """A random valid scenario for ``seed`` (deterministic)."""
+    rng = random.Random(seed)
+    machines = conformance_machines()
+    if rng.random() < 0.5:
+        m = rng.choice(machines)
+    else:
+        m = synthetic_machine(rng)
+    m = with_memory(m, rng)
+    cfg = gen_config(rng, m)
+    ncpu = len(m["cpus"])
+    hp = any(int(v) for n in m["numa_nodes"] for v in n["hugepages"].values())
+    events: list[dict[str, Any]] = []
+    live: list[dict[str, Any]] = []
+    for i in range(rng.randint(1, 8)):
+        k = rng.random()
+        if live and k < 0.2:
+            p = live.pop(rng.randrange(len(live)))
+            events.append({"op": "delete", "name": p["metadata"]["name"]})
+            continue
+        if live and k < 0.3:
+            p = rng.choice(live)
+            c = rng.choice(p["spec"]["containers"])
+            events.append({"op": "exit", "name": p["metadata"]["name"], "container": c["name"]})
+            continue
+        pod = gen_pod(rng, f"pod{i}", max(1, ncpu // rng.choice([2, 4, 8])), hp)
+        events.append({"op": "add", "pod": pod})
+        live.append(pod)
+    return {"name": f"seed-{seed}", "seed": seed, "machine": m, "config": cfg,
+            "events": events}
+
+
+def areas(s: dict[str, Any]) -> list[str]:
+    """The areas a scenario exercises (a scenario counts in each of them)."""
+    c = s["config"]
+    out = []
+    if c.get("cpuManagerPolicyOptions"):
+        out.append("cpu manager options")
+    if c.get("topologyManagerPolicy", "none") != "none":
+        out.append("topology manager")
+    if c.get("memoryManagerPolicy") == "Static":
+        out.append("memory manager")
+    if any(e["op"] == "add" and e["pod"]["spec"].get("resources") for e in s["events"]):
+        out.append("pod-level")
+    if any(e["op"] != "add" or e["pod"]["spec"].get("initContainers") for e in s["events"]):
+        out.append("lifecycle")
+    return out or ["base"]
+
+
+# ------------------------------------------------------------------ the two sides
+def oracle_path() -> Path:
+    """The oracle binary: $NRI_CPUMGR_ORACLE, else where `make oracle` puts it."""
+    env = os.environ.get("NRI_CPUMGR_ORACLE")
+    if env:
+        return Path(env)
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "build-oracle.sh"), "--print-path"],
+                         capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip())
+
+
+class Oracle:
+    """A kubelet-oracle process in batch mode: one scenario per line in, one result out."""
+
+    def __init__(self, path: Path, restart_every: int = 2000) -> None:
+        self.path = path
+        self.restart_every = restart_every  # the cpu manager's reconcile goroutine stays
+        self.proc: subprocess.Popen[str] | None = None
+        self.count = 0
+
+    def _start(self) -> subprocess.Popen[str]:
+        if self.proc is None or self.count >= self.restart_every:
+            self.close()
+            self.proc = subprocess.Popen([str(self.path)], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, text=True, bufsize=1)
+            self.count = 0
+        return self.proc
+
+    def run(self, s: dict[str, Any]) -> dict[str, Any]:
+        p = self._start()
+        assert p.stdin is not None and p.stdout is not None
+        p.stdin.write(json.dumps(s) + "\n")
+        p.stdin.flush()
+        line = p.stdout.readline()
+        if not line:
+            raise RuntimeError(f"kubelet-oracle exited ({p.wait()}) on {s.get('name')}")
+        self.count += 1
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.proc is not None:
+            if self.proc.stdin:
+                self.proc.stdin.close()
+            self.proc.wait()
+            self.proc = None
+
+
+def plugin(s: dict[str, Any]) -> dict[str, Any]:
+    from nri_cpumgr.planner.scenario import run_scenario
+
+    return run_scenario(s)
+
+
+# ------------------------------------------------------------------ comparison
+def compare(kubelet: dict[str, Any], ours: dict[str, Any]) -> list[dict[str, Any]]:
+    """Where the answers differ: a list of ``{"kind", "event", "what", "kubelet", "plugin"}``
+    (``kind``: config, admission, reason, exclusive, cpus (exclusive CPUs), shared-cpus (a
+    shared container's cpuset when created), mems, shared-pool)."""
+    out: list[dict[str, Any]] = []
+    ke, pe = kubelet.get("configError"), ours.get("configError")
+    if bool(ke) != bool(pe):
+        return [{"kind": "config", "event": None, "what": "config accepted",
+                 "kubelet": ke or "accepted", "plugin": pe or "accepted"}]
+    if ke:
+        return []
+    for i, (k, p) in enumerate(zip(kubelet["events"], ours["events"], strict=True)):
+        if k["op"] != "add":
+            continue
+        if bool(k.get("admitted")) != bool(p.get("admitted")):
+            out.append({"kind": "admission", "event": i, "what": k["pod"],
+                        "kubelet": _verdict(k), "plugin": _verdict(p)})
+            break  # the states part here: what follows is a consequence
+        if not k.get("admitted"):
+            if k.get("reason") != p.get("reason"):
+                out.append({"kind": "reason", "event": i, "what": k["pod"],
+                            "kubelet": _verdict(k), "plugin": _verdict(p)})
+            continue
+        for kc, pc in zip(k["containers"], p["containers"], strict=True):
+            what = f"{k['pod']}/{kc['name']}"
+            if kc.get("exclusive") != pc.get("exclusive"):
+                out.append({"kind": "exclusive", "event": i, "what": what,
+                            "kubelet": kc.get("exclusive"), "plugin": pc.get("exclusive")})
+            for f in ("cpus", "mems"):
+                if kc.get(f, "") != pc.get(f, ""):
+                    kind = f if f == "mems" or kc.get("exclusive") else "shared-cpus"
+                    out.append({"kind": kind, "event": i, "what": what,
+                                "kubelet": kc.get(f, ""), "plugin": pc.get(f, "")})
+            if any(d["kind"] != "shared-cpus" for d in out):
+                return out  # the states part here: what follows is a consequence
+        if k.get("sharedPool", "") != p.get("sharedPool", ""):
+            out.append({"kind": "shared-pool", "event": i, "what": k["pod"],
+                        "kubelet": k.get("sharedPool", ""), "plugin": p.get("sharedPool", "")})
+        # a shared container's cpuset when created leaves the two states alike: go on
+        if any(d["kind"] != "shared-cpus" for d in out):
+            break
+    return out
+
+
+def _verdict(e: dict[str, Any]) -> str:
+    if e.get("admitted"):
+        return "admitted"
+    return f"{e.get('reason')}: {e.get('message')}"
+
+
+# ------------------------------------------------------------------ known differences
+def load_known() -> list[dict[str, Any]]:
+    return json.loads(KNOWN.read_text())["differences"]
+
+
+def known_difference(s: dict[str, Any], diffs: list[dict[str, Any]],
+                     known: list[dict[str, Any]] | None = None) -> str | None:
+    """The ids of the documented differences that explain every one of ``diffs`` (joined
+    with ``+``), or None when one of them is not documented. Each entry of
+    known_differences.json has ``match``: ``kind`` and optional substrings ``kubelet`` /
+    ``plugin`` of the two answers, config values, a policy option, a relation."""
+    if not diffs:
+        return None
+    known = known if known is not None else load_known()
+    ids: list[str] = []
+    for d in diffs:
+        kid = _explained(s, d, known)
+        if kid is None:
+            return None
+        if kid not in ids:
+            ids.append(kid)
+    return "+".join(ids)
+
+
+def _explained(s: dict[str, Any], d: dict[str, Any], known: list[dict[str, Any]]) -> str | None:
+    for k in known:
+        m = k["match"]
+        if m.get("kind") and m["kind"] != d["kind"]:
+            continue
+        if m.get("kubelet") and m["kubelet"] not in str(d["kubelet"]):
+            continue
+        if m.get("plugin") and m["plugin"] not in str(d["plugin"]):
+            continue
+        cfg = s.get("config", {})
+        if any(cfg.get(key) != val for key, val in (m.get("config") or {}).items()):
+            continue
+        if m.get("option") and m["option"] not in (cfg.get("cpuManagerPolicyOptions") or {}):
+            continue
+        if m.get("needs") == "init" and not any(
+                e["op"] == "add" and any(c.get("restartPolicy") != "Always"
+                                         for c in e["pod"]["spec"].get("initContainers") or [])
+                for e in s["events"]):
+            continue
+        if m.get("needs") == "multi-container" and not _multi(s, d):
+            continue
+        rel = m.get("relation")
+        if rel == "plugin-superset" and not _cpus(d["kubelet"]) <= _cpus(d["plugin"]):
+            continue
+        if rel == "same-text" and str(d["plugin"]).partition(": ")[2] not in str(d["kubelet"]):
+            continue
+        return str(k["id"])
+    return None
+
+
+def _multi(s: dict[str, Any], d: dict[str, Any]) -> bool:
+    """The pod of mismatch ``d`` has more than one container."""
+    ev = s["events"][d["event"]] if d.get("event") is not None else {}
+    spec = (ev.get("pod") or {}).get("spec") or {}
+    return len(spec.get("initContainers") or []) + len(spec.get("containers") or []) > 1
+
+
+def _cpus(text: str) -> set[int]:
+    out: set[int] = set()
+    for part in filter(None, str(text).split(",")):
+        a, _, b = part.partition("-")
+        out.update(range(int(a), int(b or a) + 1))
+    return out
+
+
+# ------------------------------------------------------------------ shrinking
+def _candidates(s: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    ev = s["events"]
+    for i in range(len(ev) - 1, -1, -1):  # drop an event (later ones first)
+        t = copy.deepcopy(s)
+        del t["events"][i]
+        yield t
+    for i, e in enumerate(ev):  # drop a container of a pod
+        if e["op"] != "add":
+            continue
+        spec = e["pod"]["spec"]
+        for key in ("initContainers", "containers"):
+            for j in range(len(spec.get(key) or [])):
+                if key == "containers" and len(spec[key]) == 1:
+                    continue
+                t = copy.deepcopy(s)
+                del t["events"][i]["pod"]["spec"][key][j]
+                if not t["events"][i]["pod"]["spec"][key]:
+                    del t["events"][i]["pod"]["spec"][key]
+                yield t
+    cfg = s["config"]
+    for o in list(cfg.get("cpuManagerPolicyOptions") or {}):  # drop an option
+        t = copy.deepcopy(s)
+        del t["config"]["cpuManagerPolicyOptions"][o]
+        if not t["config"]["cpuManagerPolicyOptions"]:
+            del t["config"]["cpuManagerPolicyOptions"]
+        yield t
+    for key, val in (("topologyManagerPolicy", "none"), ("topologyManagerScope", "container"),
+                     ("topologyManagerPolicyOptions", None), ("memoryManagerPolicy", None)):
+        if key in cfg and cfg[key] != val:
+            t = copy.deepcopy(s)
+            if val is None:
+                del t["config"][key]
+                if key == "memoryManagerPolicy":
+                    t["config"].pop("reservedMemory", None)
+                    t["config"].pop("systemReserved", None)
+            else:
+                t["config"][key] = val
+            yield t
+
+
+def shrink(s: dict[str, Any], still_fails: Callable[[dict[str, Any]], bool],
+           budget: int = 300) -> dict[str, Any]:
+    """The smallest scenario (greedy: one removal at a time) for which ``still_fails``."""
+    tries = 0
+    improved = True
+    while improved and tries < budget:
+        improved = False
+        for t in _candidates(s):
+            tries += 1
+            if still_fails(t):
+                s = t
+                improved = True
+                break
+            if tries >= budget:
+                break
+    return s

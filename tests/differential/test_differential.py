@@ -1,0 +1,113 @@
+"""The kubelet v1.37 as the oracle: fixed-seed scenarios and the checked-in regression
+scenarios run through the kubelet's own managers (oracle/cmd/kubelet-oracle) and through the
+plugin's decision path; any mismatch not documented in known_differences.json fails.
+
+The oracle is built by `make oracle` (scripts/build-oracle.sh; `make test` builds it first);
+$NRI_CPUMGR_ORACLE names another binary. Without Go the tests skip, except under CI, where
+they fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.differential import scenarios as S
+
+#: the fixed-seed subset `make test` runs (the full run: `make differential`)
+SEEDS = range(1, int(os.environ.get("NRI_DIFFERENTIAL_SEEDS", "120")) + 1)
+
+
+@pytest.fixture(scope="module")
+def oracle() -> Iterator[S.Oracle]:
+    if not os.environ.get("NRI_CPUMGR_ORACLE") and shutil.which("go") is None:
+        if os.environ.get("CI"):
+            pytest.fail("the kubelet oracle needs Go 1.26 (make oracle)")
+        pytest.skip("no Go: the kubelet oracle cannot be built (make oracle)")
+    o = S.Oracle(S.oracle_path())
+    yield o
+    o.close()
+
+
+def _check(o: S.Oracle, s: dict) -> tuple[list[dict], str | None, dict, dict]:
+    k = o.run(s)
+    p = S.plugin(s)
+    diffs = S.compare(k, p)
+    return diffs, S.known_difference(s, diffs), k, p
+
+
+def test_oracle_is_the_kubelet_release(oracle: S.Oracle) -> None:
+    version = (S.ROOT / "oracle" / "KUBERNETES_VERSION").read_text().strip()
+    r = oracle.run(S.generate(1))
+    assert r["kubernetes"] == os.environ.get("KUBERNETES_VERSION", version)
+
+
+def test_oracle_answers_a_known_case(oracle: S.Oracle) -> None:
+    """A case with the kubelet's documented answer (policy_static_test.go: a 4-CPU
+    Guaranteed container on topoDualSocketHT, reserved CPU 0, gets a whole socket's
+    free cores: CPUs 2,4,8,10), and an SMT alignment refusal with full-pcpus-only."""
+    m = next(t for t in S.conformance_machines() if t["name"] == "dual-socket-ht")
+    pod = {"metadata": {"name": "p", "uid": "u1"}, "spec": {"containers": [
+        {"name": "c", "resources": {"limits": {"cpu": "4", "memory": "1Gi"}}}]}}
+    odd = {"metadata": {"name": "q", "uid": "u2"}, "spec": {"containers": [
+        {"name": "c", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}
+    s = {"name": "known", "machine": m,
+         "config": {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0",
+                    "cpuManagerPolicyOptions": {"full-pcpus-only": "true"}},
+         "events": [{"op": "add", "pod": pod}, {"op": "add", "pod": odd}]}
+    k = oracle.run(s)
+    assert k["events"][0]["containers"] == [
+        {"name": "c", "cpus": "2,4,8,10", "exclusive": True, "mems": ""}]
+    assert k["events"][0]["sharedPool"] == "0-1,3,5-7,9,11"
+    assert k["events"][1]["admitted"] is False
+    assert k["events"][1]["reason"] == "SMTAlignmentError"
+    assert S.compare(k, S.plugin(s)) == []
+
+
+@pytest.mark.parametrize("seed", list(SEEDS))
+def test_seeded_scenario(oracle: S.Oracle, seed: int) -> None:
+    s = S.generate(seed)
+    diffs, known, k, p = _check(oracle, s)
+    if diffs and known is None:
+        pytest.fail(f"seed {seed}: the plugin differs from the kubelet: {diffs[0]}\n"
+                    f"(scripts/differential.py -n 1 --seed {seed} shrinks it)\n"
+                    f"kubelet: {json.dumps(k)}\nplugin: {json.dumps(p)}")
+
+
+def _regressions() -> list[Path]:
+    return sorted(S.REGRESSIONS.glob("*.json"))
+
+
+@pytest.mark.parametrize("path", _regressions(), ids=lambda p: p.stem)
+def test_regression_scenario(oracle: S.Oracle, path: Path) -> None:
+    """Each checked-in scenario ("expect": "agree" or the id of a documented difference)."""
+    s = json.loads(path.read_text())
+    diffs, known, k, p = _check(oracle, s)
+    expect = s.get("expect", "agree")
+    if expect == "agree":
+        assert diffs == [], f"kubelet: {json.dumps(k)}\nplugin: {json.dumps(p)}"
+    else:
+        assert diffs, f"{path.name}: expected the documented difference {expect}; they agree"
+        assert known is not None and expect in known.split("+"), f"{diffs} is not {expect}"
+
+
+def test_plan_scenario_command(tmp_path: Path) -> None:
+    """`nri-cpumgr plan --scenario` prints run_scenario's answer, one line per scenario."""
+    ss = [S.generate(3), S.generate(4)]
+    f = tmp_path / "s.jsonl"
+    f.write_text("".join(json.dumps(s) + "\n" for s in ss))
+    out = subprocess.run([sys.executable, "-m", "nri_cpumgr", "plan", "--scenario", str(f)],
+                         capture_output=True, text=True, check=True).stdout
+    assert [json.loads(line) for line in out.splitlines()] == [S.plugin(s) for s in ss]
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nope")
+    r = subprocess.run([sys.executable, "-m", "nri_cpumgr", "plan", "--scenario", str(bad)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "not a scenario" in r.stderr
