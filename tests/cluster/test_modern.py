@@ -136,14 +136,15 @@ def helm_values(c: Cluster, **config: Any) -> dict[str, Any]:
     the NRI socket and state directory are in the cluster's work dir (the test node's
     containerd is not the machine's; the test must not write /var/lib); sharedPoolGrowDelay 2s
     (a deleted pod's CPU back within the test's patience); the plugin's gates; the exporter
-    reaches the API server on 127.0.0.1 (no service network); and the plugin's own pod requests
-    no CPU, so the kubelet admits a resize to the node's 2 CPUs and the plugin is the one that
-    refuses it."""
+    and the plugin's pod watch reach the API server on 127.0.0.1 (no service network); and
+    the plugin's own pod requests no CPU, so the kubelet admits a resize to the node's 2 CPUs
+    and the plugin is the one that refuses it."""
     state = c.work / "plugin-state"
     state.mkdir(exist_ok=True)
     cfg = yaml.safe_load(yaml.safe_dump(_chart_defaults()["config"]))
     cfg.update(socketPath=str(c.nri_socket), stateDirectory=str(state),
-               sharedPoolGrowDelay="2s", featureGates=GATES, **config)
+               sharedPoolGrowDelay="2s", featureGates=GATES,
+               apiServerURL=f"https://127.0.0.1:{c.ports['apiserver']}", **config)
     return {
         "config": cfg,
         "namespace": {"create": True},
@@ -429,12 +430,11 @@ def test_helm_upgrade_rolls_and_pod_level_pod_runs_on_its_bubble(deployed) -> No
     cri.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "kubelet 1.37 gives a container without resources in a pod-level pod the pod's limits "
-    "and request (tests/data/kubelet-1.37): the plugin takes the first one for a Guaranteed "
-    "1-CPU container, gives it the whole bubble as a slice and refuses the second "
-    "(NotEnoughCPUsError); the README's pod-level rules expect both on the pod shared pool"))
 def test_pod_level_pod_second_container_shares_the_bubble(deployed) -> None:
+    """kubelet 1.37 gives a container without resources in a pod-level pod the pod's limits
+    and request (tests/data/kubelet-1.37): from NRI alone the plugin took the first one for a
+    Guaranteed 1-CPU container and refused the second; with the pod spec from its watch
+    (podSpecSource apiServer, issue 26) both run on the pod's shared pool."""
     c, _, _ = deployed
     try:
         wait_running(c, "pod-level", "helper", timeout=30)
