@@ -24,12 +24,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from nri_cpumgr.cm.cpumanager import CPUManagerState, NonePolicy, StaticPolicy
 from nri_cpumgr.cm.memorymanager.manager import MemoryManager, mems_for
 from nri_cpumgr.cm.providers import CPUProvider, DeviceProvider, MemoryProvider
+from nri_cpumgr.cm.records import AdmissionError, Decision, Tracked, admission_text
 from nri_cpumgr.cm.topologymanager import ERROR_TOPOLOGY_AFFINITY, TopologyManager
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.jsontext import RawJSON, encode
@@ -37,47 +37,10 @@ from nri_cpumgr.podmodel import Pod, QOSClass
 from nri_cpumgr.podmodel.nri import ContainerInfo, Resources
 from nri_cpumgr.podmodel.spec import qualifies_for_slice
 
+# AdmissionError and Decision (nri_cpumgr.cm.records) are still importable from here
+__all__ = ["AdmissionError", "ContainerManager", "Decision", "Tracked"]
+
 log = logging.getLogger(__name__)
-
-
-class AdmissionError(Exception):
-    """A container cannot be admitted. ``str()`` carries the kubelet's error name
-    (SMTAlignmentError, TopologyAffinityError, ...) and the numbers."""
-
-
-@dataclass(slots=True)
-class Decision:
-    """What to do for one new (or re-synchronized) container.
-
-    ``cpus``: the container's cpuset (never empty; ``None`` = leave it alone, as the ``none``
-    policy does). ``exclusive``: the CPUs are the container's alone (clear its CFS quota).
-    ``mems``: its cpuset.mems (``None``: left alone). ``quota``: a CFS quota (microseconds
-    per period) to restore because the container left exclusive CPUs (``None``: unchanged).
-    ``pod_updates``: other containers of the same pod to move with it (pod-level resource
-    managers: the pod shared pool shrank; see nri_cpumgr.cm.podresources).
-    """
-
-    container_id: str
-    cpus: CPUSet | None
-    exclusive: bool = False
-    mems: CPUSet | None = None
-    quota: int | None = None
-    pod_updates: list[Decision] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class _Tracked:
-    info: ContainerInfo
-    exclusive: bool
-    # exclusive: the cpuset we gave it; shared: None (it follows the shared pool);
-    # None also when we never set one (policy none)
-    applied: CPUSet | None
-    stopped: bool = False
-    mems: CPUSet | None = None  # the cpuset.mems we gave it (None: left alone)
-
-    @property
-    def shared(self) -> bool:
-        return not self.exclusive and self.applied is None
 
 
 class ContainerManager:
@@ -110,14 +73,15 @@ class ContainerManager:
     ) -> None:
         self.policy = policy
         self.state = state
-        self.containers: dict[str, _Tracked] = {}
+        self.containers: dict[str, Tracked] = {}
         self._by_pod: dict[str, set[str]] = {}  # pod uid -> container ids
         # the checkpoint's rows (rows_json): container id -> its row's JSON text, and the ids
         # whose row must be encoded again (tracked, or a field of their record changed)
         self._row_text: dict[str, bytes] = {}
         self._row_dirty: set[str] = set()
         self._rows_cached = True
-        self._owner: dict[tuple[str, str], str] = {}  # (pod uid, name) -> container id
+        #: (pod uid, name) -> id of the container that holds the entry's CPUs and memory
+        self.owner: dict[tuple[str, str], str] = {}
         self.static = isinstance(policy, StaticPolicy)
         self.memory = memory
         self.align_mems_with_cpus = align_mems_with_cpus
@@ -219,7 +183,8 @@ class ContainerManager:
         return text.replace(_POOL_CPUS, encode(cpus)).replace(_POOL_NUMA, encode(numa))
 
     # ------------------------------------------------------------------ tracking
-    def _track(self, cid: str, t: _Tracked) -> None:
+    def track(self, cid: str, t: Tracked) -> None:
+        """Track record ``t`` under container id ``cid`` (replacing any record of that id)."""
         self.containers[cid] = t
         self._row_dirty.add(cid)
         self._by_pod.setdefault(t.info.pod_uid, set()).add(cid)
@@ -229,7 +194,9 @@ class ContainerManager:
         whoever assigns to a tracked record's field calls this."""
         self._row_dirty.add(cid)
 
-    def _untrack(self, cid: str) -> _Tracked | None:
+    def untrack(self, cid: str) -> Tracked | None:
+        """Stop tracking container ``cid``: its record, or None when it was not tracked
+        (what it holds is not released: the caller does that)."""
         t = self.containers.pop(cid, None)
         self._row_text.pop(cid, None)
         if t is not None:
@@ -240,7 +207,8 @@ class ContainerManager:
                     del self._by_pod[t.info.pod_uid]
         return t
 
-    def _pod_containers(self, pod_uid: str) -> list[tuple[str, _Tracked]]:
+    def pod_containers(self, pod_uid: str) -> list[tuple[str, Tracked]]:
+        """``(container id, record)`` of the tracked containers of a pod."""
         return [(cid, self.containers[cid]) for cid in self._by_pod.get(pod_uid, ())]
 
     # ------------------------------------------------------------------ events
@@ -253,7 +221,7 @@ class ContainerManager:
         SMTAlignmentError, NotEnoughCPUsError, memory errors); nothing changes then.
         The caller moves the shared-pool containers when :meth:`shared_pool` changed."""
         if not self.managed:
-            self._track(info.id, _Tracked(info, False, None))
+            self.track(info.id, Tracked(info, False, None))
             return Decision(info.id, None)
         self._release_stopped_of_pod(info.pod_uid, keep=info.name)
         if self.pod_level is not None:
@@ -265,13 +233,13 @@ class ContainerManager:
             # Memory Managers skip the whole pod (cpumanager / memorymanager policy_static.go
             # Allocate, "pod is using pod-level resources but the PodLevelResourceManagers
             # feature gate is not enabled", v1.37.2): the node's shared pool
-            self._track(info.id, _Tracked(info, False, None))
+            self.track(info.id, Tracked(info, False, None))
             return Decision(info.id, self.shared_pool() if self.static else None)
         key = info.key
         if info.qos is not QOSClass.GUARANTEED and not info.devices:
             # no provider has a hint for it (CPU and memory managers only pin Guaranteed
             # pods, it has no devices): every Topology Manager policy admits it as is
-            self._track(info.id, _Tracked(info, False, None))
+            self.track(info.id, Tracked(info, False, None))
             pool = self.shared_pool() if self.static else None
             return Decision(info.id, pool)
         had_cpus = self.state.get_cpuset(*key) is not None
@@ -290,22 +258,22 @@ class ContainerManager:
             self.devices.current.pop(key, None)
             if result.reason == ERROR_TOPOLOGY_AFFINITY or result.error is None:
                 raise AdmissionError(f"{result.reason}: {result.message}")
-            raise AdmissionError(_admission_text(result.error))
+            raise AdmissionError(admission_text(result.error))
         self.tm.add_container(pod, info.name, info.id)
         if self.memory is not None:
             self.memory.container_map[info.id] = key
-        old = self._owner.get(key)
+        old = self.owner.get(key)
         if old is not None and old != info.id:
-            self._untrack(old)  # a restart replaces the stopped container
+            self.untrack(old)  # a restart replaces the stopped container
         cpus = CPUSet(allocated) if allocated else None
-        mems = self._mems(key, cpus)
+        mems = self.mems(key, cpus)
         if cpus:
-            self._owner[key] = info.id
-            self._track(info.id, _Tracked(info, True, cpus, mems=mems))
+            self.owner[key] = info.id
+            self.track(info.id, Tracked(info, True, cpus, mems=mems))
             return Decision(info.id, cpus, exclusive=True, mems=mems)
         if mems is not None:
-            self._owner[key] = info.id
-        self._track(info.id, _Tracked(info, False, None, mems=mems))
+            self.owner[key] = info.id
+        self.track(info.id, Tracked(info, False, None, mems=mems))
         pool = self.shared_pool() if self.static else None
         return Decision(info.id, pool, mems=mems, quota=_restored_quota(info))
 
@@ -316,7 +284,7 @@ class ContainerManager:
         if self.tm.scope_name == "pod":
             specs += [
                 t.info.spec()
-                for _, t in self._pod_containers(info.pod_uid)
+                for _, t in self.pod_containers(info.pod_uid)
                 if t.info.name != info.name and not t.stopped
             ]
         return Pod(
@@ -327,7 +295,10 @@ class ContainerManager:
             qos=info.qos,
         )
 
-    def _mems(self, key: tuple[str, str], cpus: CPUSet | None) -> CPUSet | None:
+    def mems(self, key: tuple[str, str], cpus: CPUSet | None) -> CPUSet | None:
+        """The cpuset.mems of entry ``key`` (pod uid, container name) given ``cpus``: the
+        Memory Manager's NUMA nodes for it, else (``align_mems_with_cpus``) the NUMA nodes of
+        ``cpus``, else None (left alone)."""
         if self.memory is not None:
             mems = mems_for(self.memory.get_memory(*key))
             if mems:
@@ -363,22 +334,22 @@ class ContainerManager:
     def remove(self, container_id: str) -> None:
         """A container was removed (or its creation failed): release its CPUs (the shared
         pool grows; the caller moves the shared containers)."""
-        t = self._untrack(container_id)
+        t = self.untrack(container_id)
         if t is None:
             return
         self.tm.remove_container(container_id)
-        if self._owner.get(t.info.key) == container_id:
-            del self._owner[t.info.key]
+        if self.owner.get(t.info.key) == container_id:
+            del self.owner[t.info.key]
             self._release(t.info.pod_uid, t.info.name)
             self.resizer.forget(t.info.pod_uid, t.info.name)
 
     def remove_pod(self, pod_uid: str) -> None:
         """A pod sandbox stopped or was removed: release every container of the pod."""
-        for cid, _ in self._pod_containers(pod_uid):
-            t = self._untrack(cid)
+        for cid, _ in self.pod_containers(pod_uid):
+            t = self.untrack(cid)
             assert t is not None
-            if self._owner.get(t.info.key) == cid:
-                del self._owner[t.info.key]
+            if self.owner.get(t.info.key) == cid:
+                del self.owner[t.info.key]
             self.tm.remove_container(cid)
         if self.pod_level is not None:
             self.pod_level.pod_removed(pod_uid)
@@ -407,7 +378,7 @@ class ContainerManager:
         for them from four strings), now with their full records. Call it before any other
         event."""
         for i in infos:
-            self._track(i.id, _Tracked(i, False, None))
+            self.track(i.id, Tracked(i, False, None))
 
     def synchronize(
         self,
@@ -454,10 +425,10 @@ class ContainerManager:
         self._row_text.clear()
         self._row_dirty.clear()
         self._by_pod.clear()
-        self._owner.clear()
+        self.owner.clear()
         if not self.managed:
             for i in infos:
-                self._track(i.id, _Tracked(i, False, None))
+                self.track(i.id, Tracked(i, False, None))
             return {}
         pods = set(live_pods) if live_pods is not None else {i.pod_uid for i in infos}
         pods |= {i.pod_uid for i in infos}
@@ -481,12 +452,12 @@ class ContainerManager:
             mem = self.memory.get_memory(*i.key) if self.memory is not None else None
             if cpus is None and mem is None:
                 continue
-            self._owner[i.key] = i.id
-            self._track(i.id, _Tracked(i, cpus is not None, CPUSet(cpus) if cpus else None,
-                                       stopped=True, mems=mems_for(mem) if mem else None))
+            self.owner[i.key] = i.id
+            self.track(i.id, Tracked(i, cpus is not None, CPUSet(cpus) if cpus else None,
+                                     stopped=True, mems=mems_for(mem) if mem else None))
         updates: dict[str, Decision] = {}
         pending: list[ContainerInfo] = []
-        resized: list[tuple[ContainerInfo, _Tracked, CPUSet]] = []
+        resized: list[tuple[ContainerInfo, Tracked, CPUSet]] = []
         assignments = self.state.assignments
         memory = self.memory
         memory_pods = memory.state.get_memory_assignments() if memory is not None else {}
@@ -503,7 +474,7 @@ class ContainerManager:
                 # admit; what the loop over `rest` below does for it, minus the checks
                 if uid in by_pod:
                     self._release_stopped_of_pod(uid, keep=i.name)
-                self._track(i.id, _Tracked(i, False, None))
+                self.track(i.id, Tracked(i, False, None))
                 continue
             assigned = assignments.get(uid, {}).get(i.name)
             mems = None
@@ -511,10 +482,10 @@ class ContainerManager:
                 mems = mems_for(memory.get_memory(*i.key))
                 memory.container_map[i.id] = i.key
             if assigned is not None or mems is not None:
-                self._owner[i.key] = i.id
+                self.owner[i.key] = i.id
                 cpus = CPUSet(assigned) if assigned is not None else None
-                t = _Tracked(i, cpus is not None, cpus, mems=mems)
-                self._track(i.id, t)
+                t = Tracked(i, cpus is not None, cpus, mems=mems)
+                self.track(i.id, t)
                 if cpus is not None and (cur := CPUSet.parse(i.cpus)) != cpus:
                     if self._resized_by_runtime(i, cpus, cur):
                         resized.append((i, t, cur))  # decided below, shrinks first
@@ -548,8 +519,8 @@ class ContainerManager:
                 want = 0  # its cpuset is a pool (the node's or its pod's), not its own
             current = CPUSet.parse(i.cpus) if want and i.cpus else CPUSet()
             if self.static and want and len(current) == want and self._adopt(i, current):
-                self._owner[i.key] = i.id
-                self._track(i.id, _Tracked(i, True, current, mems=self._mems(i.key, current)))
+                self.owner[i.key] = i.id
+                self.track(i.id, Tracked(i, True, current, mems=self.mems(i.key, current)))
             else:
                 rest.append(i)
         # containers that may need exclusive CPUs first: a shared container's cpuset is only
@@ -560,14 +531,14 @@ class ContainerManager:
                 # what admit does for it (no provider has a hint), minus the Decision we
                 # would drop: the shared loop below settles its cpuset
                 self._release_stopped_of_pod(i.pod_uid, keep=i.name)
-                self._track(i.id, _Tracked(i, False, None))
+                self.track(i.id, Tracked(i, False, None))
                 continue
             current = CPUSet.parse(i.cpus) if i.cpus else CPUSet()
             try:
                 d = self.admit(i, (device_numa or {}).get(i.id, frozenset()))
             except AdmissionError as e:
                 log.warning("synchronize: cannot pin %s/%s: %s", i.pod_name, i.name, e)
-                self._track(i.id, _Tracked(i, False, None))
+                self.track(i.id, Tracked(i, False, None))
                 q = _restored_quota(i)
                 if self.static and q is not None:
                     updates[i.id] = Decision(i.id, None, quota=q)
@@ -669,7 +640,7 @@ class ContainerManager:
         want = i.spec().guaranteed_cpus()
         return want == len(cur) != len(cpus)
 
-    def _adopt_resize(self, i: ContainerInfo, t: _Tracked, cur: CPUSet) -> bool:
+    def _adopt_resize(self, i: ContainerInfo, t: Tracked, cur: CPUSet) -> bool:
         """Take the runtime's ``cur`` as the container's exclusive CPUs (a resize the
         checkpoint missed) if the CPUs it adds are free and not reserved; the CPUs it gave up
         go back to the shared pool (unless another container of the pod holds them).
@@ -694,13 +665,13 @@ class ContainerManager:
         return True
 
     def _release_stopped_of_pod(self, pod_uid: str, keep: str) -> None:
-        for cid, t in self._pod_containers(pod_uid):
+        for cid, t in self.pod_containers(pod_uid):
             i = t.info
             pinned = t.exclusive or t.mems is not None
             if t.stopped and pinned and i.name != keep:
-                self._untrack(cid)
-                if self._owner.get(i.key) == cid:
-                    del self._owner[i.key]
+                self.untrack(cid)
+                if self.owner.get(i.key) == cid:
+                    del self.owner[i.key]
                     self._release(pod_uid, i.name)
 
     def checkpoint(self, encoded: bool = False) -> dict[str, Any]:
@@ -742,7 +713,7 @@ class ContainerManager:
         return out
 
 
-def _row(cid: str, t: _Tracked, cpus: str, numa: str) -> dict[str, Any]:
+def _row(cid: str, t: Tracked, cpus: str, numa: str) -> dict[str, Any]:
     i = t.info
     return {
         "id": cid,
@@ -766,7 +737,7 @@ _CPUS_KEY, _NUMA_KEY = b'"cpus":', b'"numa":'
 
 
 def _encode_row(
-    cid: str, t: _Tracked, strings: Callable[[CPUSet], tuple[str, str]]
+    cid: str, t: Tracked, strings: Callable[[CPUSet], tuple[str, str]]
 ) -> bytes:
     """A row's canonical JSON; for a shared container (its cpus are the shared pool's) with
     :data:`_POOL_CPUS` and :data:`_POOL_NUMA` instead of the two values."""
@@ -793,10 +764,4 @@ def _restored_quota(info: ContainerInfo) -> int | None:
         return None
     period = r.cpu_period or 100000
     return max(1000, milli * period // 1000)
-
-
-def _admission_text(e: Exception) -> str:
-    name = type(e).__name__
-    text = str(e)
-    return text if text.startswith(name) else f"{name}: {text}"
 

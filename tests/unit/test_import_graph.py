@@ -21,20 +21,9 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[2] / "nri_cpumgr"
 
-# TEMPORARY, to be removed by the lead after merging issues 25/26 (they were editing these
-# files while issue 24 added this check): the pod-level managers reach into the container
-# manager's private names, and the container manager builds them.
-KNOWN_CIRCLES: dict[frozenset[str], str] = {
-    frozenset({"nri_cpumgr.cm.container_manager", "nri_cpumgr.cm.podresources.manager",
-               "nri_cpumgr.cm.podresources.resizer"}):
-        "container manager <-> pod-level managers (issue 24: fixed after merging 25/26)",
-}
-KNOWN_PRIVATE: dict[tuple[str, str, str], str] = {
-    ("nri_cpumgr.cm.podresources.manager", "nri_cpumgr.cm.container_manager", "_Tracked"):
-        "the same circle: podresources builds the container manager's records",
-    ("nri_cpumgr.cm.podresources.manager", "nri_cpumgr.cm.container_manager",
-     "_admission_text"): "the same circle: the container manager's refusal text",
-}
+# none left: an exception is added only with why it is still there
+KNOWN_CIRCLES: dict[frozenset[str], str] = {}
+KNOWN_PRIVATE: dict[tuple[str, str, str], str] = {}
 
 
 @dataclass

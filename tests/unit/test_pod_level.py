@@ -274,3 +274,25 @@ def test_promised_cpus_survive_a_restart_through_the_checkpoint():
     assert m2.update("g", res(2, GI)).cpus == first
     m2.resizer.restore({"resized": {"gone/app": {"promised": "1"}, "p/app": {"x": 1}}})
     assert set(m2.resizer.promised) == {("p", "app")}
+
+
+def test_the_container_manager_has_what_the_pod_level_managers_use():
+    """podresources types its container manager as ContainerManagerView (it must not import
+    ContainerManager): every member of the protocol is there, of the right kind."""
+    import typing
+
+    from nri_cpumgr.cm.podresources.host import ContainerManagerView
+
+    m = manager()
+    attrs = set(typing.get_type_hints(ContainerManagerView))
+    methods = {n for n, v in vars(ContainerManagerView).items()
+               if callable(v) and not n.startswith("_")}
+    assert attrs == {"policy", "state", "memory", "tm", "cpu_provider", "devices", "static",
+                     "containers", "owner"}
+    assert methods == {"shared_pool", "row_changed", "track", "untrack", "pod_containers",
+                       "mems"}
+    for name in attrs:
+        assert hasattr(m, name) and not callable(getattr(m, name)), name
+    for name in methods:
+        assert callable(getattr(m, name)), name
+    assert m.pod_level is not None and m.pod_level.cm is m and m.resizer.cm is m

@@ -37,23 +37,21 @@ container is handled as before (per-container rules).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from nri_cpumgr.cm.cpumanager.cpu_assignment import take_by_topology
 from nri_cpumgr.cm.cpumanager.errors import NotEnoughCPUsError
+from nri_cpumgr.cm.podresources.host import ContainerManagerView
 from nri_cpumgr.cm.podresources.policy import (
     EMPTY_POD_SHARED_POOL,
     TEXT_NO_CPUS_FOR_SHARED,
     enforce_smt,
     text_no_memory_for_shared,
 )
+from nri_cpumgr.cm.records import AdmissionError, Decision, Tracked, admission_text
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.podmodel import ContainerSpec, Pod, QOSClass
 from nri_cpumgr.podmodel.nri import ContainerInfo, Resources
 from nri_cpumgr.podmodel.spec import qualifies_for_slice
-
-if TYPE_CHECKING:  # the container manager imports this module
-    from nri_cpumgr.cm.container_manager import ContainerManager, Decision
 
 log = logging.getLogger(__name__)
 
@@ -109,11 +107,11 @@ def budget_spec(r: Resources) -> ContainerSpec:
 
 
 class PodLevelManager:
-    """The pod-level rules for a :class:`ContainerManager` (which calls :meth:`admit` first
-    for every container when the gates are on, and :meth:`pod_removed` /
+    """The pod-level rules for a container manager (:class:`ContainerManagerView`; it calls
+    :meth:`admit` first for every container when the gates are on, and :meth:`pod_removed` /
     :meth:`after_synchronize`)."""
 
-    def __init__(self, cm: ContainerManager, scope: str) -> None:
+    def __init__(self, cm: ContainerManagerView, scope: str) -> None:
         self.cm = cm
         self.scope = scope  # the configured topologyManagerScope
         self._said_missing = False
@@ -136,7 +134,7 @@ class PodLevelManager:
 
     def pod_mems(self, pod_uid: str, bubble: CPUSet) -> CPUSet | None:
         """The bubble's mems: the container manager's rule for the pod's pseudo entry."""
-        return self.cm._mems((pod_uid, POD_ENTRY), bubble)
+        return self.cm.mems((pod_uid, POD_ENTRY), bubble)
 
     def role(self, container_id: str) -> str:
         """``pod-exclusive`` / ``pod-shared`` for containers of a pod with a bubble,
@@ -189,14 +187,10 @@ class PodLevelManager:
         return self._node_shared(info)
 
     def _node_shared(self, info: ContainerInfo) -> Decision:
-        from nri_cpumgr.cm.container_manager import Decision, _Tracked
-
-        self.cm._track(info.id, _Tracked(info, False, None))
+        self.cm.track(info.id, Tracked(info, False, None))
         return Decision(info.id, self.cm.shared_pool())
 
     def _admit_pod_scope(self, info: ContainerInfo, device_numa: frozenset[int]) -> Decision:
-        from nri_cpumgr.cm.container_manager import AdmissionError, Decision, _Tracked
-
         cm = self.cm
         uid, name = info.pod_uid, info.name
         bubble = self.bubble(uid)
@@ -205,7 +199,7 @@ class PodLevelManager:
         mems = self.pod_mems(uid, bubble)
         existing = cm.state.get_cpuset(uid, name)
         live_shared = [
-            cid for cid, t in cm._pod_containers(uid)
+            cid for cid, t in cm.pod_containers(uid)
             if t.info.name != name and not t.stopped and not t.exclusive
             and t.applied is not None
         ]
@@ -227,11 +221,11 @@ class PodLevelManager:
             if not free:
                 raise AdmissionError(f"{EMPTY_POD_SHARED_POOL}: {TEXT_NO_CPUS_FOR_SHARED}")
             cpus, exclusive = free, False
-        old = cm._owner.get(info.key)
+        old = cm.owner.get(info.key)
         if old is not None and old != info.id:
-            cm._untrack(old)  # a restart replaces the stopped container
-        cm._owner[info.key] = info.id
-        cm._track(info.id, _Tracked(info, exclusive, cpus, mems=mems))
+            cm.untrack(old)  # a restart replaces the stopped container
+        cm.owner[info.key] = info.id
+        cm.track(info.id, Tracked(info, exclusive, cpus, mems=mems))
         d = Decision(info.id, cpus, exclusive=exclusive, mems=mems)
         pool = self.pod_pool(uid)
         for cid in live_shared:
@@ -245,7 +239,6 @@ class PodLevelManager:
     def _take_bubble(self, info: ContainerInfo, device_numa: frozenset[int]) -> CPUSet:
         """Admit the pod's totals through the Topology Manager (pod hints of the CPU, memory
         and device providers) and let the managers allocate them to :data:`POD_ENTRY`."""
-        from nri_cpumgr.cm.container_manager import AdmissionError, _admission_text
         from nri_cpumgr.cm.topologymanager import ERROR_TOPOLOGY_AFFINITY
 
         cm = self.cm
@@ -257,7 +250,7 @@ class PodLevelManager:
         try:
             enforce_smt(cm.policy, cm.state, spec.guaranteed_cpus())
         except Exception as e:
-            raise AdmissionError(_admission_text(e)) from None
+            raise AdmissionError(admission_text(e)) from None
         key = (uid, POD_ENTRY)
         if device_numa:
             cm.devices.current[key] = frozenset(device_numa)
@@ -271,7 +264,7 @@ class PodLevelManager:
             cm.devices.current.pop(key, None)
             if result.reason == ERROR_TOPOLOGY_AFFINITY or result.error is None:
                 raise AdmissionError(f"{result.reason}: {result.message}")
-            raise AdmissionError(_admission_text(result.error))
+            raise AdmissionError(admission_text(result.error))
         cm.tm.add_container(pod, POD_ENTRY, _bubble_id(uid))
         assert allocated, "the static policy allocates a whole-CPU budget"
         log.info("pod %s/%s: pod-level bubble cpus=%s (pod budget %d cpus)",
@@ -280,13 +273,11 @@ class PodLevelManager:
 
     def _check_memory(self, info: ContainerInfo, live_shared: list[str]) -> None:
         """The Memory Manager's empty-pod-shared-pool check for a new slice."""
-        from nri_cpumgr.cm.container_manager import AdmissionError
-
         pr = info.pod_resources
         if self.cm.memory is None or pr is None or pr.memory_limit is None or not live_shared:
             return
         used = info.resources.memory_limit or 0
-        for _, t in self.cm._pod_containers(info.pod_uid):
+        for _, t in self.cm.pod_containers(info.pod_uid):
             if t.exclusive and not t.stopped and t.info.name != info.name:
                 used += t.info.resources.memory_limit or 0
         if used >= pr.memory_limit:
@@ -348,8 +339,6 @@ class PodLevelManager:
 
     def after_synchronize(self, updates: dict[str, Decision]) -> None:
         """Pod shared containers whose reported cpuset differs from their pod's pool."""
-        from nri_cpumgr.cm.container_manager import Decision
-
         for cid, t in self.cm.containers.items():
             if t.exclusive or t.stopped or t.applied is None:
                 continue

@@ -8,9 +8,10 @@ decision log).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from nri_cpumgr.cm.podresources.gates import resize_cpus_enabled, resize_memory_enabled
+from nri_cpumgr.cm.podresources.host import ContainerManagerView
 from nri_cpumgr.cm.podresources.manager import POD_ENTRY
 from nri_cpumgr.cm.podresources.resize import (
     REASON_INFEASIBLE,
@@ -21,18 +22,16 @@ from nri_cpumgr.cm.podresources.resize import (
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.podmodel.nri import Resources
 
-if TYPE_CHECKING:
-    from nri_cpumgr.cm.container_manager import ContainerManager
-
 TEXT_MEMORY_GATE_OFF = (
     'Resize is infeasible for Guaranteed Pods alongside Memory Manager policy "Static"'
 )
 
 
 class Resizer:
-    """Resize decisions for a :class:`ContainerManager` (``feature_gates``: the config's)."""
+    """Resize decisions for a container manager (:class:`ContainerManagerView`;
+    ``feature_gates``: the config's)."""
 
-    def __init__(self, cm: ContainerManager, feature_gates: Mapping[str, bool] | None) -> None:
+    def __init__(self, cm: ContainerManagerView, feature_gates: Mapping[str, bool] | None) -> None:
         self.cm = cm
         self.cpus_gate = resize_cpus_enabled(feature_gates)
         self.memory_gate = resize_memory_enabled(feature_gates)

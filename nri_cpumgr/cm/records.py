@@ -1,0 +1,67 @@
+"""The records the container manager and the pod-level managers share, pure.
+
+:class:`Decision` (what to do for a container), :class:`Tracked` (the container manager's
+record of a container), :class:`AdmissionError` and :func:`admission_text` (the kubelet's
+refusal text). In their own module so that :mod:`nri_cpumgr.cm.container_manager` and
+:mod:`nri_cpumgr.cm.podresources` both import them without importing each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nri_cpumgr.cpuset import CPUSet
+from nri_cpumgr.podmodel.nri import ContainerInfo
+
+
+class AdmissionError(Exception):
+    """A container cannot be admitted. ``str()`` carries the kubelet's error name
+    (SMTAlignmentError, TopologyAffinityError, ...) and the numbers."""
+
+
+@dataclass(slots=True)
+class Decision:
+    """What to do for one new (or re-synchronized) container.
+
+    ``cpus``: the container's cpuset (never empty; ``None`` = leave it alone, as the ``none``
+    policy does). ``exclusive``: the CPUs are the container's alone (clear its CFS quota).
+    ``mems``: its cpuset.mems (``None``: left alone). ``quota``: a CFS quota (microseconds
+    per period) to restore because the container left exclusive CPUs (``None``: unchanged).
+    ``pod_updates``: other containers of the same pod to move with it (pod-level resource
+    managers: the pod shared pool shrank; see nri_cpumgr.cm.podresources).
+    """
+
+    container_id: str
+    cpus: CPUSet | None
+    exclusive: bool = False
+    mems: CPUSet | None = None
+    quota: int | None = None
+    pod_updates: list[Decision] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Tracked:
+    """The container manager's record of a tracked container: the runtime's ``info``,
+    whether it holds ``exclusive`` CPUs, the cpuset it was given (``applied``), whether it
+    ``stopped`` and the cpuset.mems it was given."""
+
+    info: ContainerInfo
+    exclusive: bool
+    # exclusive: the cpuset we gave it; shared: None (it follows the shared pool);
+    # None also when we never set one (policy none)
+    applied: CPUSet | None
+    stopped: bool = False
+    mems: CPUSet | None = None  # the cpuset.mems we gave it (None: left alone)
+
+    @property
+    def shared(self) -> bool:
+        return not self.exclusive and self.applied is None
+
+
+def admission_text(e: Exception) -> str:
+    """The refusal text of an admission error ``e``: ``"<ErrorName>: <text>"`` (the kubelet's
+    error names: SMTAlignmentError, NotEnoughCPUsError, ...), its text as is when it
+    already starts with the error's name."""
+    name = type(e).__name__
+    text = str(e)
+    return text if text.startswith(name) else f"{name}: {text}"
