@@ -257,3 +257,13 @@ def wait_rollout(c: Cluster, ns: str, ds: str, timeout: float = 240.0) -> None:
         desc = c.kubectl("describe", "pods", "-n", ns, check=False)
         raise ClusterError(f"rollout of {ns}/{ds} not done after "
                            f"{time.monotonic() - t0:.0f}s:\n{pods}\n{desc[-4000:]}") from None
+
+
+def nrt_cpu(c: Cluster) -> dict[str, str]:
+    """Available CPUs per zone of the node's NodeResourceTopology object ({} while it does not
+    exist)."""
+    out = c.kubectl("get", "-o", "json", "noderesourcetopologies.topology.node.k8s.io",
+                    NODE_NAME, "--ignore-not-found")
+    zones = json.loads(out)["zones"] if out.strip() else []
+    return {z["name"]: next(r["available"] for r in z["resources"] if r["name"] == "cpu")
+            for z in zones}

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.harness import NODE_NAME, Cluster, wait_for, wait_rollout
+from tests.cluster.harness import Cluster, nrt_cpu, wait_for, wait_rollout
 from tests.e2e.harness import CRIClient, cgroups
 from tests.e2e.harness.docs_pods import DOCS_PODS
 from tests.e2e.harness.images import BUSYBOX_IMAGE
@@ -112,13 +112,6 @@ def plugin_status(c: Cluster) -> dict[str, Any]:
     return json.loads(out)
 
 
-def nrt_cpu(c: Cluster) -> dict[str, str]:
-    """Available CPUs per zone of the node's NRT object ({} while it does not exist)."""
-    out = c.kubectl("get", "-o", "json", "noderesourcetopologies.topology.node.k8s.io",
-                    NODE_NAME, "--ignore-not-found")
-    zones = json.loads(out)["zones"] if out.strip() else []
-    return {z["name"]: next(r["available"] for r in z["resources"] if r["name"] == "cpu")
-            for z in zones}
 
 
 def exporter_log(c: Cluster) -> str:

@@ -46,6 +46,7 @@ from tests.cluster.harness import (
     Cluster,
     ClusterError,
     modern_bin_dirs,
+    nrt_cpu,
     wait_for,
     wait_rollout,
 )
@@ -246,12 +247,6 @@ def expect_cpus(cri: CRIClient, cid: str, want: str, what: str) -> None:
              on_timeout=lambda: str(seen(cri, cid)))
 
 
-def nrt_cpu(c: Cluster) -> dict[str, str]:
-    out = c.kubectl("get", "-o", "json", "noderesourcetopologies.topology.node.k8s.io",
-                    NODE_NAME, "--ignore-not-found")
-    zones = json.loads(out)["zones"] if out.strip() else []
-    return {z["name"]: next(r["available"] for r in z["resources"] if r["name"] == "cpu")
-            for z in zones}
 
 
 def plugin_log(c: Cluster) -> str:

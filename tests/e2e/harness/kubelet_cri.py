@@ -94,3 +94,16 @@ def kubelet_requests(pods: list[dict[str, Any]], gates: dict[str, bool] | None =
             "order": [c["name"] for c in p["containers"]],
         }
     return result
+
+
+def requests_or_skip(pods: list[dict[str, Any]], **kw: Any) -> dict[str, dict[str, Any]]:
+    """:func:`kubelet_requests` for a test fixture: when the Go command cannot be built or run
+    (:func:`missing`), the test is skipped, or fails when ``CI`` is set."""
+    import pytest
+
+    why = missing()
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail("; ".join(why) + " (CI is set)", pytrace=False)
+        pytest.skip("; ".join(why))
+    return kubelet_requests(pods, **kw)
