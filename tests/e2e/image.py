@@ -151,7 +151,11 @@ def run_plugin_pod(cri: CRIClient, containerd: Containerd, workdir: Path,
     pb = cri.pb
     cfg = daemonset_config()
     port = free_port()
-    cfg.update({"metricsAddress": f"127.0.0.1:{port}"}, **config_overrides)
+    # no API server beside this CRI-only pod: the DaemonSet's pod watch (podSpecSource
+    # apiServer, which needs KUBERNETES_SERVICE_HOST and NODE_NAME) is off unless a test
+    # gives it one
+    cfg.update({"metricsAddress": f"127.0.0.1:{port}", "podSpecSource": "none"},
+               **config_overrides)
     etc = workdir / "etc"
     state = workdir / "state"
     tmp = workdir / "tmp"
