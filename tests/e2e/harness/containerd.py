@@ -416,19 +416,30 @@ class Containerd:
             lambda why: ContainerdError(f"containerd: {why}"))
 
     def wait_plugin_ready(self, name: str, index: str | int | None = None, timeout: float = 10.0,
-                          since: int = 0) -> re.Match[str]:
+                          since: int = 0, stale_failures: int = 0) -> re.Match[str]:
         """Wait until containerd logs that NRI plugin ``name`` is connected and synchronized.
 
         containerd 1.7 (NRI v0.6.1) logs ``plugin "<idx>-<name>" connected`` after a
         synchronize attempt (``failed to synchronize plugin`` precedes it on failure, which
         raises ContainerdError here); 2.1 (NRI v0.8) logs ``plugin "<idx>-<name>" connected and
         synchronized`` only on success (nri pkg/adaptation/adaptation.go).
+
+        The failure line names no plugin, and containerd may log it for an instance killed
+        mid-Synchronize after the next instance started: ``stale_failures`` is how many
+        ``ttrpc: closed`` failures (the connection of a killed instance) to pass over.
         """
         idx = f"{int(index):02d}" if index is not None else r"\d\d"
         q = r'\\?"'
         ok = rf"plugin {q}{idx}-{re.escape(name)}{q} connected"
         fail = r"failed to synchronize plugin"
-        m = self.wait_for_log(rf"(?P<fail>{fail}[^\n]*)|(?P<ok>{ok})", timeout, since)
-        if m.group("fail"):
-            raise ContainerdError(f"NRI plugin {name} failed to synchronize: {m.group('fail')}")
-        return m
+        deadline = time.monotonic() + timeout
+        while True:
+            m = self.wait_for_log(rf"(?P<fail>{fail}[^\n]*)|(?P<ok>{ok})",
+                                  max(0.0, deadline - time.monotonic()), since)
+            if not m.group("fail"):
+                return m
+            if stale_failures <= 0 or "ttrpc: closed" not in m.group("fail"):
+                raise ContainerdError(
+                    f"NRI plugin {name} failed to synchronize: {m.group('fail')}")
+            stale_failures -= 1
+            since += len(self.log_text(since)[:m.end()].encode(errors="replace"))
