@@ -42,6 +42,10 @@ __all__ = ["AdmissionError", "ContainerManager", "Decision", "Tracked"]
 
 log = logging.getLogger(__name__)
 
+#: :meth:`ContainerManager.synchronize`'s ``plain`` containers: (container id, pod uid,
+#: name, cpuset the runtime reports)
+_PlainRows = Sequence[tuple[str, str, str, str]]
+
 
 class ContainerManager:
     """Tracks containers and asks the managers for decisions.
@@ -393,59 +397,86 @@ class ContainerManager:
 
         ``infos``: the live (created, running, paused) containers; ``live_pods``: uids of the
         pod sandboxes the runtime still has (``None``: the pods of ``infos``); ``stopped``:
-        exited containers the runtime still lists. Assignments of containers of live pods
-        are kept whether or not the container is running (the kubelet keeps them for every
-        container of an active pod, so a crashed container restarts on its CPUs); those of
-        pods that are gone are forgotten. Exclusive cpusets the runtime reports for
-        Guaranteed containers the state does not know are adopted first when those CPUs are
-        free and not reserved; then the remaining Guaranteed containers are admitted; every
-        shared container is set to the shared pool. Returns the updates to send (container
-        id -> decision: cpus, exclusive, mems, and a CFS quota to restore for a container
-        that lost its exclusive CPUs).
+        exited containers the runtime still lists; ``device_numa``: container id -> NUMA
+        nodes of its devices. ``plain`` (only when :meth:`plain_shared_possible`, else
+        ValueError): live containers that can only be in the shared pool (Burstable or
+        BestEffort by their pod's cgroup, no devices, pod not in :meth:`pinned_pods`), as
+        ``(container id, pod uid, name, cpuset the runtime reports)``, decided without a
+        :class:`ContainerInfo` and tracked by :meth:`track_plain` afterwards (the caller
+        builds their records after its reply: most of a node's containers, and the runtime
+        holds its lock until the reply). Returns the updates to send (container id ->
+        decision: cpus, exclusive, mems, and a CFS quota to restore for a container that
+        lost its exclusive CPUs).
 
-        The state may predate the runtime's last changes (a checkpoint written after the
-        replies, lost in a crash): where the runtime shows a newer decision it wins, where
-        its CPUs are free: a resize (resources asking for the reported cpuset's size, not
-        the state's; resize gate on), a container reusing CPUs of its pod's exited
-        containers (released first), a pod-level bubble and its slices (see
-        docs/concepts/crash-after-a-change.md).
-
-        ``plain`` (only when :meth:`plain_shared_possible`): live containers given as
-        ``(container id, pod uid, name, cpuset the runtime reports)`` that can only be in
-        the shared pool (Burstable or BestEffort by their pod's cgroup, no devices, pod not
-        in :meth:`pinned_pods`): decided here without a :class:`ContainerInfo`, tracked by
-        :meth:`track_plain` afterwards (the caller builds their records after its reply:
-        most of a node's containers, and the runtime holds its lock until the reply).
+        The state is the checkpoint's, which may predate the runtime's last changes (written
+        after the replies, lost in a crash): where the runtime shows a newer decision whose
+        CPUs are free, the runtime wins (docs/concepts/crash-after-a-change.md). The phases
+        run in this order, each settling what the next relies on; their docstrings say what
+        each decides and from what.
         """
         if plain and not self.plain_shared_possible():
             raise ValueError("plain containers need the static policy without pod-level "
                              "resource managers")
         infos = list(infos)
+        self._forget_tracking()
+        if not self.managed:
+            for i in infos:
+                self.track(i.id, Tracked(i, False, None))
+            return {}
+        pods = _live_pod_uids(infos, live_pods, plain)
+        self._forget_gone_pods(pods)
+        live_keys = {i.key for i in infos}
+        live_keys.update((uid, name) for _, uid, name, _ in plain)
+        self._keep_stopped(stopped, live_keys, pods)
+        updates: dict[str, Decision] = {}
+        pending, resized = self._restore_assignments(infos, plain, updates)
+        self._adopt_runtime_resizes(resized, updates)
+        self._release_reused_cpus(pending, live_keys)
+        if self.pod_level is not None:
+            self.pod_level.adopt(pending)
+        rest = self._adopt_applied_cpusets(pending)
+        self._admit_rest(rest, device_numa or {}, updates)
+        if self.pod_level is not None:
+            self.pod_level.after_synchronize(updates)
+        if self.static:
+            self._update_shared_containers(updates, plain)
+        return updates
+
+    # ------------------------------------------------------- synchronize phases
+    def _forget_tracking(self) -> None:
+        """Synchronize, first: drop every record of the containers (rows, pod index,
+        owners, the Memory Manager's container ids), which the runtime's list rebuilds. The
+        state (the checkpoint's assignments) is kept: the phases below judge it."""
         self.containers.clear()
         self._row_text.clear()
         self._row_dirty.clear()
         self._by_pod.clear()
         self.owner.clear()
-        if not self.managed:
-            for i in infos:
-                self.track(i.id, Tracked(i, False, None))
-            return {}
-        pods = set(live_pods) if live_pods is not None else {i.pod_uid for i in infos}
-        pods |= {i.pod_uid for i in infos}
-        pods.update(uid for _, uid, _, _ in plain)
+        if self.memory is not None:
+            self.memory.container_map.clear()
+
+    def _forget_gone_pods(self, pods: set[str]) -> None:
+        """Release the CPU and memory assignments of the pods not in ``pods`` (the pod
+        sandboxes the runtime still has): a pod deleted while the plugin was away."""
         for uid in list(self.state.assignments):
             if uid not in pods:
                 for name in list(self.state.assignments[uid]):
                     self.policy.remove_container(self.state, uid, name)
         if self.memory is not None:
-            self.memory.container_map.clear()
             for uid, conts in list(self.memory.state.get_memory_assignments().items()):
                 if uid not in pods:
                     for name in list(conts):
                         self.memory.policy.remove_container(self.memory.state, uid, name)
-        live_keys = {i.key for i in infos}
-        live_keys.update((uid, name) for _, uid, name, _ in plain)
-        for i in stopped:  # exited, pod alive: keep what it holds for its restart
+
+    def _keep_stopped(
+        self, stopped: Iterable[ContainerInfo], live_keys: set[tuple[str, str]],
+        pods: set[str],
+    ) -> None:
+        """Track the exited containers the runtime lists (``stopped``) that hold CPUs or
+        memory in the state, their pod alive (in ``pods``) and no live container of their
+        (pod, name) in ``live_keys``: they keep what they hold for their restart (the
+        kubelet keeps the assignments of every container of an active pod)."""
+        for i in stopped:
             if i.key in live_keys or i.pod_uid not in pods:
                 continue
             cpus = self.state.assignments.get(i.pod_uid, {}).get(i.name)
@@ -455,7 +486,18 @@ class ContainerManager:
             self.owner[i.key] = i.id
             self.track(i.id, Tracked(i, cpus is not None, CPUSet(cpus) if cpus else None,
                                      stopped=True, mems=mems_for(mem) if mem else None))
-        updates: dict[str, Decision] = {}
+
+    def _restore_assignments(
+        self, infos: list[ContainerInfo], plain: _PlainRows,
+        updates: dict[str, Decision],
+    ) -> tuple[list[ContainerInfo], list[tuple[ContainerInfo, Tracked, CPUSet]]]:
+        """The live containers against the state (the checkpoint): a container of a pod
+        holding nothing that asks for nothing (not Guaranteed, no devices; ``plain`` ones
+        alike) is shared, its pod's exited pinned containers released; one the state has
+        CPUs or memory for gets them back, with an update where the runtime reports another
+        cpuset, unless that cpuset looks like a resize the checkpoint missed (returned in
+        ``resized``: container, record, the runtime's cpuset). Returns ``(pending,
+        resized)``: ``pending`` are the live containers the state knows nothing of."""
         pending: list[ContainerInfo] = []
         resized: list[tuple[ContainerInfo, Tracked, CPUSet]] = []
         assignments = self.state.assignments
@@ -471,7 +513,7 @@ class ContainerManager:
             if (uid not in assignments and uid not in memory_pods and i.qos is not guaranteed
                     and not i.devices):
                 # a plain shared-pool container (most of a node): nothing to restore, adopt or
-                # admit; what the loop over `rest` below does for it, minus the checks
+                # admit; what _admit_rest does for it, minus the checks
                 if uid in by_pod:
                     self._release_stopped_of_pod(uid, keep=i.name)
                 self.track(i.id, Tracked(i, False, None))
@@ -488,28 +530,45 @@ class ContainerManager:
                 self.track(i.id, t)
                 if cpus is not None and (cur := CPUSet.parse(i.cpus)) != cpus:
                     if self._resized_by_runtime(i, cpus, cur):
-                        resized.append((i, t, cur))  # decided below, shrinks first
+                        resized.append((i, t, cur))  # decided by _adopt_runtime_resizes
                     else:
                         updates[i.id] = Decision(i.id, cpus, exclusive=True, mems=mems)
             else:
                 pending.append(i)
-        # resizes the runtime applied after the checkpoint was written: the runtime's cpuset
-        # where its CPUs are free (a shrink frees CPUs a grow may have taken: shrinks first)
+        return pending, resized
+
+    def _adopt_runtime_resizes(
+        self, resized: list[tuple[ContainerInfo, Tracked, CPUSet]],
+        updates: dict[str, Decision],
+    ) -> None:
+        """Resizes the runtime applied after the checkpoint was written (from
+        :meth:`_restore_assignments`): the runtime's cpuset where the CPUs it adds are free,
+        else an update back to the checkpoint's. Shrinks first: a shrink frees CPUs a grow
+        may have taken."""
         resized.sort(key=lambda r: len(r[2]) - len(r[1].applied or ()))
         for i, t, cur in resized:
             if not self._adopt_resize(i, t, cur):
                 updates[i.id] = Decision(i.id, t.applied, exclusive=True, mems=t.mems)
-        # a container admitted after the checkpoint was written released its pod's exited
-        # containers' CPUs first (admit: the kubelet's reuse of init containers' CPUs): so
-        # before any adoption, whatever order the runtime lists them in
+
+    def _release_reused_cpus(
+        self, pending: list[ContainerInfo], live_keys: set[tuple[str, str]]
+    ) -> None:
+        """Before any adoption, whatever order the runtime lists them in: a Guaranteed
+        container the state does not know (``pending``) that was admitted after the
+        checkpoint was written released its pod's exited containers' CPUs first (admit: the
+        kubelet's reuse of init containers' CPUs); release them again here, the tracked
+        exited ones and those the runtime no longer lists (not in ``live_keys``)."""
         for i in pending:
             if i.qos is QOSClass.GUARANTEED:
                 self._release_stopped_of_pod(i.pod_uid, keep=i.name)
                 self._release_reused(i, live_keys)
-        if self.pod_level is not None:
-            self.pod_level.adopt(pending)
-        # adopt exclusive cpusets the runtime already applied before admitting anybody, so
-        # an admission never takes the CPUs a running container holds
+
+    def _adopt_applied_cpusets(self, pending: list[ContainerInfo]) -> list[ContainerInfo]:
+        """Before admitting anybody, so that an admission never takes the CPUs a running
+        container holds: adopt the exclusive cpuset the runtime reports for a Guaranteed
+        container of ``pending`` when it has the requested size and its CPUs are free and
+        not reserved (never a pod-level pod's pool, which is not the container's own).
+        Returns the containers left to admit."""
         rest: list[ContainerInfo] = []
         for i in pending:
             want = i.spec().guaranteed_cpus() if i.qos is QOSClass.GUARANTEED else 0
@@ -523,19 +582,28 @@ class ContainerManager:
                 self.track(i.id, Tracked(i, True, current, mems=self.mems(i.key, current)))
             else:
                 rest.append(i)
-        # containers that may need exclusive CPUs first: a shared container's cpuset is only
-        # known once every exclusive one is settled
+        return rest
+
+    def _admit_rest(
+        self, rest: list[ContainerInfo], device_numa: Mapping[str, frozenset[int]],
+        updates: dict[str, Decision],
+    ) -> None:
+        """Admit what no earlier phase settled (``rest``), Guaranteed containers first (a
+        shared container's cpuset is only known once every exclusive one is settled), with
+        their devices' NUMA nodes (``device_numa``, by container id). An update where the
+        decision differs from what the runtime reports; a container refused stays shared,
+        its CFS quota restored (see :func:`_restored_quota`)."""
         rest.sort(key=lambda i: 0 if i.qos is QOSClass.GUARANTEED else 1)
         for i in rest:
             if i.qos is not QOSClass.GUARANTEED and not i.devices:
                 # what admit does for it (no provider has a hint), minus the Decision we
-                # would drop: the shared loop below settles its cpuset
+                # would drop: _update_shared_containers settles its cpuset
                 self._release_stopped_of_pod(i.pod_uid, keep=i.name)
                 self.track(i.id, Tracked(i, False, None))
                 continue
             current = CPUSet.parse(i.cpus) if i.cpus else CPUSet()
             try:
-                d = self.admit(i, (device_numa or {}).get(i.id, frozenset()))
+                d = self.admit(i, device_numa.get(i.id, frozenset()))
             except AdmissionError as e:
                 log.warning("synchronize: cannot pin %s/%s: %s", i.pod_name, i.name, e)
                 self.track(i.id, Tracked(i, False, None))
@@ -547,10 +615,14 @@ class ContainerManager:
                 updates[i.id] = d
             elif not d.exclusive and d.quota is not None:
                 updates[i.id] = d
-        if self.pod_level is not None:
-            self.pod_level.after_synchronize(updates)
-        if not self.static:
-            return updates
+
+    def _update_shared_containers(
+        self, updates: dict[str, Decision], plain: _PlainRows
+    ) -> None:
+        """Last, the static policy's shared pool being final: every live shared container
+        (tracked, and ``plain``) whose reported cpuset is not the pool gets an update to it
+        (keeping a quota an earlier phase restores); one already on it loses any earlier,
+        staler update."""
         pool = self.shared_pool()
         pool_text = str(pool)  # the runtime mostly reports it as we wrote it: no set compare
         for cid, t in self.containers.items():
@@ -567,7 +639,6 @@ class ContainerManager:
         for cid, _, _, cur in plain:
             if cur != pool_text and CPUSet.parse(cur) != pool:
                 updates[cid] = Decision(cid, pool)
-        return updates
 
     # ------------------------------------------------------------------ helpers
     def _release(self, pod_uid: str, name: str) -> None:
@@ -748,6 +819,19 @@ def _encode_row(
     i = text.index(_CPUS_KEY + b'""') + len(_CPUS_KEY)
     j = text.index(_NUMA_KEY + b'""', i) + len(_NUMA_KEY)
     return text[:i] + _POOL_CPUS + text[i + 2:j] + _POOL_NUMA + text[j + 2:]
+
+
+def _live_pod_uids(
+    infos: list[ContainerInfo], live_pods: Iterable[str] | None,
+    plain: _PlainRows,
+) -> set[str]:
+    """Synchronize: the uids of the live pods: the pod sandboxes the runtime lists
+    (``live_pods``; ``None``: it did not say) and the pods of the live containers
+    (``infos``, ``plain``)."""
+    pods = set(live_pods) if live_pods is not None else {i.pod_uid for i in infos}
+    pods |= {i.pod_uid for i in infos}
+    pods.update(uid for _, uid, _, _ in plain)
+    return pods
 
 
 def _restored_quota(info: ContainerInfo) -> int | None:
