@@ -33,7 +33,14 @@ from typing import Any
 import yaml
 
 from nri_cpumgr.api import nri_pb2
-from nri_cpumgr.podmodel.model import ContainerSpec, Pod, QOSClass, parse_quantity, pod_qos
+from nri_cpumgr.podmodel.model import (
+    ContainerSpec,
+    Pod,
+    QOSClass,
+    ResourceListError,
+    parse_resource_list,
+    pod_qos,
+)
 from nri_cpumgr.podmodel.nri import (
     LABEL_CONTAINER_NAME,
     LABEL_POD_UID,
@@ -205,17 +212,12 @@ def _container(c: Any, where: str) -> ContainerSpec:
 
 
 def _quantities(m: Any, where: str) -> dict[str, int]:
-    if m is None:
-        return {}
-    if not isinstance(m, Mapping):
-        raise ManifestError(f"{where}: not a mapping")
-    out: dict[str, int] = {}
-    for k, v in m.items():
-        try:
-            out[str(k)] = parse_quantity(str(v), milli=(k == "cpu"))
-        except ValueError:
-            raise ManifestError(f"{where}.{k}: invalid quantity {v!r}") from None
-    return out
+    try:
+        return parse_resource_list(m)
+    except ResourceListError as e:
+        if e.key is None:
+            raise ManifestError(f"{where}: not a mapping") from None
+        raise ManifestError(f"{where}.{e.key}: invalid quantity {e.value!r}") from None
 
 
 # ------------------------------------------------------------------ to NRI

@@ -4,8 +4,18 @@ from nri_cpumgr.podmodel.model import (
     ContainerSpec,
     Pod,
     QOSClass,
+    ResourceListError,
     parse_quantity,
+    parse_resource_list,
     pod_qos,
 )
 
-__all__ = ["ContainerSpec", "Pod", "QOSClass", "parse_quantity", "pod_qos"]
+__all__ = [
+    "ContainerSpec",
+    "Pod",
+    "QOSClass",
+    "ResourceListError",
+    "parse_quantity",
+    "parse_resource_list",
+    "pod_qos",
+]

@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any
 
 
 class QOSClass(enum.StrEnum):
@@ -144,3 +145,35 @@ def parse_quantity(text: str, *, milli: bool = False) -> int:
         value *= 1000
     n = value.numerator // value.denominator
     return n + (1 if n * value.denominator != value.numerator and value > 0 else 0)
+
+
+class ResourceListError(ValueError):
+    """A resource list that does not parse (:func:`parse_resource_list`). ``key``: the
+    resource whose quantity does not parse (``None``: the list is not a mapping);
+    ``value``: the offending object as given. The message says what is wrong without
+    naming the field: callers put the place in their own error."""
+
+    def __init__(self, message: str, key: str | None, value: Any) -> None:
+        super().__init__(message)
+        self.key = key
+        self.value = value
+
+
+def parse_resource_list(doc: Any) -> dict[str, int]:
+    """A Kubernetes ``ResourceList`` (``requests`` or ``limits`` as decoded JSON or YAML:
+    resource name -> quantity) in the kubelet's units: ``cpu`` in millicores, everything
+    else as :func:`parse_quantity` gives it (bytes for memory and hugepages). ``None``: no
+    list, ``{}``. Raises :class:`ResourceListError` for a list that is not a mapping or a
+    quantity that does not parse (its message: ``expected a mapping, got <type>``, or
+    :func:`parse_quantity`'s)."""
+    if doc is None:
+        return {}
+    if not isinstance(doc, Mapping):
+        raise ResourceListError(f"expected a mapping, got {type(doc).__name__}", None, doc)
+    out: dict[str, int] = {}
+    for k, v in doc.items():
+        try:
+            out[str(k)] = parse_quantity(str(v), milli=(k == "cpu"))
+        except ValueError as e:
+            raise ResourceListError(str(e), str(k), v) from None
+    return out

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nri_cpumgr.podmodel.model import ContainerSpec, parse_quantity
+from nri_cpumgr.podmodel.model import ContainerSpec, ResourceListError, parse_resource_list
 
 #: Annotation of a mirror pod naming its static pod's UID (kubelet types ConfigMirrorAnnotationKey).
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -59,17 +59,11 @@ def _is_pod_level_resource(name: str) -> bool:
 
 
 def _quantities(doc: Any, where: str) -> dict[str, int]:
-    if doc is None:
-        return {}
-    if not isinstance(doc, dict):
-        raise ValueError(f"{where}: expected a mapping, got {type(doc).__name__}")
-    out: dict[str, int] = {}
-    for k, v in doc.items():
-        try:
-            out[str(k)] = parse_quantity(str(v), milli=(k == "cpu"))
-        except ValueError as e:
-            raise ValueError(f"{where}.{k}: {e}") from None
-    return out
+    try:
+        return parse_resource_list(doc)
+    except ResourceListError as e:
+        at = where if e.key is None else f"{where}.{e.key}"
+        raise ValueError(f"{at}: {e}") from None
 
 
 def _container(doc: Any, where: str, init: bool) -> ContainerSpec:
