@@ -224,7 +224,7 @@ def generate(seed: int) -> dict[str, Any]:
 # ------------------------------------------------------------------ pod-level pods
 POD_LEVEL_GATES = ("PodLevelResources", "PodLevelResourceManagers")
 #: pod-level scenarios in the generator (NRI_DIFFERENTIAL_POD_LEVEL=0: none)
-POD_LEVEL_ON = os.environ.get("NRI_DIFFERENTIAL_POD_LEVEL", "0") != "0"
+POD_LEVEL_ON = os.environ.get("NRI_DIFFERENTIAL_POD_LEVEL", "1") != "0"
 
 
 def with_pod_level(s: dict[str, Any], rng: random.Random) -> dict[str, Any]:
@@ -487,7 +487,9 @@ def known_difference(s: dict[str, Any], diffs: list[dict[str, Any]],
     """The ids of the documented differences that explain every one of ``diffs`` (joined
     with ``+``), or None when one of them is not documented. Each entry of
     known_differences.json has ``match``: ``kind`` and optional substrings ``kubelet`` /
-    ``plugin`` of the two answers, config values, a policy option, a relation."""
+    ``plugin`` of the two answers, config values, a policy option, a relation, what the
+    scenario needs (``init``, ``multi-container``, ``memory-unsatisfiable``), ``podLevel``
+    (whether the mismatch's pod is handled by the pod-level resource managers)."""
     if not diffs:
         return None
     known = known if known is not None else load_known()
@@ -522,6 +524,8 @@ def _explained(s: dict[str, Any], d: dict[str, Any], known: list[dict[str, Any]]
             continue
         if m.get("needs") == "multi-container" and not _multi(s, d):
             continue
+        if "podLevel" in m and _pod_level_managed(s, d) != m["podLevel"]:
+            continue
         if m.get("needs") == "memory-unsatisfiable" and not (
                 d.get("memoryUnsatisfiable")
                 and cfg.get("topologyManagerPolicy") in ("restricted", "single-numa-node")):
@@ -533,6 +537,16 @@ def _explained(s: dict[str, Any], d: dict[str, Any], known: list[dict[str, Any]]
             continue
         return str(k["id"])
     return None
+
+
+def _pod_level_managed(s: dict[str, Any], d: dict[str, Any]) -> bool:
+    """The pod of mismatch ``d`` is one the pod-level resource managers handle: it sets
+    ``.spec.resources`` and both gates are on."""
+    gates = s.get("config", {}).get("featureGates") or {}
+    if not all(gates.get(g) for g in POD_LEVEL_GATES):
+        return False
+    ev = s["events"][d["event"]] if d.get("event") is not None else {}
+    return bool(((ev.get("pod") or {}).get("spec") or {}).get("resources"))
 
 
 def _multi(s: dict[str, Any], d: dict[str, Any]) -> bool:

@@ -219,7 +219,10 @@ def test_pod_shared_pool_on_this_host_in_cgroup_and_proc(containerd, cri, e2e_wo
     # the growth on an idle node comes from the plugin's own UpdateContainers (async, explicit:
     # "auto" takes "reply" on containerd 1.7.24 / 2.1.9, where released CPUs wait for the next
     # container operation's reply; issue 21, docs/concepts/nri-lock-order.md)
-    plugin = start_plugin(containerd, e2e_workdir, topologyManagerScope="pod",
+    # (a Topology Manager policy: under policy none the kubelet's scope is not relevant and
+    # a pod-level pod gets no pod-wide CPUs; best-effort on one NUMA node admits the same)
+    plugin = start_plugin(containerd, e2e_workdir, topologyManagerPolicy="best-effort",
+                          topologyManagerScope="pod",
                           featureGates=GATES, sharedPoolGrowDelay="1s",
                           sharedPoolUpdateMode="async", **pod_spec_keys(api))
     try:
