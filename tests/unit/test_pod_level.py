@@ -413,3 +413,53 @@ def test_pod_scope_budget_of_no_whole_cpus_still_gets_the_pods_memory_pinned():
         assert e["containers"] == [
             {"name": "app", "cpus": "0-11", "exclusive": False, "mems": "0"},
             {"name": "side", "cpus": "0-11", "exclusive": False, "mems": "0"}]
+
+
+def test_pod_scope_regular_init_container_slice_may_cover_the_pod_shared_pool():
+    """kubelet v1.37.2 cpumanager policy_static.go allocatePodForAdd: the pod shared pool is
+    the bubble minus the slices of its long-running containers (app containers, sidecars);
+    a regular init container's slice overlaps it while it runs, and validatePodScopeResources
+    checks long-running containers only. A 1-CPU budget with a sidecar without resources, a
+    1-CPU init container and an app container without resources is admitted, every container
+    on CPU 1 (differential seed 984: the plugin refused the init container)."""
+    from nri_cpumgr.planner.scenario import run_scenario
+
+    cfg = {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0",
+           "topologyManagerPolicy": "best-effort", "topologyManagerScope": "pod",
+           "featureGates": ON}
+    machine = {"cpus": [{"cpu": c, "core": c, "socket": 0, "numa": 0} for c in range(4)]}
+    pod = {"metadata": {"name": "p", "uid": "u"}, "spec": {
+        "resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
+        "initContainers": [
+            {"name": "side", "restartPolicy": "Always"},
+            {"name": "init", "resources": {"limits": {"cpu": "1", "memory": "256Mi"}}}],
+        "containers": [{"name": "app"}]}}
+    out = run_scenario({"machine": machine, "config": cfg,
+                        "events": [{"op": "add", "pod": pod}]})["events"][0]
+    assert out["admitted"] is True and out["podCPUs"] == "1"
+    assert [(c["name"], c["cpus"], c["exclusive"], c.get("pool")) for c in out["containers"]] == [
+        ("side", "1", False, "pod"), ("init", "1", True, None), ("app", "1", False, "pod")]
+
+
+def test_container_without_memory_of_its_own_gets_no_memory_pinned():
+    """kubelet v1.37.2 memorymanager policy_static.go Allocate: a container that requests no
+    memory resources of its own is skipped ("container requests no memory resources"),
+    though NRI shows it the pod's memory limit (kuberuntime getMemoryLimit): with the
+    pod's spec known, a pod-level pod's container without resources gets no mems
+    (differential seed 959: the plugin pinned the pod's limit to NUMA node 0)."""
+    from nri_cpumgr.planner.scenario import run_scenario
+
+    cfg = {"cpuManagerPolicy": "none", "memoryManagerPolicy": "Static",
+           "systemReserved": {"memory": "412Mi"}, "evictionHard": {"memory.available": "100Mi"},
+           "reservedMemory": [{"numaNode": 0, "limits": {"memory": "512Mi"}}],
+           "featureGates": ON}
+    machine = {"cpus": [{"cpu": c, "core": i.core, "socket": i.socket, "numa": i.numa}
+                        for c, i in sorted(TOPO.details.items())],
+               "numa_nodes": [{"id": n, "memory_bytes": 4 * GI} for n in (0, 1)]}
+    pod = {"metadata": {"name": "p", "uid": "u"}, "spec": {
+        "resources": {"limits": {"cpu": "4", "memory": "512Mi"}},
+        "containers": [{"name": "app"}]}}
+    out = run_scenario({"machine": machine, "config": cfg,
+                        "events": [{"op": "add", "pod": pod}]})["events"][0]
+    assert out["admitted"] is True
+    assert out["containers"] == [{"name": "app", "cpus": "", "exclusive": False, "mems": ""}]

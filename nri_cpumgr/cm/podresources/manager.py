@@ -122,22 +122,32 @@ class PodLevelManager:
         self.cm = cm
         self.scope = scope  # the configured topologyManagerScope
         self._said_missing = False
+        #: pod uid -> names of its regular (not restartable) init containers, for the pods
+        #: whose spec a pod spec source gave
+        self._regular_inits: dict[str, frozenset[str]] = {}
 
     # ------------------------------------------------------------------ queries
     def bubble(self, pod_uid: str) -> CPUSet | None:
         return self.cm.state.get_cpuset(pod_uid, POD_ENTRY)
 
-    def slices(self, pod_uid: str, *, but: str = "") -> CPUSet:
+    def slices(self, pod_uid: str, *, but: str = "", long_running: bool = False) -> CPUSet:
+        """The pod's slices (``long_running``: not those of its regular init containers,
+        when its spec is known)."""
+        skip = self._regular_inits.get(pod_uid, frozenset()) if long_running else frozenset()
         out: set[int] = set()
         for name, cpus in self.cm.state.assignments.get(pod_uid, {}).items():
-            if name not in (POD_ENTRY, but):
+            if name not in (POD_ENTRY, but) and name not in skip:
                 out |= cpus
         return CPUSet(out)
 
     def pod_pool(self, pod_uid: str) -> CPUSet:
-        """The pod shared pool: bubble minus the live slices (empty without a bubble)."""
+        """The pod shared pool: bubble minus the live slices (empty without a bubble). With
+        the pod's spec known, minus the slices of its long-running containers only (app
+        containers, sidecars): the kubelet partitions the bubble so, a regular init
+        container's slice overlapping the pool it runs before (cpumanager policy_static.go
+        allocatePodForAdd, podSharedPool, v1.37.2)."""
         b = self.bubble(pod_uid)
-        return b - self.slices(pod_uid) if b is not None else CPUSet()
+        return b - self.slices(pod_uid, long_running=True) if b is not None else CPUSet()
 
     def pod_mems(self, pod_uid: str, bubble: CPUSet) -> CPUSet | None:
         """The bubble's mems: the container manager's rule for the pod's pseudo entry."""
@@ -222,6 +232,13 @@ class PodLevelManager:
     def _admit_pod_scope(self, info: ContainerInfo, device_numa: frozenset[int]) -> Decision:
         cm = self.cm
         uid, name = info.pod_uid, info.name
+        facts = info.pod_spec
+        regular_init = False
+        if facts is not None and facts.pod_level:
+            inits = frozenset(n for n in facts.init_containers
+                              if (c := facts.container(n)) is not None and not c.restartable)
+            self._regular_inits[uid] = inits
+            regular_init = name in inits
         bubble = self.bubble(uid)
         if bubble is None:
             bubble = self._take_bubble(info, device_numa)
@@ -240,13 +257,18 @@ class PodLevelManager:
             n = slice_size(info)
             if n > len(free):
                 raise AdmissionError(f"NotEnoughCPUsError: {NotEnoughCPUsError(n, len(free))}")
-            if live_shared and n == len(free):
+            if live_shared and n == len(free) and not regular_init:
+                # (a regular init container's slice may cover the pod's shared pool while
+                # it runs: the kubelet's partition checks long-running containers only,
+                # validatePodScopeResources)
                 raise AdmissionError(f"{EMPTY_POD_SHARED_POOL}: {TEXT_NO_CPUS_FOR_SHARED}")
             self._check_memory(info, live_shared)
             cpus = take_by_topology(cm.policy.topology, free, n, cm.policy.options)
             cm.state.set_cpuset(uid, name, cpus)
             exclusive = True
         else:
+            if facts is not None and facts.pod_level:
+                free = self.pod_pool(uid)  # (a running init container's slice overlaps it)
             if not free:
                 raise AdmissionError(f"{EMPTY_POD_SHARED_POOL}: {TEXT_NO_CPUS_FOR_SHARED}")
             cpus, exclusive = free, False
@@ -359,6 +381,7 @@ class PodLevelManager:
     def pod_removed(self, pod_uid: str) -> None:
         """The pod sandbox went away (its bubble was released with the pod's entries)."""
         self.cm.tm.remove_container(_bubble_id(pod_uid))
+        self._regular_inits.pop(pod_uid, None)
         self.cm.devices.current.pop((pod_uid, POD_ENTRY), None)
 
     def adopt(self, pending: list[ContainerInfo]) -> None:
