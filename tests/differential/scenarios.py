@@ -487,7 +487,8 @@ def known_difference(s: dict[str, Any], diffs: list[dict[str, Any]],
     """The ids of the documented differences that explain every one of ``diffs`` (joined
     with ``+``), or None when one of them is not documented. Each entry of
     known_differences.json has ``match``: ``kind`` and optional substrings ``kubelet`` /
-    ``plugin`` of the two answers, config values, a policy option, a relation, what the
+    ``plugin`` of the two answers, config values, a policy option, a relation
+    (``plugin-superset``, ``same-text``, ``plugin-fewer-sockets``), what the
     scenario needs (``init``, ``multi-container``, ``memory-unsatisfiable``), ``podLevel``
     (whether the mismatch's pod is handled by the pod-level resource managers)."""
     if not diffs:
@@ -535,6 +536,9 @@ def _explained(s: dict[str, Any], d: dict[str, Any], known: list[dict[str, Any]]
             continue
         if rel == "same-text" and str(d["plugin"]).partition(": ")[2] not in str(d["kubelet"]):
             continue
+        if rel == "plugin-fewer-sockets" and not (
+                len(_sockets(s, d["plugin"])) < len(_sockets(s, d["kubelet"]))):
+            continue
         return str(k["id"])
     return None
 
@@ -554,6 +558,12 @@ def _multi(s: dict[str, Any], d: dict[str, Any]) -> bool:
     ev = s["events"][d["event"]] if d.get("event") is not None else {}
     spec = (ev.get("pod") or {}).get("spec") or {}
     return len(spec.get("initContainers") or []) + len(spec.get("containers") or []) > 1
+
+
+def _sockets(s: dict[str, Any], text: str) -> set[int]:
+    """The sockets of the machine's CPUs in cpuset ``text``."""
+    sock = {int(r["cpu"]): int(r["socket"]) for r in s["machine"]["cpus"]}
+    return {sock[c] for c in _cpus(text) if c in sock}
 
 
 def _cpus(text: str) -> set[int]:

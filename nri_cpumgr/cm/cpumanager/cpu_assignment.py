@@ -617,7 +617,12 @@ def _distributed(
             if better:
                 best_balance = best_local
                 best_remainder = best_local_remainder
-                best_combo_view = combo_view
+                # under align-by-socket the kubelet's kept slice, overwritten by the
+                # combinations after it, may name a node of another socket (its answer for
+                # #141237 still crosses sockets in v1.37.2): here the combination chosen
+                # (docs/concepts/differences.md, align-by-socket-distributed)
+                best_combo_view = (_GoSlice(list(combo), len(combo), len(combo))
+                                   if align_by_socket else combo_view)
                 if align_by_socket:
                     best_in_one_socket = in_one_socket
         if best_combo_view is None:

@@ -569,9 +569,11 @@ func run(ctx context.Context, s scenario) result {
 // managers' hint calls do it (cpu_manager.go / memory_manager.go GetTopologyHints call
 // removeStaleState first; the hints change no state).
 func settle(logger klog.Logger, m *managers, p *v1.Pod) {
-	c := p.Spec.Containers[0]
-	m.cpu.GetTopologyHints(logger, p, &c, lifecycle.AddOperation)
-	m.mem.GetTopologyHints(logger, p, &c, lifecycle.AddOperation)
+	for _, c := range append(append([]v1.Container(nil), p.Spec.InitContainers...), p.Spec.Containers...) {
+		m.cpu.GetTopologyHints(logger, p, &c, lifecycle.AddOperation)
+		m.mem.GetTopologyHints(logger, p, &c, lifecycle.AddOperation)
+		return // (one call each collects the stale state)
+	}
 }
 
 // memHints is the Memory Manager as the Topology Manager's hint provider, recording the
