@@ -518,10 +518,7 @@ def _explained(s: dict[str, Any], d: dict[str, Any], known: list[dict[str, Any]]
             continue
         if m.get("option") and m["option"] not in (cfg.get("cpuManagerPolicyOptions") or {}):
             continue
-        if m.get("needs") == "init" and not any(
-                e["op"] == "add" and any(c.get("restartPolicy") != "Always"
-                                         for c in e["pod"]["spec"].get("initContainers") or [])
-                for e in s["events"]):
+        if m.get("needs") == "init" and not _regular_init(s, d):
             continue
         if m.get("needs") == "multi-container" and not _multi(s, d):
             continue
@@ -541,6 +538,16 @@ def _explained(s: dict[str, Any], d: dict[str, Any], known: list[dict[str, Any]]
             continue
         return str(k["id"])
     return None
+
+
+def _regular_init(s: dict[str, Any], d: dict[str, Any]) -> bool:
+    """The pod of mismatch ``d`` has a regular (not restartable) init container: where a
+    finished init container's resources are kept (kubelet) or released (plugin), the states
+    part at that pod, which the comparison reports (it stops at the first difference that
+    changes the state), so a difference of a later pod is another one."""
+    ev = s["events"][d["event"]] if d.get("event") is not None else {}
+    spec = (ev.get("pod") or {}).get("spec") or {}
+    return any(c.get("restartPolicy") != "Always" for c in spec.get("initContainers") or [])
 
 
 def _pod_level_managed(s: dict[str, Any], d: dict[str, Any]) -> bool:
