@@ -185,5 +185,17 @@ def build_container_manager(config: Config, policy: StaticPolicy | NonePolicy,
         memory=memory,
         align_mems_with_cpus=config.alignMemoryWithExclusiveCPUs,
         feature_gates=dict(config.featureGates),
-        topology_manager_scope=config.topologyManagerScope,
+        topology_manager_scope=pod_level_scope(config),
     )
+
+
+def pod_level_scope(config: Config) -> str:
+    """The scope the pod-level resource managers follow: ``topologyManagerScope``, except
+    under ``topologyManagerPolicy: none``, where the kubelet allocates container by container
+    whatever the scope (topologymanager NewManager: "when policy is none, the scope is not
+    relevant"; scope.go admitPolicyNone calls Allocate per container, never AllocatePod,
+    v1.37.2): there a pod-level pod gets no pod-wide CPUs, its qualifying containers
+    exclusive CPUs from the node (the container-scope rules)."""
+    if config.topologyManagerPolicy == "none":
+        return "container"
+    return config.topologyManagerScope

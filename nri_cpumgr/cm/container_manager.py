@@ -284,7 +284,17 @@ class ContainerManager:
     def _admission_pod(self, info: ContainerInfo) -> Pod:
         """The pod as admission sees it: this container, plus (pod scope) the pod's other
         live containers the runtime has told us about."""
-        specs = [info.spec()]
+        own = info.own_spec
+        if self.pod_level is not None and own is not None and info.pod_spec is not None \
+                and info.pod_spec.pod_level:
+            # a container of a pod with .spec.resources asks for its own resources (the
+            # kubelet's managers read the container's spec: memorymanager policy_static.go
+            # getContainerRequestedResources, cpumanager guaranteedCPUs, v1.37.2); NRI shows
+            # the pod's limits for one without its own (kuberuntime getCPULimit /
+            # getMemoryLimit), which the pod spec source tells apart
+            specs = [own]
+        else:
+            specs = [info.spec()]
         if self.tm.scope_name == "pod":
             specs += [
                 t.info.spec()

@@ -414,6 +414,12 @@ def _feature_gates(key: str, v: Any) -> dict[str, bool]:
         raise _Invalid(
             key, f"unknown feature gate(s) {unknown}; known: {sorted(KNOWN_FEATURE_GATES)}"
             f"{did_you_mean(unknown[0], KNOWN_FEATURE_GATES)}")
+    # the kubelet refuses a gate on whose dependency is turned off (component-base
+    # featuregate: "PodLevelResourceManagers is enabled, but depends on features that are
+    # disabled: [PodLevelResources]", pkg/features kube_features.go dependencies, v1.37.2)
+    if gates.get("PodLevelResourceManagers") and gates.get("PodLevelResources") is False:
+        raise _Invalid(key, "PodLevelResourceManagers is enabled, but depends on features "
+                            "that are disabled: [PodLevelResources]")
     return gates
 
 

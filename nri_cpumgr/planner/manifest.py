@@ -290,11 +290,54 @@ def nri_messages(
     return p, ctr
 
 
-def container_infos(pod: PlannedPod, ids: Iterable[str]) -> list[ContainerInfo]:
+def nri_resources_from_cri(r: Mapping[str, Any], *, sandbox: bool = False
+                           ) -> nri_pb2.LinuxResources:
+    """An NRI ``LinuxResources`` from a CRI ``LinuxContainerResources`` in the JSON form of
+    oracle/cmd/kubelet-cri (``cpuPeriod``, ``cpuQuota``, ``cpuShares``,
+    ``memoryLimitInBytes``, ``cpusetCpus``, ``cpusetMems``, ``hugepageLimits`` [{``pageSize``,
+    ``limit``}]: what the kubelet sends), as the runtime passes it on: for a container the
+    OCI spec's fields, each only when the CRI value is non-zero (containerd's
+    ``WithResources``); for a sandbox (``sandbox=True``, ``pod.linux.pod_resources``) every
+    CPU and memory field, zero included (nri ``FromCRILinuxResources``). Raises KeyError /
+    TypeError / ValueError on another shape."""
+    out = nri_pb2.LinuxResources()
+    for key, msg, fld in (("cpuShares", out.cpu, "shares"), ("cpuQuota", out.cpu, "quota"),
+                          ("cpuPeriod", out.cpu, "period"),
+                          ("memoryLimitInBytes", out.memory, "limit")):
+        v = int(r.get(key) or 0)
+        if v or sandbox:
+            getattr(msg, fld).value = v
+    if r.get("cpusetCpus"):
+        out.cpu.cpus = str(r["cpusetCpus"])
+    if r.get("cpusetMems"):
+        out.cpu.mems = str(r["cpusetMems"])
+    for h in r.get("hugepageLimits") or []:
+        out.hugepage_limits.add(page_size=str(h["pageSize"]), limit=int(h["limit"]))
+    return out
+
+
+def container_infos(pod: PlannedPod, ids: Iterable[str],
+                    cri: Mapping[str, Any] | None = None) -> list[ContainerInfo]:
     """The plugin's view of each container of ``pod`` (in start order), read by the plugin's
-    own :func:`~nri_cpumgr.podmodel.nri.container_info`."""
-    out = [container_info(*nri_messages(pod, c, cid))
-           for c, cid in zip(pod.containers, ids, strict=True)]
+    own :func:`~nri_cpumgr.podmodel.nri.container_info`. ``cri``: the kubelet's own CRI
+    requests for the pod (``{"sandbox": {"resources": R | None}, "containers": {name: R}}``,
+    R as :func:`nri_resources_from_cri` takes it, from oracle/cmd/kubelet-cri) instead of
+    this module's model of them. Raises :class:`ManifestError` when ``cri`` lacks a
+    container of the pod."""
+    out = []
+    for c, cid in zip(pod.containers, ids, strict=True):
+        sb, ctr = nri_messages(pod, c, cid)
+        if cri is not None:
+            r = (cri.get("containers") or {}).get(c.name)
+            if r is None:
+                raise ManifestError(f"pod {pod.name}: the CRI requests lack container {c.name}")
+            ctr.linux.ClearField("resources")
+            ctr.linux.resources.CopyFrom(nri_resources_from_cri(r))
+            sb.linux.ClearField("pod_resources")
+            pr = (cri.get("sandbox") or {}).get("resources")
+            if pr is not None:
+                sb.linux.pod_resources.CopyFrom(nri_resources_from_cri(pr, sandbox=True))
+        out.append(container_info(sb, ctr))
     if pod.facts is not None:  # the plan knows the spec, as a pod spec source does
         out = [dataclasses.replace(i, pod_spec=pod.facts) for i in out]
     return out

@@ -8,7 +8,10 @@ A scenario (docs/development/differential.md) is ``{"name", "machine", "config",
   cpumanager/topology ``Discover``: a core's id is its lowest CPU id), so both sides see the
   machine a real node would report.
 * ``config``: the plugin's config keys (KubeletConfiguration names).
-* ``events``: ``{"op": "add", "pod": {"metadata": {...}, "spec": {...}}}``,
+* ``events``: ``{"op": "add", "pod": {"metadata": {...}, "spec": {...}}, "cri": {...}}``
+  (``cri``, optional: the kubelet's own CRI requests for the pod, the sandbox's resources
+  and each container's ``LinuxContainerResources`` as oracle/cmd/kubelet-cri prints them;
+  without it the planner's model of them, nri_cpumgr.planner.manifest.linux_resources),
   ``{"op": "exit", "name": POD, "container": NAME}``, ``{"op": "delete", "name": POD}``.
 
 The plugin sees what the runtime shows it (one container at a time, in the kubelet's start
@@ -18,9 +21,14 @@ StopContainer; ``delete`` stops every container of the pod, then StopPodSandbox.
 the plugin refuses makes the pod "not admitted" (the error of the first refusal); the pod is
 then deleted (its other containers released), as the kubelet never runs a pod it rejects.
 
+The pod's spec facts (``.spec.resources``, each container's own resources) are passed to
+the plugin as its API-server pod watch gives them (``podSpecSource: apiServer``,
+nri_cpumgr.podmodel.spec).
+
 Output (:func:`run_scenario`), the oracle's shape: ``{"name", "events": [{"op", "pod",
-"admitted", "reason", "message", "containers": [{"name", "cpus", "exclusive", "mems"}],
-"sharedPool"}]}``;
+"admitted", "reason", "message", "containers": [{"name", "cpus", "exclusive", "mems",
+"pool"}], "podCPUs", "sharedPool"}]}`` (``pool``: ``"pod"`` for a container on its pod's
+shared pool, pod-level resource managers; ``podCPUs``: the pod's pod-level CPUs);
 ``configError`` instead of events when the config or machine is refused. ``reason`` is the
 kubelet's admission reason (the error type name: TopologyAffinityError, SMTAlignmentError,
 ...; ``UnexpectedAdmissionError`` for an error the kubelet does not type).
@@ -111,7 +119,8 @@ def run_scenario(doc: Mapping[str, Any]) -> dict[str, Any]:
                 ids.append(f"c{seq:05d}")
             er: dict[str, Any] = {"op": op, "pod": pod.name, "admitted": True, "containers": []}
             started: list[str] = []
-            for c, info in zip(pod.containers, container_infos(pod, ids), strict=True):
+            infos = container_infos(pod, ids, ev.get("cri"))
+            for c, info in zip(pod.containers, infos, strict=True):
                 try:
                     d = m.admit(info)
                 except AdmissionError as e:
@@ -123,18 +132,25 @@ def run_scenario(doc: Mapping[str, Any]) -> dict[str, Any]:
                     m.remove_pod(pod.uid)
                     break
                 started.append(info.id)
-                er["containers"].append({
+                row = {
                     "name": c.name,
                     "cpus": str(d.cpus) if d.cpus else "",
                     "exclusive": bool(d.exclusive),
                     "mems": str(d.mems) if d.mems else "",
-                })
+                }
+                if m.pod_level is not None and m.pod_level.role(info.id) == "pod-shared":
+                    row["pool"] = "pod"
+                er["containers"].append(row)
                 if c.kind == "init":
                     m.stop(info.id)  # runs to completion before the next starts
             if er["admitted"]:
                 live[pod.name] = (pod.uid, started)
                 for c, cid in zip(pod.containers, ids, strict=True):
                     names[(pod.name, c.name)] = cid
+            if er["admitted"] and m.pod_level is not None:
+                bubble = m.pod_level.bubble(pod.uid)
+                if bubble:
+                    er["podCPUs"] = str(bubble)
             er["sharedPool"] = str(m.shared_pool()) if m.static else ""
             out["events"].append(er)
         elif op == "exit":

@@ -217,8 +217,121 @@ def generate(seed: int) -> dict[str, Any]:
         pod = gen_pod(rng, f"pod{i}", max(1, ncpu // rng.choice([2, 4, 8])), hp)
         events.append({"op": "add", "pod": pod})
         live.append(pod)
-    return {"name": f"seed-{seed}", "seed": seed, "machine": m, "config": cfg,
-            "events": events}
+    s = {"name": f"seed-{seed}", "seed": seed, "machine": m, "config": cfg, "events": events}
+    return with_pod_level(s, random.Random(f"pod-level-{seed}"))
+
+
+# ------------------------------------------------------------------ pod-level pods
+POD_LEVEL_GATES = ("PodLevelResources", "PodLevelResourceManagers")
+#: pod-level scenarios in the generator (NRI_DIFFERENTIAL_POD_LEVEL=0: none)
+POD_LEVEL_ON = os.environ.get("NRI_DIFFERENTIAL_POD_LEVEL", "1") != "0"
+
+
+def with_pod_level(s: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    """A quarter of the scenarios get pods with ``.spec.resources`` (their own random
+    stream, so that the other scenarios of a seed stay as they were): the gates
+    ``PodLevelResources`` + ``PodLevelResourceManagers`` on (mostly) or not, in the kubelet's
+    config and the plugin's alike; each added pod becomes a pod-level pod with odds 0.6."""
+    if rng.random() >= 0.25 or not POD_LEVEL_ON:
+        return s
+    gates = dict(s["config"].get("featureGates") or {})
+    both = rng.random() < 0.75
+    on = (True, True) if both else rng.choice([(True, False), (False, True), (False, False)])
+    for g, v in zip(POD_LEVEL_GATES, on, strict=True):
+        gates[g] = v
+    s["config"]["featureGates"] = gates
+    for e in s["events"]:
+        if e["op"] == "add" and rng.random() < 0.6:
+            e["pod"]["spec"] = pod_level_spec(rng, e["pod"]["spec"])
+    return s
+
+
+def pod_level_spec(rng: random.Random, spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` with ``.spec.resources`` (cpu and memory: Guaranteed, requests = limits,
+    mostly with whole CPUs; or Burstable) and its containers' own resources kept (fitted
+    inside the pod's: the API server's validation) or dropped (a sidecar without resources
+    runs on the pod's budget). No hugepages in a pod-level pod."""
+    spec = copy.deepcopy(spec)
+    guaranteed = rng.random() < 0.8
+    if guaranteed and rng.random() < 0.85:
+        cpu_m = 1000 * rng.choice([1, 2, 2, 3, 4, 4, 6, 8])
+    else:
+        cpu_m = rng.choice([1500, 2500, 3500])
+    mem_mi = rng.choice([512, 1024, 2048, 4096])
+    if guaranteed:
+        pod = {"requests": {"cpu": f"{cpu_m}m", "memory": f"{mem_mi}Mi"},
+               "limits": {"cpu": f"{cpu_m}m", "memory": f"{mem_mi}Mi"}}
+    else:
+        pod = {"requests": {"cpu": f"{cpu_m // 2}m", "memory": f"{mem_mi // 2}Mi"},
+               "limits": {"cpu": f"{cpu_m}m", "memory": f"{mem_mi}Mi"}}
+    spec["resources"] = pod
+    left_cpu, left_mem = cpu_m // 2 if not guaranteed else cpu_m, mem_mi // (1 if guaranteed else 2)
+    for key in ("initContainers", "containers"):
+        for c in spec.get(key) or []:
+            if rng.random() < 0.45 or left_cpu < 1000 or left_mem < 64:
+                c["resources"] = {}
+                continue
+            # its own: Guaranteed with whole CPUs (a slice) or a small Burstable request
+            if rng.random() < 0.75:
+                n = rng.randint(1, max(1, min(4, left_cpu // 1000)))
+                mem = rng.choice([64, 128, 256])
+                mem = min(mem, left_mem)
+                lim = {"cpu": str(n), "memory": f"{mem}Mi"}
+                c["resources"] = {"requests": dict(lim), "limits": dict(lim)}
+                if key == "containers" or c.get("restartPolicy") == "Always":
+                    left_cpu -= n * 1000
+                    left_mem -= mem
+            else:
+                c["resources"] = {"requests": {"cpu": "100m", "memory": "32Mi"}}
+                if key == "containers" or c.get("restartPolicy") == "Always":
+                    left_cpu -= 100
+                    left_mem -= 32
+    return spec
+
+
+def pod_level_pods(s: dict[str, Any]) -> bool:
+    """Whether the scenario adds a pod with ``.spec.resources``."""
+    return any(e["op"] == "add" and e["pod"]["spec"].get("resources") for e in s["events"])
+
+
+_CRI_CACHE: dict[str, dict[str, Any]] = {}
+
+
+def with_kubelet_requests(s: dict[str, Any]) -> dict[str, Any]:
+    """``s`` with, on every ``add`` event, ``cri``: the CRI requests the kubelet v1.37.2
+    sends for that pod (sandbox resources, each container's ``LinuxContainerResources``),
+    from oracle/cmd/kubelet-cri (the kubelet's kuberuntime manager against the CRI API's
+    fake runtime), with the scenario's feature gates and the machine's memory. Only for a
+    scenario with a pod-level pod (elsewhere the planner's model of the requests is used,
+    checked against the kubelet's by tests/e2e/test_kubelet_requests.py); else ``s``."""
+    gates = {g: bool(v) for g, v in (s["config"].get("featureGates") or {}).items()
+             if g in POD_LEVEL_GATES}
+    if not pod_level_pods(s) or (gates.get(POD_LEVEL_GATES[1]) and not gates.get(
+            POD_LEVEL_GATES[0], True)):
+        return s  # (a kubelet with that pair of gates does not start: a config error)
+    pods = [e["pod"] for e in s["events"] if e["op"] == "add"]
+    mem = sum(int(n.get("memory_bytes", 0)) for n in s["machine"].get("numa_nodes") or [])
+    key = json.dumps([pods, gates, mem], sort_keys=True)
+    got = _CRI_CACHE.get(key)
+    if got is None:
+        from tests.e2e.harness import kubelet_cri
+
+        k8s = copy.deepcopy(pods)
+        for p in k8s:
+            p.update(apiVersion="v1", kind="Pod")
+            for c in p["spec"].get("initContainers", []) + p["spec"]["containers"]:
+                c.setdefault("image", "busybox")
+        got = kubelet_cri.kubelet_requests(k8s, gates=gates,
+            memory_capacity=mem or None)
+        if len(_CRI_CACHE) > 4096:
+            _CRI_CACHE.clear()
+        _CRI_CACHE[key] = got
+    t = copy.deepcopy(s)
+    for e in t["events"]:
+        if e["op"] == "add":
+            r = got[e["pod"]["metadata"]["name"]]
+            e["cri"] = {"sandbox": r["sandbox"], "containers": r["containers"]}
+    return t
 
 
 def areas(s: dict[str, Any]) -> list[str]:
@@ -288,14 +401,19 @@ class Oracle:
 def plugin(s: dict[str, Any]) -> dict[str, Any]:
     from nri_cpumgr.planner.scenario import run_scenario
 
-    return run_scenario(s)
+    return run_scenario(with_kubelet_requests(s))
 
 
 # ------------------------------------------------------------------ comparison
 def compare(kubelet: dict[str, Any], ours: dict[str, Any]) -> list[dict[str, Any]]:
     """Where the answers differ: a list of ``{"kind", "event", "what", "kubelet", "plugin"}``
-    (``kind``: config, admission, reason, exclusive, cpus (exclusive CPUs), shared-cpus (a
-    shared container's cpuset when created), mems, shared-pool)."""
+    (``kind``: config, admission, reason, exclusive, pool (a shared container on the node's
+    or its pod's shared pool), cpus (exclusive CPUs), shared-cpus (a shared container's
+    cpuset when created), mems, pod-cpus (a pod's pod-level CPUs), shared-pool (after an
+    admitted pod, or
+    after a pod both sides rejected)). A ``reason`` difference carries the oracle's
+    ``memoryUnsatisfiable`` (the rejected pod's containers its Memory Manager finds no NUMA
+    node set for)."""
     out: list[dict[str, Any]] = []
     ke, pe = kubelet.get("configError"), ours.get("configError")
     if bool(ke) != bool(pe):
@@ -312,14 +430,28 @@ def compare(kubelet: dict[str, Any], ours: dict[str, Any]) -> list[dict[str, Any
             break  # the states part here: what follows is a consequence
         if not k.get("admitted"):
             if k.get("reason") != p.get("reason"):
-                out.append({"kind": "reason", "event": i, "what": k["pod"],
-                            "kubelet": _verdict(k), "plugin": _verdict(p)})
+                d = {"kind": "reason", "event": i, "what": k["pod"],
+                     "kubelet": _verdict(k), "plugin": _verdict(p)}
+                if k.get("memoryUnsatisfiable"):
+                    d["memoryUnsatisfiable"] = k["memoryUnsatisfiable"]
+                out.append(d)
+            # the pool after the rejection (the oracle's: once the managers' stale-state
+            # collection released what the rejected pod's admission took before it failed)
+            if k.get("sharedPool", "") != p.get("sharedPool", ""):
+                out.append({"kind": "shared-pool", "event": i, "what": k["pod"],
+                            "kubelet": k.get("sharedPool", ""),
+                            "plugin": p.get("sharedPool", "")})
+                break
             continue
         for kc, pc in zip(k["containers"], p["containers"], strict=True):
             what = f"{k['pod']}/{kc['name']}"
             if kc.get("exclusive") != pc.get("exclusive"):
                 out.append({"kind": "exclusive", "event": i, "what": what,
                             "kubelet": kc.get("exclusive"), "plugin": pc.get("exclusive")})
+            elif kc.get("pool", "") != pc.get("pool", ""):  # the node's or its pod's
+                out.append({"kind": "pool", "event": i, "what": what,
+                            "kubelet": kc.get("pool", "") or "node",
+                            "plugin": pc.get("pool", "") or "node"})
             for f in ("cpus", "mems"):
                 if kc.get(f, "") != pc.get(f, ""):
                     kind = f if f == "mems" or kc.get("exclusive") else "shared-cpus"
@@ -327,6 +459,9 @@ def compare(kubelet: dict[str, Any], ours: dict[str, Any]) -> list[dict[str, Any
                                 "kubelet": kc.get(f, ""), "plugin": pc.get(f, "")})
             if any(d["kind"] != "shared-cpus" for d in out):
                 return out  # the states part here: what follows is a consequence
+        if k.get("podCPUs", "") != p.get("podCPUs", ""):
+            out.append({"kind": "pod-cpus", "event": i, "what": k["pod"],
+                        "kubelet": k.get("podCPUs", ""), "plugin": p.get("podCPUs", "")})
         if k.get("sharedPool", "") != p.get("sharedPool", ""):
             out.append({"kind": "shared-pool", "event": i, "what": k["pod"],
                         "kubelet": k.get("sharedPool", ""), "plugin": p.get("sharedPool", "")})
@@ -352,7 +487,10 @@ def known_difference(s: dict[str, Any], diffs: list[dict[str, Any]],
     """The ids of the documented differences that explain every one of ``diffs`` (joined
     with ``+``), or None when one of them is not documented. Each entry of
     known_differences.json has ``match``: ``kind`` and optional substrings ``kubelet`` /
-    ``plugin`` of the two answers, config values, a policy option, a relation."""
+    ``plugin`` of the two answers, config values, a policy option, a relation
+    (``plugin-superset``, ``same-text``, ``plugin-fewer-sockets``), what the
+    scenario needs (``init``, ``multi-container``, ``memory-unsatisfiable``), ``podLevel``
+    (whether the mismatch's pod is handled by the pod-level resource managers)."""
     if not diffs:
         return None
     known = known if known is not None else load_known()
@@ -380,20 +518,46 @@ def _explained(s: dict[str, Any], d: dict[str, Any], known: list[dict[str, Any]]
             continue
         if m.get("option") and m["option"] not in (cfg.get("cpuManagerPolicyOptions") or {}):
             continue
-        if m.get("needs") == "init" and not any(
-                e["op"] == "add" and any(c.get("restartPolicy") != "Always"
-                                         for c in e["pod"]["spec"].get("initContainers") or [])
-                for e in s["events"]):
+        if m.get("needs") == "init" and not _regular_init(s, d):
             continue
         if m.get("needs") == "multi-container" and not _multi(s, d):
+            continue
+        if "podLevel" in m and _pod_level_managed(s, d) != m["podLevel"]:
+            continue
+        if m.get("needs") == "memory-unsatisfiable" and not (
+                d.get("memoryUnsatisfiable")
+                and cfg.get("topologyManagerPolicy") in ("restricted", "single-numa-node")):
             continue
         rel = m.get("relation")
         if rel == "plugin-superset" and not _cpus(d["kubelet"]) <= _cpus(d["plugin"]):
             continue
         if rel == "same-text" and str(d["plugin"]).partition(": ")[2] not in str(d["kubelet"]):
             continue
+        if rel == "plugin-fewer-sockets" and not (
+                len(_sockets(s, d["plugin"])) < len(_sockets(s, d["kubelet"]))):
+            continue
         return str(k["id"])
     return None
+
+
+def _regular_init(s: dict[str, Any], d: dict[str, Any]) -> bool:
+    """The pod of mismatch ``d`` has a regular (not restartable) init container: where a
+    finished init container's resources are kept (kubelet) or released (plugin), the states
+    part at that pod, which the comparison reports (it stops at the first difference that
+    changes the state), so a difference of a later pod is another one."""
+    ev = s["events"][d["event"]] if d.get("event") is not None else {}
+    spec = (ev.get("pod") or {}).get("spec") or {}
+    return any(c.get("restartPolicy") != "Always" for c in spec.get("initContainers") or [])
+
+
+def _pod_level_managed(s: dict[str, Any], d: dict[str, Any]) -> bool:
+    """The pod of mismatch ``d`` is one the pod-level resource managers handle: it sets
+    ``.spec.resources`` and both gates are on."""
+    gates = s.get("config", {}).get("featureGates") or {}
+    if not all(gates.get(g) for g in POD_LEVEL_GATES):
+        return False
+    ev = s["events"][d["event"]] if d.get("event") is not None else {}
+    return bool(((ev.get("pod") or {}).get("spec") or {}).get("resources"))
 
 
 def _multi(s: dict[str, Any], d: dict[str, Any]) -> bool:
@@ -401,6 +565,12 @@ def _multi(s: dict[str, Any], d: dict[str, Any]) -> bool:
     ev = s["events"][d["event"]] if d.get("event") is not None else {}
     spec = (ev.get("pod") or {}).get("spec") or {}
     return len(spec.get("initContainers") or []) + len(spec.get("containers") or []) > 1
+
+
+def _sockets(s: dict[str, Any], text: str) -> set[int]:
+    """The sockets of the machine's CPUs in cpuset ``text``."""
+    sock = {int(r["cpu"]): int(r["socket"]) for r in s["machine"]["cpus"]}
+    return {sock[c] for c in _cpus(text) if c in sock}
 
 
 def _cpus(text: str) -> set[int]:

@@ -100,7 +100,7 @@ def test_regression_scenario(oracle: S.Oracle, path: Path) -> None:
 
 def test_plan_scenario_command(tmp_path: Path) -> None:
     """`nri-cpumgr plan --scenario` prints run_scenario's answer, one line per scenario."""
-    ss = [S.generate(3), S.generate(4)]
+    ss = [S.with_kubelet_requests(S.generate(3)), S.generate(4)]  # (3: pod-level, CRI given)
     f = tmp_path / "s.jsonl"
     f.write_text("".join(json.dumps(s) + "\n" for s in ss))
     out = subprocess.run([sys.executable, "-m", "nri_cpumgr", "plan", "--scenario", str(f)],

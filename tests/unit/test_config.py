@@ -105,3 +105,17 @@ def test_none_policy_with_options_is_refused_as_the_kubelet_refuses_it():
     with pytest.raises(ConfigError, match="none policy takes no options.*full-pcpus-only"):
         build_policy(cfg, machine)
     assert build_policy(parse_config("cpuManagerPolicy: none\n"), machine) is not None
+
+
+def test_pod_level_resource_managers_needs_pod_level_resources_not_turned_off():
+    """The kubelet v1.37.2 refuses a feature gate whose dependency is off (component-base
+    featuregate dependencies, pkg/features: PodLevelResourceManagers depends on
+    PodLevelResources); found by the differential run against the kubelet oracle."""
+    with pytest.raises(ConfigError, match=r"featureGates.*PodLevelResourceManagers is enabled, "
+                                          r"but depends on .*\[PodLevelResources\]"):
+        parse_config("featureGates: {PodLevelResources: false, PodLevelResourceManagers: true}")
+    # the plugin's own default for PodLevelResources is off (the kubelet's is on): left alone
+    c = parse_config("featureGates: {PodLevelResourceManagers: true}")
+    assert c.featureGates == {"PodLevelResourceManagers": True}
+    c = parse_config("featureGates: {PodLevelResources: true, PodLevelResourceManagers: true}")
+    assert c.featureGates["PodLevelResourceManagers"] is True

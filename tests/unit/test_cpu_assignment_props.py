@@ -247,3 +247,25 @@ def test_cpus_to_mask_refuses_a_negative_id():
     for bad in ({-1, 3}, [-1]):
         with pytest.raises(ValueError):
             cpus_to_mask(bad)
+
+
+def test_distributed_take_reads_its_kept_combination_as_go_slices_leave_it():
+    """kubelet v1.37.2 cpu_assignment.go takeByTopologyNUMADistributed keeps the best NUMA
+    combination past iterateCombinations' callback (``bestCombo = combo``), and that slice
+    shares its backing array with the combinations visited after it (``append(accum,
+    n[i])`` writes in place while the capacity allows): with 4 nodes per combination the
+    kept one ends with the last candidate for its first three. 8 NUMA nodes of 9 CPUs
+    (2 sockets), CPU 2 reserved, 36 CPUs: every 4-node combination of nodes 1-7 leaves the
+    same balance, the first one, {1, 2, 3, 4}, is kept, and the kubelet takes nodes
+    {1, 2, 3, 7} (its oracle's answer, differential seed 24485)."""
+    from nri_cpumgr.cm.cpumanager.cpu_assignment import _go_combinations
+
+    topo = make_topology(2, 4, 3, 3, 1)
+    got = take_distributed(topo, CPUSet(range(72)) - CPUSet({2}), 36)
+    assert got == CPUSet.parse("9-35,63-71")
+    # the views themselves: a kept 4-combination reads what later ones wrote
+    views = list(_go_combinations([1, 2, 3, 4, 5], 4))
+    assert [v.values() for v in views][-1] == (2, 3, 4, 5)
+    assert views[0].values() == (1, 2, 3, 5)  # was (1, 2, 3, 4) when it was visited
+    # 2 and 3 nodes: each append of the last node grows a full slice (a new array)
+    assert [v.values() for v in _go_combinations([1, 2, 3], 2)] == [(1, 2), (1, 3), (2, 3)]

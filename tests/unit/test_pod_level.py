@@ -296,3 +296,170 @@ def test_the_container_manager_has_what_the_pod_level_managers_use():
     for name in methods:
         assert callable(getattr(m, name)), name
     assert m.pod_level is not None and m.pod_level.cm is m and m.resizer.cm is m
+
+
+def test_topology_manager_policy_none_allocates_container_by_container_whatever_the_scope():
+    """kubelet v1.37.2 topologymanager: with policy none the scope is not relevant
+    (NewManager returns a none scope; scope.go admitPolicyNone calls each provider's
+    Allocate per container, never AllocatePod), so a pod-level pod under
+    ``topologyManagerScope: pod`` gets no pod-wide CPUs: its qualifying container takes
+    exclusive CPUs from the node. Found by the differential run (seed 39: the plugin took
+    an 8-CPU bubble for the pod and refused it)."""
+    from nri_cpumgr.config import Config
+    from nri_cpumgr.managers import pod_level_scope
+    from nri_cpumgr.planner.scenario import run_scenario
+
+    cfg = {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0",
+           "topologyManagerPolicy": "none", "topologyManagerScope": "pod", "featureGates": ON}
+    assert pod_level_scope(Config.model_validate(cfg)) == "container"
+    assert pod_level_scope(Config.model_validate(
+        {**cfg, "topologyManagerPolicy": "best-effort"})) == "pod"
+    machine = {"cpus": [{"cpu": c, "core": i.core, "socket": i.socket, "numa": i.numa}
+                        for c, i in sorted(TOPO.details.items())]}
+    pod = {"metadata": {"name": "p", "uid": "u"}, "spec": {
+        "resources": {"limits": {"cpu": "10", "memory": "2Gi"}},
+        "containers": [{"name": "app", "resources": {"limits": {"cpu": "4", "memory": "1Gi"}}},
+                       {"name": "side"}]}}
+    out = run_scenario({"machine": machine, "config": cfg,
+                        "events": [{"op": "add", "pod": pod}]})["events"][0]
+    assert out["admitted"] is True and "podCPUs" not in out
+    app, side = out["containers"]
+    assert app["exclusive"] is True and len(CPUSet.parse(app["cpus"])) == 4
+    assert side["exclusive"] is False and "pool" not in side
+    assert CPUSet.parse(side["cpus"]) == CPUSet(range(12)) - CPUSet.parse(app["cpus"])
+
+
+def test_pod_scope_budget_of_no_whole_cpus_puts_the_pod_in_the_nodes_shared_pool():
+    """kubelet v1.37.2 cpumanager policy_static.go allocatePodForAdd: a pod-level pod whose
+    budget is no whole number of CPUs (podGuaranteedCPUs 0) "belongs in the shared pool",
+    and under pod scope the Topology Manager calls only AllocatePod (scope_pod.go
+    admitUsingPodResources), no container's Allocate: a container asking for whole CPUs
+    of its own runs on the node's shared pool too. Found by the differential run (seed 384:
+    the plugin gave it exclusive CPUs by the container-scope rules)."""
+    from nri_cpumgr.planner.scenario import run_scenario
+
+    cfg = {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0",
+           "topologyManagerPolicy": "best-effort", "topologyManagerScope": "pod",
+           "featureGates": ON}
+    machine = {"cpus": [{"cpu": c, "core": i.core, "socket": i.socket, "numa": i.numa}
+                        for c, i in sorted(TOPO.details.items())]}
+    pod = {"metadata": {"name": "p", "uid": "u"}, "spec": {
+        "resources": {"limits": {"cpu": "1500m", "memory": "1Gi"}},
+        "containers": [{"name": "app", "resources": {"limits": {"cpu": "1", "memory": "128Mi"}}}]}}
+    out = run_scenario({"machine": machine, "config": cfg,
+                        "events": [{"op": "add", "pod": pod}]})["events"][0]
+    assert out["admitted"] is True and "podCPUs" not in out
+    assert out["containers"] == [{"name": "app", "cpus": "0-11", "exclusive": False, "mems": ""}]
+    assert out["sharedPool"] == "0-11"
+
+
+@pytest.mark.parametrize("policy,reason", [
+    ("best-effort", "EmptyPodSharedPoolError: pod rejected, sum of exclusive container cpu "
+                    "requests equals pod budget, leaving no cpus for shared containers"),
+    ("restricted", "TopologyAffinityError: Pod Scope pod with pod-level resources failed "
+                   "admission under pod-scope topology manager"),
+])
+def test_pod_scope_partition_is_checked_at_the_first_container_when_the_spec_is_known(
+        policy, reason):
+    """kubelet v1.37.2 cpumanager policy_static.go: allocatePodForAdd checks the whole pod's
+    partition (validatePodScopeResources) before its SMT check and the bubble's allocation,
+    and getPodTopologyHintsForAdd makes the same check and answers no hint, which
+    restricted / single-numa-node refuse with the pod scope's TopologyAffinityError
+    (scope_pod.go admitUsingPodResources). With the pod's spec known, the plugin refuses
+    the pod's first container with the kubelet's reason, even where the bubble could not
+    be taken anyway (here: 1 free CPU for a 2-CPU budget). Found by the differential run
+    (seeds 58, 672)."""
+    from nri_cpumgr.planner.scenario import run_scenario
+
+    cfg = {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0-9",
+           "topologyManagerPolicy": policy, "topologyManagerScope": "pod", "featureGates": ON}
+    machine = {"cpus": [{"cpu": c, "core": i.core, "socket": i.socket, "numa": i.numa}
+                        for c, i in sorted(TOPO.details.items())]}
+    pod = {"metadata": {"name": "p", "uid": "u"}, "spec": {
+        "resources": {"limits": {"cpu": "2", "memory": "1Gi"}},
+        "containers": [{"name": "app", "resources": {"limits": {"cpu": "2", "memory": "128Mi"}}},
+                       {"name": "side"}]}}
+    out = run_scenario({"machine": machine, "config": cfg,
+                        "events": [{"op": "add", "pod": pod}]})["events"][0]
+    assert out["admitted"] is False
+    assert f"{out['reason']}: {out['message']}" == reason
+    assert out["sharedPool"] == "0-11"
+
+
+def test_pod_scope_budget_of_no_whole_cpus_still_gets_the_pods_memory_pinned():
+    """kubelet v1.37.2: the Memory Manager's AllocatePod pins a Guaranteed pod-level pod's
+    memory (its pod hints, merged by the pod scope) even when the CPU manager puts the pod
+    in the node's shared pool (a budget of no whole CPUs); each container's cpuset.mems is
+    the pod's NUMA nodes (GetMemoryNUMANodes). Found by the differential run (seed 672)."""
+    from nri_cpumgr.planner.scenario import run_scenario
+
+    cfg = {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0",
+           "topologyManagerPolicy": "restricted", "topologyManagerScope": "pod",
+           "memoryManagerPolicy": "Static", "systemReserved": {"memory": "924Mi"},
+           "evictionHard": {"memory.available": "100Mi"},
+           "reservedMemory": [{"numaNode": 0, "limits": {"memory": "1Gi"}}], "featureGates": ON}
+    machine = {"cpus": [{"cpu": c, "core": i.core, "socket": i.socket, "numa": i.numa}
+                        for c, i in sorted(TOPO.details.items())],
+               "numa_nodes": [{"id": n, "memory_bytes": 4 * GI} for n in (0, 1)]}
+    pod = {"metadata": {"name": "p", "uid": "u"}, "spec": {
+        "resources": {"limits": {"cpu": "1500m", "memory": "2Gi"}},
+        "containers": [{"name": "app", "resources": {"limits": {"cpu": "1", "memory": "128Mi"}}},
+                       {"name": "side"}]}}
+    out = run_scenario({"machine": machine, "config": cfg,
+                        "events": [{"op": "add", "pod": pod}, {"op": "delete", "name": "p"},
+                                   {"op": "add", "pod": pod}]})["events"]
+    for e in (out[0], out[2]):  # (its memory went back with the pod: the same again)
+        assert e["admitted"] is True and "podCPUs" not in e
+        assert e["containers"] == [
+            {"name": "app", "cpus": "0-11", "exclusive": False, "mems": "0"},
+            {"name": "side", "cpus": "0-11", "exclusive": False, "mems": "0"}]
+
+
+def test_pod_scope_regular_init_container_slice_may_cover_the_pod_shared_pool():
+    """kubelet v1.37.2 cpumanager policy_static.go allocatePodForAdd: the pod shared pool is
+    the bubble minus the slices of its long-running containers (app containers, sidecars);
+    a regular init container's slice overlaps it while it runs, and validatePodScopeResources
+    checks long-running containers only. A 1-CPU budget with a sidecar without resources, a
+    1-CPU init container and an app container without resources is admitted, every container
+    on CPU 1 (differential seed 984: the plugin refused the init container)."""
+    from nri_cpumgr.planner.scenario import run_scenario
+
+    cfg = {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0",
+           "topologyManagerPolicy": "best-effort", "topologyManagerScope": "pod",
+           "featureGates": ON}
+    machine = {"cpus": [{"cpu": c, "core": c, "socket": 0, "numa": 0} for c in range(4)]}
+    pod = {"metadata": {"name": "p", "uid": "u"}, "spec": {
+        "resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
+        "initContainers": [
+            {"name": "side", "restartPolicy": "Always"},
+            {"name": "init", "resources": {"limits": {"cpu": "1", "memory": "256Mi"}}}],
+        "containers": [{"name": "app"}]}}
+    out = run_scenario({"machine": machine, "config": cfg,
+                        "events": [{"op": "add", "pod": pod}]})["events"][0]
+    assert out["admitted"] is True and out["podCPUs"] == "1"
+    assert [(c["name"], c["cpus"], c["exclusive"], c.get("pool")) for c in out["containers"]] == [
+        ("side", "1", False, "pod"), ("init", "1", True, None), ("app", "1", False, "pod")]
+
+
+def test_container_without_memory_of_its_own_gets_no_memory_pinned():
+    """kubelet v1.37.2 memorymanager policy_static.go Allocate: a container that requests no
+    memory resources of its own is skipped ("container requests no memory resources"),
+    though NRI shows it the pod's memory limit (kuberuntime getMemoryLimit): with the
+    pod's spec known, a pod-level pod's container without resources gets no mems
+    (differential seed 959: the plugin pinned the pod's limit to NUMA node 0)."""
+    from nri_cpumgr.planner.scenario import run_scenario
+
+    cfg = {"cpuManagerPolicy": "none", "memoryManagerPolicy": "Static",
+           "systemReserved": {"memory": "412Mi"}, "evictionHard": {"memory.available": "100Mi"},
+           "reservedMemory": [{"numaNode": 0, "limits": {"memory": "512Mi"}}],
+           "featureGates": ON}
+    machine = {"cpus": [{"cpu": c, "core": i.core, "socket": i.socket, "numa": i.numa}
+                        for c, i in sorted(TOPO.details.items())],
+               "numa_nodes": [{"id": n, "memory_bytes": 4 * GI} for n in (0, 1)]}
+    pod = {"metadata": {"name": "p", "uid": "u"}, "spec": {
+        "resources": {"limits": {"cpu": "4", "memory": "512Mi"}},
+        "containers": [{"name": "app"}]}}
+    out = run_scenario({"machine": machine, "config": cfg,
+                        "events": [{"op": "add", "pod": pod}]})["events"][0]
+    assert out["admitted"] is True
+    assert out["containers"] == [{"name": "app", "cpus": "", "exclusive": False, "mems": ""}]

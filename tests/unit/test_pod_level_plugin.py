@@ -9,7 +9,8 @@ from nri_cpumgr.api import nri_pb2
 from tests.unit.nri_peer import PeerCallError
 from tests.unit.test_runtime_plugin import STATIC, cpus_of, ctr, pod, run
 
-POD_LEVEL = STATIC + ("topologyManagerScope: pod\n"
+# (under topologyManagerPolicy none the kubelet's scope is not relevant: no pod-wide CPUs)
+POD_LEVEL = STATIC + ("topologyManagerPolicy: best-effort\ntopologyManagerScope: pod\n"
                       "featureGates: {PodLevelResources: true, PodLevelResourceManagers: true}\n")
 
 

@@ -28,7 +28,6 @@ as integer bitmasks (bit *i* = CPU *i*), so each step is a few popcounts.
 
 from __future__ import annotations
 
-import itertools
 import math
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
@@ -474,6 +473,52 @@ def _stddev(values: list[int]) -> float:
     return _round3(math.sqrt(var / len(values)))
 
 
+class _GoSlice:
+    """A Go ``[]int`` as ``append`` leaves it: a length over a backing array that later
+    appends to a shorter view of the same array write into. The kubelet's
+    iterateCombinations (cpu_assignment.go, v1.37.2) builds each combination with
+    ``append(accum, n[i])`` and hands the callback such a view; takeByTopologyNUMADistributed
+    keeps the best one past its callback (``bestCombo = combo``, ``bestRemainder = subset``),
+    so what it reads at the end is what the last combination visited in the same backing
+    array wrote there: with 4 NUMA nodes per combination, the best combination's last node
+    is the last candidate for its first three. Reproducing that keeps our picks the
+    kubelet's (found by the differential run, seed 24485)."""
+
+    __slots__ = ("arr", "length", "cap")
+
+    def __init__(self, arr: list[int], length: int, cap: int) -> None:
+        self.arr, self.length, self.cap = arr, length, cap
+
+    def append(self, x: int) -> _GoSlice:
+        if self.length < self.cap:  # room left: written in place, the array is shared
+            self.arr[self.length] = x
+            return _GoSlice(self.arr, self.length + 1, self.cap)
+        # growslice: double a capacity under 256 (at least the new length), else grow by a
+        # quarter plus 192; int-sized capacities that double stay size classes
+        cap = max(self.length + 1, 2 * self.cap if self.cap < 256 else
+                  self.cap + (self.cap + 3 * 256) // 4)
+        return _GoSlice(self.arr[:self.length] + [x] + [0] * (cap - self.length - 1),
+                        self.length + 1, cap)
+
+    def values(self) -> tuple[int, ...]:
+        """What the view holds now."""
+        return tuple(self.arr[:self.length])
+
+
+def _go_combinations(items: Sequence[int], k: int) -> Iterator[_GoSlice]:
+    """The k-combinations of ``items`` in the kubelet's order (iterateCombinations), each
+    as the live :class:`_GoSlice` the kubelet's callback gets."""
+    def helper(k: int, start: int, accum: _GoSlice) -> Iterator[_GoSlice]:
+        if k == 0:
+            yield accum
+            return
+        for i in range(start, len(items) - k + 1):
+            yield from helper(k - 1, i + 1, accum.append(items[i]))
+
+    if k >= 1:
+        yield from helper(k, 0, _GoSlice([], 0, 0))
+
+
 def _distributed(
     idx: TopologyIndex,
     avail: int,
@@ -518,12 +563,13 @@ def _distributed(
 
     for k in range(min_numas, max_numas + 1):
         best_balance = math.inf
-        best_remainder: tuple[int, ...] | None = None
-        best_combo: tuple[int, ...] | None = None
+        best_remainder: _GoSlice | None = None
+        best_combo_view: _GoSlice | None = None
         best_in_one_socket = False
-        for combo in itertools.combinations(numas, k):
+        for combo_view in _go_combinations(numas, k):
             if best_balance == 0 and (not align_by_socket or best_in_one_socket):
                 break
+            combo = combo_view.values()
             if sum(free_in[n] for n in combo) < count:
                 continue
             if sum(free_in[n] // group for n in combo) * group < count:
@@ -540,12 +586,13 @@ def _distributed(
             remainder = count - distribution * len(combo)
             remainder_combo = [n for n in combo if after[n] >= group]
             best_local = math.inf
-            best_local_remainder: tuple[int, ...] | None = None
+            best_local_remainder: _GoSlice | None = None
             if remainder == 0:
                 best_local = _stddev(list(after.values()))
             r = len(remainder_combo)
             while remainder > 0 and r >= 1:
-                for subset in itertools.combinations(remainder_combo, r):
+                for subset_view in _go_combinations(remainder_combo, r):
+                    subset = subset_view.values()
                     if sum(after[n] // group for n in subset) * group < remainder:
                         continue
                     trial = dict(after)
@@ -561,7 +608,7 @@ def _distributed(
                     balance = _stddev(list(trial.values()))
                     if balance < best_local:
                         best_local = balance
-                        best_local_remainder = subset
+                        best_local_remainder = subset_view
                 r -= 1
             in_one_socket = same_socket(combo) if align_by_socket else False
             better = best_local < best_balance
@@ -570,11 +617,19 @@ def _distributed(
             if better:
                 best_balance = best_local
                 best_remainder = best_local_remainder
-                best_combo = combo
+                # under align-by-socket the kubelet's kept slice, overwritten by the
+                # combinations after it, may name a node of another socket (its answer for
+                # #141237 still crosses sockets in v1.37.2): here the combination chosen
+                # (docs/concepts/differences.md, align-by-socket-distributed)
+                best_combo_view = (_GoSlice(list(combo), len(combo), len(combo))
+                                   if align_by_socket else combo_view)
                 if align_by_socket:
                     best_in_one_socket = in_one_socket
-        if best_combo is None:
+        if best_combo_view is None:
             continue
+        # read now, as the kubelet reads its kept slices (see _GoSlice)
+        best_combo = best_combo_view.values()
+        remainder_nodes = best_remainder.values() if best_remainder is not None else ()
 
         distribution = count // len(best_combo) // group * group
         for n in best_combo:
@@ -589,7 +644,7 @@ def _distributed(
         remainder = count - distribution * len(best_combo)
         while remainder > 0:
             progressed = False
-            for n in best_remainder or ():
+            for n in remainder_nodes:
                 if remainder == 0:
                     break
                 node_avail = acc.avail & numa_mask[n]

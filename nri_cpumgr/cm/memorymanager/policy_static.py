@@ -421,6 +421,10 @@ class StaticPolicy:
             return
         tm_hint = hint if hint is not None else TopologyHint(None, False)
         requested = container_requested_resources(container)
+        if not requested:
+            # "container requests no memory resources" (policy_static.go Allocate, v1.37.2):
+            # a container of a Guaranteed pod-level pod without its own resources
+            return
         ms = state.get_machine_state()
 
         best = tm_hint

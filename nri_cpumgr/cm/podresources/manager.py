@@ -44,8 +44,10 @@ from nri_cpumgr.cm.podresources.host import ContainerManagerView
 from nri_cpumgr.cm.podresources.policy import (
     EMPTY_POD_SHARED_POOL,
     TEXT_NO_CPUS_FOR_SHARED,
+    EmptyPodSharedPoolError,
     enforce_smt,
     text_no_memory_for_shared,
+    validate_pod_scope,
 )
 from nri_cpumgr.cm.records import AdmissionError, Decision, Tracked, admission_text
 from nri_cpumgr.cpuset import CPUSet
@@ -54,6 +56,11 @@ from nri_cpumgr.podmodel.nri import ContainerInfo, Resources
 from nri_cpumgr.podmodel.spec import qualifies_for_slice
 
 log = logging.getLogger(__name__)
+
+#: The kubelet's text when its pod scope refuses a pod-level pod (topologymanager
+#: scope_pod.go admitUsingPodResources, PodLevelTopologyAffinityError, v1.37.2).
+POD_SCOPE_REFUSAL = ("Pod Scope pod with pod-level resources failed admission under "
+                     "pod-scope topology manager")
 
 #: Name of the pod's bubble in the CPU and memory states (not a valid container name).
 POD_ENTRY = "<pod>"
@@ -115,22 +122,32 @@ class PodLevelManager:
         self.cm = cm
         self.scope = scope  # the configured topologyManagerScope
         self._said_missing = False
+        #: pod uid -> names of its regular (not restartable) init containers, for the pods
+        #: whose spec a pod spec source gave
+        self._regular_inits: dict[str, frozenset[str]] = {}
 
     # ------------------------------------------------------------------ queries
     def bubble(self, pod_uid: str) -> CPUSet | None:
         return self.cm.state.get_cpuset(pod_uid, POD_ENTRY)
 
-    def slices(self, pod_uid: str, *, but: str = "") -> CPUSet:
+    def slices(self, pod_uid: str, *, but: str = "", long_running: bool = False) -> CPUSet:
+        """The pod's slices (``long_running``: not those of its regular init containers,
+        when its spec is known)."""
+        skip = self._regular_inits.get(pod_uid, frozenset()) if long_running else frozenset()
         out: set[int] = set()
         for name, cpus in self.cm.state.assignments.get(pod_uid, {}).items():
-            if name not in (POD_ENTRY, but):
+            if name not in (POD_ENTRY, but) and name not in skip:
                 out |= cpus
         return CPUSet(out)
 
     def pod_pool(self, pod_uid: str) -> CPUSet:
-        """The pod shared pool: bubble minus the live slices (empty without a bubble)."""
+        """The pod shared pool: bubble minus the live slices (empty without a bubble). With
+        the pod's spec known, minus the slices of its long-running containers only (app
+        containers, sidecars): the kubelet partitions the bubble so, a regular init
+        container's slice overlapping the pool it runs before (cpumanager policy_static.go
+        allocatePodForAdd, podSharedPool, v1.37.2)."""
         b = self.bubble(pod_uid)
-        return b - self.slices(pod_uid) if b is not None else CPUSet()
+        return b - self.slices(pod_uid, long_running=True) if b is not None else CPUSet()
 
     def pod_mems(self, pod_uid: str, bubble: CPUSet) -> CPUSet | None:
         """The bubble's mems: the container manager's rule for the pod's pseudo entry."""
@@ -179,8 +196,15 @@ class PodLevelManager:
         if info.pod_spec is not None and not info.pod_spec.pod_level:
             return None  # no .spec.resources: the per-container rules, as the kubelet's
         pod_cpus = info.pod_resources.integer_cpus
-        if self.scope == "pod" and pod_cpus:
-            return self._admit_pod_scope(info, device_numa)
+        if self.scope == "pod":
+            if pod_cpus:
+                return self._admit_pod_scope(info, device_numa)
+            # a budget that is no whole number of CPUs: the pod belongs in the node's shared
+            # pool, every container of it (kubelet cpumanager policy_static.go
+            # allocatePodForAdd: podGuaranteedCPUs 0, "pod belongs in the shared pool"; the
+            # pod scope calls AllocatePod only, no container's Allocate, v1.37.2); the
+            # Memory Manager still pins the pod's memory (its AllocatePod)
+            return self._node_shared_pod_memory(info, device_numa)
         # container scope (or no whole-CPU pod budget): the hybrid model
         if container_qualifies(info):
             return None  # exclusive from the node, as for any Guaranteed container
@@ -190,9 +214,31 @@ class PodLevelManager:
         self.cm.track(info.id, Tracked(info, False, None))
         return Decision(info.id, self.cm.shared_pool())
 
+    def _node_shared_pod_memory(self, info: ContainerInfo,
+                                device_numa: frozenset[int]) -> Decision:
+        """A container of a pod-scope pod-level pod whose budget is no whole number of CPUs:
+        the node's shared pool, with the pod's memory NUMA nodes when the Memory Manager
+        pins it (admitted once, at the pod's first container, as the pod's totals)."""
+        cm = self.cm
+        if cm.memory is None:
+            return self._node_shared(info)
+        key = (info.pod_uid, POD_ENTRY)
+        if cm.memory.get_memory(*key) is None:
+            self._take_bubble(info, device_numa)
+        mems = cm.mems(key, None)
+        cm.track(info.id, Tracked(info, False, None, mems=mems))
+        return Decision(info.id, cm.shared_pool(), mems=mems)
+
     def _admit_pod_scope(self, info: ContainerInfo, device_numa: frozenset[int]) -> Decision:
         cm = self.cm
         uid, name = info.pod_uid, info.name
+        facts = info.pod_spec
+        regular_init = False
+        if facts is not None and facts.pod_level:
+            inits = frozenset(n for n in facts.init_containers
+                              if (c := facts.container(n)) is not None and not c.restartable)
+            self._regular_inits[uid] = inits
+            regular_init = name in inits
         bubble = self.bubble(uid)
         if bubble is None:
             bubble = self._take_bubble(info, device_numa)
@@ -211,13 +257,18 @@ class PodLevelManager:
             n = slice_size(info)
             if n > len(free):
                 raise AdmissionError(f"NotEnoughCPUsError: {NotEnoughCPUsError(n, len(free))}")
-            if live_shared and n == len(free):
+            if live_shared and n == len(free) and not regular_init:
+                # (a regular init container's slice may cover the pod's shared pool while
+                # it runs: the kubelet's partition checks long-running containers only,
+                # validatePodScopeResources)
                 raise AdmissionError(f"{EMPTY_POD_SHARED_POOL}: {TEXT_NO_CPUS_FOR_SHARED}")
             self._check_memory(info, live_shared)
             cpus = take_by_topology(cm.policy.topology, free, n, cm.policy.options)
             cm.state.set_cpuset(uid, name, cpus)
             exclusive = True
         else:
+            if facts is not None and facts.pod_level:
+                free = self.pod_pool(uid)  # (a running init container's slice overlaps it)
             if not free:
                 raise AdmissionError(f"{EMPTY_POD_SHARED_POOL}: {TEXT_NO_CPUS_FOR_SHARED}")
             cpus, exclusive = free, False
@@ -238,7 +289,8 @@ class PodLevelManager:
 
     def _take_bubble(self, info: ContainerInfo, device_numa: frozenset[int]) -> CPUSet:
         """Admit the pod's totals through the Topology Manager (pod hints of the CPU, memory
-        and device providers) and let the managers allocate them to :data:`POD_ENTRY`."""
+        and device providers) and let the managers allocate them to :data:`POD_ENTRY`.
+        The CPUs taken (none for a budget of no whole CPUs: then only its memory)."""
         from nri_cpumgr.cm.topologymanager import ERROR_TOPOLOGY_AFFINITY
 
         cm = self.cm
@@ -247,6 +299,7 @@ class PodLevelManager:
         spec = budget_spec(info.pod_resources)
         pod = Pod(uid=uid, name=info.pod_name, namespace=info.namespace, containers=(spec,),
                   qos=QOSClass.GUARANTEED)
+        self._validate_partition(info, spec.guaranteed_cpus())
         try:
             enforce_smt(cm.policy, cm.state, spec.guaranteed_cpus())
         except Exception as e:
@@ -266,10 +319,42 @@ class PodLevelManager:
                 raise AdmissionError(f"{result.reason}: {result.message}")
             raise AdmissionError(admission_text(result.error))
         cm.tm.add_container(pod, POD_ENTRY, _bubble_id(uid))
-        assert allocated, "the static policy allocates a whole-CPU budget"
+        if not allocated:
+            return CPUSet()  # (a budget of no whole CPUs: its memory only)
         log.info("pod %s/%s: pod-level bubble cpus=%s (pod budget %d cpus)",
                  info.namespace, info.pod_name, allocated, len(allocated))
         return CPUSet(allocated)
+
+    def _validate_partition(self, info: ContainerInfo, budget: int) -> None:
+        """With the pod's spec known (a pod spec source), the kubelet's check of the whole
+        pod's partition before its bubble is allocated (cpumanager policy_static.go
+        allocatePodForAdd: validatePodScopeResources, then the SMT alignment check, then the
+        allocation, v1.37.2): exclusive containers that leave no CPU for the shared ones
+        refuse the pod at its first container, with the kubelet's EmptyPodSharedPoolError
+        text, whatever else would fail first. Without the spec, the per-container checks
+        of :meth:`_admit_pod_scope` find it when the container that shows it comes."""
+        facts = info.pod_spec
+        if not budget or facts is None or not facts.pod_level:
+            return
+        inits = tuple(c for n in facts.init_containers if (c := facts.container(n)))
+        apps = tuple(c for n, c in facts.containers.items() if n not in facts.init_containers)
+        pod = Pod(uid=info.pod_uid, name=info.pod_name, namespace=info.namespace,
+                  containers=apps, init_containers=inits, qos=QOSClass.GUARANTEED)
+        try:
+            validate_pod_scope(pod, budget)
+        except EmptyPodSharedPoolError as e:
+            from nri_cpumgr.cm.topologymanager import ERROR_TOPOLOGY_AFFINITY
+            from nri_cpumgr.cm.topologymanager.policy import (
+                POLICY_RESTRICTED,
+                POLICY_SINGLE_NUMA_NODE,
+            )
+
+            if self.cm.tm.policy_name in (POLICY_RESTRICTED, POLICY_SINGLE_NUMA_NODE):
+                # the CPU manager's pod hints make the same check and answer no hint
+                # (getPodTopologyHintsForAdd): these policies refuse the pod first, with
+                # the pod scope's text (scope_pod.go admitUsingPodResources)
+                raise AdmissionError(f"{ERROR_TOPOLOGY_AFFINITY}: {POD_SCOPE_REFUSAL}") from None
+            raise AdmissionError(f"{EMPTY_POD_SHARED_POOL}: {e}") from None
 
     def _check_memory(self, info: ContainerInfo, live_shared: list[str]) -> None:
         """The Memory Manager's empty-pod-shared-pool check for a new slice."""
@@ -296,6 +381,7 @@ class PodLevelManager:
     def pod_removed(self, pod_uid: str) -> None:
         """The pod sandbox went away (its bubble was released with the pod's entries)."""
         self.cm.tm.remove_container(_bubble_id(pod_uid))
+        self._regular_inits.pop(pod_uid, None)
         self.cm.devices.current.pop((pod_uid, POD_ENTRY), None)
 
     def adopt(self, pending: list[ContainerInfo]) -> None:

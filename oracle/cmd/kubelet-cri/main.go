@@ -12,7 +12,8 @@
 // Input (stdin or the file named by the one argument), JSON:
 //
 //	{"memoryCapacity": <bytes, optional: the node's MemTotal by default>,
-//	 "featureGates": {"<gate>": true|false, ...},   // optional, the kubelet's gates
+//	 "featureGates": {"<gate>": true|false, ...},   // optional, the kubelet's gates (a gate
+//	                                                // off turns off the gates depending on it)
 //	 "cpuCFSQuota": true,                            // optional, kubelet default true
 //	 "pods": [<v1.Pod>, ...]}
 //
@@ -31,6 +32,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime/debug"
 	"strconv"
@@ -160,8 +162,20 @@ type podCgroups struct {
 }
 
 func (p podCgroups) GetPodCgroupConfig(pod *v1.Pod, _ v1.ResourceName) (*cm.ResourceConfig, error) {
-	return cm.ResourceConfigForPod(pod, p.quota, 100000, false,
-		kubeletconfig.NoneMemoryReservationPolicy), nil
+	c := cm.ResourceConfigForPod(pod, p.quota, 100000, false,
+		kubeletconfig.NoneMemoryReservationPolicy)
+	// a cgroup always reads as some value: no limit is "max" (the kubelet's cgroup manager
+	// reads memory.max "max" as the largest value, cpu.max "max" as quota -1)
+	if c.Memory == nil {
+		c.Memory = ptr.To(int64(math.MaxInt64))
+	}
+	if c.CPUQuota == nil {
+		c.CPUQuota = ptr.To(int64(-1))
+	}
+	if c.CPUPeriod == nil {
+		c.CPUPeriod = ptr.To(uint64(100000))
+	}
+	return c, nil
 }
 
 type containerManager struct {
@@ -231,6 +245,35 @@ func newManager(ctx context.Context, in *input, rt *recorder, root string) (kube
 		noopoteltrace.NewTracerProvider(), nil, nil, timeRecorder{},
 	)
 	return m, err
+}
+
+// withDependents: the gates with, for each gate turned off, every gate that depends on it
+// (transitively, the feature gate's own Dependencies) turned off too unless set: a kubelet
+// configured with PodLevelResources: false refuses to start while PodLevelResourcesFixDefaulting
+// and the other gates that depend on it keep their default (on), so an operator turns them off
+// with it.
+func withDependents(gates map[string]bool) map[string]bool {
+	deps := utilfeature.DefaultMutableFeatureGate.Dependencies()
+	out := map[string]bool{}
+	for k, v := range gates {
+		out[k] = v
+	}
+	for changed := true; changed; {
+		changed = false
+		for f, on := range deps {
+			if _, set := out[string(f)]; set {
+				continue
+			}
+			for _, d := range on {
+				if v, set := out[string(d)]; set && !v {
+					out[string(f)] = false
+					changed = true
+					break
+				}
+			}
+		}
+	}
+	return out
 }
 
 func kinds(pod *v1.Pod) map[string]string {
@@ -320,7 +363,7 @@ func run(args []string, stdin io.Reader, stdout io.Writer) (int, error) {
 	if err := json.Unmarshal(data, &in); err != nil {
 		return 1, fmt.Errorf("input: %w", err)
 	}
-	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(in.FeatureGates); err != nil {
+	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(withDependents(in.FeatureGates)); err != nil {
 		return 1, fmt.Errorf("featureGates: %w", err)
 	}
 	ctx := context.Background()

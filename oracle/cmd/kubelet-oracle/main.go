@@ -43,6 +43,7 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/cpumanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/memorymanager"
+	cmqos "k8s.io/kubernetes/pkg/kubelet/cm/qos"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 	"k8s.io/utils/cpuset"
@@ -112,6 +113,9 @@ type containerResult struct {
 	CPUs      string `json:"cpus"`
 	Exclusive bool   `json:"exclusive"`
 	Mems      string `json:"mems"`
+	// Pool is "pod" for a container on its pod's shared pool (pod-level resource
+	// managers: the CPU manager's ResourceIsolationPod), "" otherwise
+	Pool string `json:"pool,omitempty"`
 }
 
 type eventResult struct {
@@ -122,6 +126,12 @@ type eventResult struct {
 	Message    string            `json:"message,omitempty"`
 	Containers []containerResult `json:"containers,omitempty"`
 	SharedPool *string           `json:"sharedPool,omitempty"`
+	// PodCPUs: the CPUs of an admitted pod's pod-level allocation (GetPodCPUs), "" when none
+	PodCPUs string `json:"podCPUs,omitempty"`
+	// MemoryUnsatisfiable: a rejected pod's containers (or "" for the pod, pod scope) for
+	// which the Memory Manager finds no NUMA node set (an empty hint map: the Topology
+	// Manager takes it for "no preference", the pod fails later in an allocation)
+	MemoryUnsatisfiable []string `json:"memoryUnsatisfiable,omitempty"`
 }
 
 type result struct {
@@ -290,10 +300,12 @@ func nodeAllocatableReservation(c config) (v1.ResourceList, cpuset.CPUSet, error
 }
 
 type managers struct {
-	cpu  cpumanager.Manager
-	mem  memorymanager.Manager
-	tm   topologymanager.Manager
-	node *node
+	cpu cpumanager.Manager
+	mem memorymanager.Manager
+	// the Memory Manager as the Topology Manager sees it (recording unsatisfiable hints)
+	memHints *memHints
+	tm       topologymanager.Manager
+	node     *node
 }
 
 var touchedGates = map[string]bool{}
@@ -309,10 +321,40 @@ func setFeatureGates(gates map[string]bool) error {
 	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(reset); err != nil {
 		return err
 	}
+	gates = withDependents(gates)
 	for name := range gates {
 		touchedGates[name] = true
 	}
 	return utilfeature.DefaultMutableFeatureGate.SetFromMap(gates)
+}
+
+// withDependents: the gates with, for each gate turned off, every gate that depends on it
+// (transitively, the feature gate's own Dependencies) turned off too unless set: a kubelet
+// configured with PodLevelResources: false refuses to start while PodLevelResourcesFixDefaulting
+// and the other gates that depend on it keep their default (on), so an operator turns them off
+// with it.
+func withDependents(gates map[string]bool) map[string]bool {
+	deps := utilfeature.DefaultMutableFeatureGate.Dependencies()
+	out := map[string]bool{}
+	for k, v := range gates {
+		out[k] = v
+	}
+	for changed := true; changed; {
+		changed = false
+		for f, on := range deps {
+			if _, set := out[string(f)]; set {
+				continue
+			}
+			for _, d := range on {
+				if v, set := out[string(d)]; set && !v {
+					out[string(f)] = false
+					changed = true
+					break
+				}
+			}
+		}
+	}
+	return out
 }
 
 func build(ctx context.Context, s scenario, dir string) (*managers, error) {
@@ -354,7 +396,8 @@ func build(ctx context.Context, s scenario, dir string) (*managers, error) {
 	if err != nil {
 		return nil, fmt.Errorf("memory manager: %w", err)
 	}
-	tm.AddHintProvider(logger, mem)
+	hints := &memHints{Manager: mem}
+	tm.AddHintProvider(logger, hints)
 	n := &node{}
 	if err := cpu.Start(ctx, n.activePods, sourcesReady{}, noStatus{}, noRuntime{}, containermap.NewContainerMap()); err != nil {
 		return nil, fmt.Errorf("cpu manager: %w", err)
@@ -363,7 +406,7 @@ func build(ctx context.Context, s scenario, dir string) (*managers, error) {
 		containermap.NewContainerMap()); err != nil {
 		return nil, fmt.Errorf("memory manager: %w", err)
 	}
-	return &managers{cpu: cpu, mem: mem, tm: tm, node: n}, nil
+	return &managers{cpu: cpu, mem: mem, memHints: hints, tm: tm, node: n}, nil
 }
 
 func defaultString(s, d string) string {
@@ -447,6 +490,7 @@ func run(ctx context.Context, s scenario) result {
 			// stale-state collection sees; a rejected pod is failed, no longer active
 			others := m.node.activePods()
 			m.node.setActive(append(append([]*v1.Pod(nil), others...), p))
+			m.memHints.unsatisfiable = nil
 			admit := m.tm.Admit(ctx, &lifecycle.PodAdmitAttributes{Pod: p, OtherPods: others,
 				Operation: lifecycle.AddOperation})
 			ok := admit.Admit
@@ -454,6 +498,8 @@ func run(ctx context.Context, s scenario) result {
 			if !ok {
 				er.Reason, er.Message = admit.Reason, admit.Message
 				m.node.setActive(others)
+				er.MemoryUnsatisfiable = m.memHints.unsatisfiable
+				settle(logger, m, p)
 			} else {
 				pods[p.Name] = p
 				for _, c := range append(append([]v1.Container(nil), p.Spec.InitContainers...), p.Spec.Containers...) {
@@ -461,7 +507,15 @@ func run(ctx context.Context, s scenario) result {
 					if cpus := m.cpu.GetCPUAffinity(string(p.UID), c.Name); !cpus.IsEmpty() {
 						cr.CPUs = cpus.String()
 					}
-					cr.Exclusive = !m.cpu.GetExclusiveCPUs(string(p.UID), c.Name).IsEmpty()
+					// exclusive: the container's own CPUs (ResourceIsolationContainer); a
+					// container of a pod-level pod without its own qualifying resources
+					// has an entry too, the pod's shared pool (ResourceIsolationPod)
+					switch m.cpu.GetResourceIsolationLevel(p, &c) {
+					case cmqos.ResourceIsolationContainer:
+						cr.Exclusive = true
+					case cmqos.ResourceIsolationPod:
+						cr.Pool = "pod"
+					}
 					cr.Mems = mems(m.mem.GetMemoryNUMANodes(logger, p, &c))
 					er.Containers = append(er.Containers, cr)
 					id := containerID(p, c.Name)
@@ -472,6 +526,9 @@ func run(ctx context.Context, s scenario) result {
 						_ = m.tm.RemoveContainer(logger, id) // ran to completion
 					}
 				}
+			}
+			if ok {
+				er.PodCPUs = m.cpu.GetPodCPUs(string(p.UID)).String()
 			}
 			pool := m.cpu.State().GetDefaultCPUSet().String()
 			er.SharedPool = &pool
@@ -503,6 +560,45 @@ func run(ctx context.Context, s scenario) result {
 		}
 	}
 	return res
+}
+
+// settle runs the managers' stale-state collection after a rejected pod, as the next
+// admission (or the CPU manager's reconcile loop) would: the rejected pod is no longer active,
+// so what its admission allocated before it failed (the pod scope allocates container by
+// container) is released, and the shared pool reported is the one the next pod sees. The
+// managers' hint calls do it (cpu_manager.go / memory_manager.go GetTopologyHints call
+// removeStaleState first; the hints change no state).
+func settle(logger klog.Logger, m *managers, p *v1.Pod) {
+	for _, c := range append(append([]v1.Container(nil), p.Spec.InitContainers...), p.Spec.Containers...) {
+		m.cpu.GetTopologyHints(logger, p, &c, lifecycle.AddOperation)
+		m.mem.GetTopologyHints(logger, p, &c, lifecycle.AddOperation)
+		return // (one call each collects the stale state)
+	}
+}
+
+// memHints is the Memory Manager as the Topology Manager's hint provider, recording the
+// containers (pod scope: "" for the pod) for which it answers an empty, non-nil hint map: no
+// NUMA node set can hold their memory, which the Topology Manager takes for "no preference"
+// (the pod is admitted and fails later, in an allocation).
+type memHints struct {
+	memorymanager.Manager
+	unsatisfiable []string
+}
+
+func (h *memHints) GetTopologyHints(logger klog.Logger, pod *v1.Pod, c *v1.Container, op lifecycle.Operation) map[string][]topologymanager.TopologyHint {
+	r := h.Manager.GetTopologyHints(logger, pod, c, op)
+	if r != nil && len(r) == 0 {
+		h.unsatisfiable = append(h.unsatisfiable, c.Name)
+	}
+	return r
+}
+
+func (h *memHints) GetPodTopologyHints(logger klog.Logger, pod *v1.Pod, op lifecycle.Operation) map[string][]topologymanager.TopologyHint {
+	r := h.Manager.GetPodTopologyHints(logger, pod, op)
+	if r != nil && len(r) == 0 {
+		h.unsatisfiable = append(h.unsatisfiable, "")
+	}
+	return r
 }
 
 func isInit(p *v1.Pod, name string) bool {
