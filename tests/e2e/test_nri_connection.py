@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.e2e.conftest import require_e2e
-from tests.e2e.harness import Containerd
+from tests.e2e.harness import Containerd, runtime_daemon
 from tests.e2e.plugin_run import eventually, start_plugin
 
 MEM = "200Mi"
@@ -32,7 +32,7 @@ def _launched(version: str, prefix: str, command: str,
     ``conf``. Returns (containerd, work dir, plugin state dir)."""
     require_e2e(version)
     wd = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
-    c = Containerd(version, wd)
+    c = runtime_daemon(version, wd)
     state = wd / "state"
     c.nri_plugin_dir.mkdir(parents=True, exist_ok=True)
     c.nri_conf_dir.mkdir(parents=True, exist_ok=True)
