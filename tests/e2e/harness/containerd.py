@@ -301,6 +301,11 @@ class Containerd:
         """The last element of a container's ``cgroupsPath`` (cgroupfs driver)."""
         return cid
 
+    #: CreateContainer runs the OCI runtime's ``create`` (the cgroup, the cpuset applied):
+    #: a container pinned to CPUs the host lacks (a sysfs-fixture topology) fails there.
+    #: containerd creates the runc container at StartContainer only.
+    applies_cpuset_at_create = False
+
     def _terminate(self, timeout: float = 10.0) -> int | None:
         """SIGTERM the daemon, SIGKILL after ``timeout`` s, reap it; returns its exit code."""
         proc, self._proc = self._proc, None

@@ -156,6 +156,8 @@ class Crio(Containerd):
         """The last element of a container's ``cgroupsPath``: ``crio-<id>`` (cgroupfs)."""
         return f"crio-{cid}"
 
+    applies_cpuset_at_create = True
+
     # -- paths
     @property
     def cri_socket(self) -> Path:
