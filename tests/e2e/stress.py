@@ -107,7 +107,8 @@ class Result:
     def lines(self) -> list[str]:
         """A human summary, one fact per line."""
         total = sum(self.cycles.values())
-        out = [f"containerd {self.version}, sharedPoolUpdateMode {self.mode}: "
+        what = "CRI-O" if self.version == "crio" else f"containerd {self.version}"
+        out = [f"{what}, sharedPoolUpdateMode {self.mode}: "
                f"{self.seconds:.0f} s, {total} pod cycles "
                + ", ".join(f"{k} {v}" for k, v in sorted(self.cycles.items()))
                + f", {self.passes} shared-pool passes"]
@@ -296,7 +297,8 @@ def run(version: str, *, minutes: float, mode: str | None, shared: int = 20,
             setup.start_container(setup.create_container(pod, "c"))
         m = re.search(r"shared pool update mode (\S+)", plugin.log_text())
         effective = m.group(1) if m else (mode or "default")
-        say(f"containerd {version}: {shared} shared containers running; churn for "
+        say(f"{'CRI-O' if version == 'crio' else 'containerd ' + version}: {shared} shared "
+            f"containers running; churn for "
             f"{minutes:g} min (mode {effective}, shrink {shrink_delay}, grow {grow_delay}, "
             f"deadline {deadline:g} s)")
         churn.t0 = time.monotonic()
