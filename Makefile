@@ -90,7 +90,8 @@ e2e-2.4: setup
 CRIO_E2E ?= tests/e2e/test_harness.py tests/e2e/test_nri_connection.py \
             tests/e2e/test_static_policy.py tests/e2e/test_shared_pool.py tests/e2e/test_restarts.py
 e2e-crio: setup
-	command -v conmon >/dev/null || apt-get install -y -qq conmon >/dev/null
+	command -v conmon >/dev/null || apt-get install -y -qq conmon >/dev/null \
+	  || { apt-get update -qq && apt-get install -y -qq conmon >/dev/null; }
 	nice -n 10 bash scripts/modern/build.sh crio >/dev/null
 	NRI_E2E_CONTAINERD=crio $(PY) -m pytest -q $(CRIO_E2E)
 
