@@ -9,8 +9,8 @@ PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 .PHONY: setup venv runtime proto proto-check lint docs test unit e2e e2e-vm cluster cluster-e2e \
-        demo bench stress clean clean-cache kubelet-cri modern modern-tools e2e-2.4 cluster-modern \
-        oracle differential
+        demo bench stress clean clean-cache kubelet-cri modern modern-tools e2e-2.4 e2e-crio \
+        cluster-modern oracle differential
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -84,6 +84,16 @@ modern-tools:
 e2e-2.4: setup
 	bash scripts/modern/build.sh containerd runc >/dev/null
 	NRI_E2E_CONTAINERD=2.4 $(PY) -m pytest -q tests/e2e
+
+# the e2e suite's core scenarios on CRI-O v1.34.0 from the modern build, with Debian's conmon
+# (installed with apt-get when missing) and runc; docs/development/modern-node.md, CRI-O
+CRIO_E2E ?= tests/e2e/test_harness.py tests/e2e/test_nri_connection.py \
+            tests/e2e/test_static_policy.py tests/e2e/test_shared_pool.py tests/e2e/test_restarts.py
+e2e-crio: setup
+	command -v conmon >/dev/null || apt-get install -y -qq conmon >/dev/null \
+	  || { apt-get update -qq && apt-get install -y -qq conmon >/dev/null; }
+	nice -n 10 bash scripts/modern/build.sh crio >/dev/null
+	NRI_E2E_CONTAINERD=crio $(PY) -m pytest -q $(CRIO_E2E)
 
 # the kubelet 1.37 cluster test on containerd 2.1 and 2.4
 cluster-modern: setup

@@ -11,8 +11,15 @@ release with containerd/nri#301) no longer takes the Adaptation lock there.
 Read in the Go modules of each release (``go.mod`` of containerd, ``pkg/adaptation/
 adaptation.go`` of NRI): containerd 1.7.x (up to 1.7.35: NRI v0.6.1 .. v0.8.0), 2.1.x (v0.8.0),
 2.2.x (v0.11.0) and 2.3.x (up to 2.3.7: v0.12.0) have the inversion; containerd 2.4.0
-(v0.12.3) is the first release without it. Other runtimes (CRI-O, ...) are not known here:
-they get the path that is safe whatever their NRI does.
+(v0.12.3) is the first release without it.
+
+CRI-O's NRI integration (``internal/nri/nri.go``, a port of containerd's) has the same two
+locks in the same orders: its ``l.Lock()`` around every CRI hook and in ``updateFromPlugin``.
+CRI-O v1.34.0 (the release read here, its Go module) vendors NRI
+v0.9.1-0.20250219030224-e597e7849f24, whose ``updateContainers`` takes ``r.Lock()``: the
+inversion. Earlier CRI-O releases vendor older NRIs (before v0.12.1, all with it). No CRI-O
+release was read with a fixed NRI, so a later CRI-O is "not known". Other runtimes are not
+known either: they get the path that is safe whatever their NRI does.
 
 The decision is pure (strings in, a :class:`ModeChoice` out); the runtime glue logs it.
 """
@@ -27,6 +34,9 @@ FIXED_CONTAINERD = (2, 4, 0)
 #: The first NRI release with containerd/nri#301.
 FIXED_NRI = "v0.12.1"
 ISSUE = "containerd/containerd#13733"
+#: The newest CRI-O read (v1.34.0, NRI v0.9.1-0.20250219030224-e597e7849f24): it and every
+#: earlier CRI-O have the inversion; later ones are not known here.
+LAST_READ_CRIO = (1, 34)
 
 #: ``sharedPoolUpdateMode`` values: ``auto`` picks ``async`` or ``reply`` per runtime.
 CONFIG_MODES = ("auto", "async", "reply")
@@ -66,14 +76,17 @@ def parse_version(text: str) -> tuple[int, int, int, bool] | None:
 
 def nri_lock_inversion(runtime_name: str, runtime_version: str) -> bool | None:
     """True: the runtime's NRI takes its locks in opposite orders for a plugin's
-    UpdateContainers and for CRI calls (a plugin calling UpdateContainers can hang it);
-    False: it does not (containerd >= 2.4.0); None: not known (another runtime, or a version
-    that cannot be read)."""
-    if runtime_name.strip().lower() != "containerd":
+    UpdateContainers and for CRI calls (a plugin calling UpdateContainers can hang it:
+    containerd < 2.4.0, CRI-O <= 1.34.x); False: it does not (containerd >= 2.4.0); None: not
+    known (another runtime, a CRI-O after 1.34, or a version that cannot be read)."""
+    name = runtime_name.strip().lower()
+    if name not in ("containerd", "cri-o"):
         return None
     v = parse_version(runtime_version)
     if v is None:
         return None
+    if name == "cri-o":
+        return True if (v[0], v[1]) <= LAST_READ_CRIO else None
     major, minor, patch, pre = v
     if (major, minor, patch) > FIXED_CONTAINERD:
         return False
@@ -93,9 +106,11 @@ def choose_update_mode(configured: str, runtime_name: str, runtime_version: str)
     runtime = f"{runtime_name or '?'} {runtime_version or '?'}"
     inverted = nri_lock_inversion(runtime_name, runtime_version)
     if inverted is True:
+        fixed = (f"fixed in containerd {'.'.join(map(str, FIXED_CONTAINERD))}"
+                 if runtime_name.strip().lower() == "containerd" else
+                 f"no CRI-O release known here with NRI {FIXED_NRI}+")
         why = (f"{runtime} vendors an NRI older than {FIXED_NRI}: a plugin's UpdateContainers "
-               f"can deadlock it against CRI calls ({ISSUE}; fixed in containerd "
-               f"{'.'.join(map(str, FIXED_CONTAINERD))})")
+               f"can deadlock it against CRI calls ({ISSUE}; {fixed})")
     elif inverted is False:
         why = f"{runtime} vendors NRI {FIXED_NRI} or later (containerd/nri#301)"
     else:

@@ -2,7 +2,8 @@
 # Build the modern node's binaries from Go modules (through the module proxy), once, into the
 # machine-wide cache; every checkout reuses them. Versions: scripts/modern/versions.env.
 #
-#   scripts/modern/build.sh [COMPONENT...]   build (or reuse) each (default: all) and print its bin dir
+#   scripts/modern/build.sh [COMPONENT...]   build (or reuse) each (default: all but crio) and
+#                                            print its bin dir
 #   scripts/modern/build.sh --print COMPONENT  print its bin dir, build nothing (exit 1 if absent)
 #
 # COMPONENT  module (version from versions.env)                      binaries
@@ -14,6 +15,10 @@
 #   runc       github.com/opencontainers/runc (cgo, libseccomp)      runc
 #   crictl     sigs.k8s.io/cri-tools                                 crictl
 #   helm       helm.sh/helm/v4                                       helm
+#   crio       github.com/cri-o/cri-o (cgo, libseccomp; build tags drop   crio copyimg pinns
+#              gpgme, btrfs and ostree); copyimg: the module's image copier
+#              (a docker-archive into CRI-O's containers-storage, offline);
+#              pinns: the C helper shipped in the same module, built with cc
 #   etcd       not Go: Debian's etcd-server package (version in versions.env), unpacked
 #              with dpkg -x through a private apt configuration                etcd
 #
@@ -32,7 +37,8 @@ REVISION=1
 CACHE=${NRI_CPUMGR_CACHE:-/var/cache/nri-cpumgr}/modern
 export GOTOOLCHAIN=local GOWORK=off GOFLAGS=-mod=mod
 export GOCACHE=${MODERN_GOCACHE:-$CACHE/gocache}
-ALL=(kubernetes containerd runc crictl helm etcd)
+ALL=(kubernetes containerd runc crictl helm etcd)  # the default set: the modern cluster's
+EXTRA=(crio)  # built when named (make e2e-crio)
 
 log() { echo "modern-build: $*" >&2; }
 version_of() {
@@ -43,7 +49,8 @@ version_of() {
     crictl) echo "$CRI_TOOLS_VERSION" ;;
     helm) echo "$HELM_VERSION" ;;
     etcd) echo "$ETCD_DEBIAN_VERSION" ;;
-    *) echo "modern-build: unknown component '$1' (one of: ${ALL[*]})" >&2; return 2 ;;
+    crio) echo "$CRIO_VERSION" ;;
+    *) echo "modern-build: unknown component '$1' (one of: ${ALL[*]} ${EXTRA[*]})" >&2; return 2 ;;
   esac
 }
 dir_of() { echo "$CACHE/$1-$(version_of "$1")"; }
@@ -65,10 +72,12 @@ wrapper() { # wrapper DIR MODULE VERSION [go.mod lines...]: a module that requir
 module_dir() { # the module cache directory of MODULE@VERSION (downloaded when missing)
   (cd "$1/src" && go mod download -json "$2@$3" | sed -nE 's/^\s*"Dir": "(.*)",?$/\1/p')
 }
-gobuild() { # gobuild DIR PKG... (env CGO_ENABLED, TAGS, LDFLAGS): into DIR/bin.new
+gobuild() { # gobuild DIR PKG... (env CGO_ENABLED, TAGS, LDFLAGS, NOGET): into DIR/bin.new
   local dir=$1; shift
   local pkg
-  for pkg in "$@"; do (cd "$dir/src" && go get "$pkg") >&2; done
+  # NOGET=1: no `go get PKG` (it asks the proxy for every path prefix of PKG as a module, which
+  # fails where the proxy refuses such a path); -mod=mod resolves the packages' modules instead
+  [ -n "${NOGET:-}" ] || for pkg in "$@"; do (cd "$dir/src" && go get "$pkg") >&2; done
   (cd "$dir/src" && go build -trimpath -tags "${TAGS:-}" -ldflags "-s -w ${LDFLAGS:-}" \
      -o "$dir/bin.new/" "$@")
 }
@@ -106,13 +115,17 @@ build_containerd() {
     gobuild "$dir" "$m/cmd/containerd" "$m/cmd/ctr" "$m/cmd/containerd-shim-runc-v2"
 }
 
-build_runc() {
-  local dir=$1 v=$RUNC_VERSION m=github.com/opencontainers/runc
+need_seccomp_headers() {
   if ! pkg-config --exists libseccomp 2>/dev/null; then
-    log "apt-get install libseccomp-dev pkg-config (runc's seccomp support needs the headers)"
+    log "apt-get install libseccomp-dev pkg-config (seccomp support needs the headers)"
     apt-get install -y -qq libseccomp-dev pkg-config >/dev/null \
       || { apt-get update -qq && apt-get install -y -qq libseccomp-dev pkg-config >/dev/null; }
   fi
+}
+
+build_runc() {
+  local dir=$1 v=$RUNC_VERSION m=github.com/opencontainers/runc
+  need_seccomp_headers
   wrapper "$dir" "$m" "$v"
   CGO_ENABLED=1 TAGS=seccomp LDFLAGS="-X main.version=${v#v}" gobuild "$dir" "$m"
 }
@@ -127,6 +140,23 @@ build_helm() {
   local dir=$1 v=$HELM_VERSION m=helm.sh/helm/v4
   wrapper "$dir" "$m" "$v"
   CGO_ENABLED=0 LDFLAGS="-X $m/internal/version.version=$v" gobuild "$dir" "$m/cmd/helm"
+}
+
+build_crio() {
+  # the tags of CRI-O's Makefile (hack/*_tag.sh) for a machine without gpgme and btrfs headers:
+  # openpgp in Go instead of gpgme, no btrfs driver, no ostree; seccomp through libseccomp (cgo)
+  local dir=$1 v=$CRIO_VERSION m=github.com/cri-o/cri-o
+  need_seccomp_headers
+  wrapper "$dir" "$m" "$v"
+  CGO_ENABLED=1 \
+  TAGS="containers_image_ostree_stub containers_image_openpgp exclude_graphdriver_btrfs btrfs_noversion seccomp selinux" \
+  LDFLAGS="-X $m/internal/version.buildDate=1970-01-01T00:00:00Z" NOGET=1 gobuild "$dir" "$m/cmd/crio" "$m/test/copyimg"
+  # pinns (creates and pins the pod's namespaces; CRI-O runs it for every sandbox): C, in the
+  # module's pinns/src, built as its pinns/Makefile does
+  local mdir
+  mdir=$(module_dir "$dir" "$m" "$v")
+  cc -std=c99 -Os -O3 -Wall -Wextra -static -o "$dir/bin.new/pinns" "$mdir"/pinns/src/*.c
+  strip -s "$dir/bin.new/pinns"
 }
 
 build_etcd() { # Debian's package: a private apt state in the cache, the machine's own source

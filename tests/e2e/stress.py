@@ -24,6 +24,11 @@ Exit status: 0 no hang, 1 hang (the dump's path on the last line), 2 setup error
 
     .venv/bin/python tests/e2e/stress.py --version 1.7 --minutes 10          # shipped mode
     .venv/bin/python tests/e2e/stress.py --version 2.1 --minutes 5 --mode async
+    .venv/bin/python tests/e2e/stress.py --version crio --minutes 4 --mode async  # CRI-O 1.34.0
+
+``--version crio`` churns the harness's CRI-O (:class:`~tests.e2e.harness.Crio`); its SIGUSR1
+dump is ``$TMPDIR/crio-goroutine-stacks-<time>.log`` (CRI-O ``cmd/crio/main.go``), with
+``TMPDIR`` in its work dir, found by name (CRI-O does not log the path).
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ if str(TOP) not in sys.path:
 
 import grpc  # noqa: E402
 
-from tests.e2e.harness import Containerd, CRIClient  # noqa: E402
+from tests.e2e.harness import Containerd, CRIClient, Crio  # noqa: E402
 from tests.e2e.harness import cgroups as cg  # noqa: E402
 from tests.e2e.plugin_run import start_plugin  # noqa: E402
 
@@ -102,7 +107,8 @@ class Result:
     def lines(self) -> list[str]:
         """A human summary, one fact per line."""
         total = sum(self.cycles.values())
-        out = [f"containerd {self.version}, sharedPoolUpdateMode {self.mode}: "
+        what = "CRI-O" if self.version == "crio" else f"containerd {self.version}"
+        out = [f"{what}, sharedPoolUpdateMode {self.mode}: "
                f"{self.seconds:.0f} s, {total} pod cycles "
                + ", ".join(f"{k} {v}" for k, v in sorted(self.cycles.items()))
                + f", {self.passes} shared-pool passes"]
@@ -236,12 +242,23 @@ def _dump_stacks(c: Containerd, since: int, out: Path) -> tuple[Path | None, lis
     if not c.running or c.pid is None:
         return None, []
     os.kill(c.pid, signal.SIGUSR1)
-    try:
-        m = c.wait_for_log(_DUMP_WRITTEN, timeout=15.0, since=since)
-    except Exception:  # noqa: BLE001 - the log holds the dump all the same
-        return None, []
-    src = Path(m.group(1))
-    dst = out / f"containerd-{c.version}.stacks.log"
+    if isinstance(c, Crio):
+        found: list[Path] = []
+        end = time.monotonic() + 15.0
+        while not found and time.monotonic() < end:
+            time.sleep(0.5)
+            found = sorted((c.workdir / "tmp").glob("crio-goroutine-stacks-*.log"))
+        if not found:
+            return None, []
+        time.sleep(1.0)  # written in one go, but give it the time to finish
+        src = found[-1]
+    else:
+        try:
+            m = c.wait_for_log(_DUMP_WRITTEN, timeout=15.0, since=since)
+        except Exception:  # noqa: BLE001 - the log holds the dump all the same
+            return None, []
+        src = Path(m.group(1))
+    dst = out / f"{'crio' if isinstance(c, Crio) else 'containerd'}-{c.version}.stacks.log"
     with contextlib.suppress(OSError):
         shutil.copyfile(src, dst)
         return dst, _summarize_dump(dst.read_text(errors="replace"))
@@ -260,7 +277,8 @@ def run(version: str, *, minutes: float, mode: str | None, shared: int = 20,
     workdir = Path(tempfile.mkdtemp(prefix=f"st{version}-", dir="/tmp"))
     out = out or Path(tempfile.mkdtemp(prefix=f"nri-stress-{version}-", dir="/tmp"))
     out.mkdir(parents=True, exist_ok=True)
-    c = StackDumpContainerd(version, workdir)
+    c: Containerd = Crio(version, workdir) if version == "crio" else \
+        StackDumpContainerd(version, workdir)
     keys: dict[str, Any] = {"sharedPoolShrinkDelay": shrink_delay,
                             "sharedPoolGrowDelay": grow_delay}
     if mode is not None:
@@ -279,7 +297,8 @@ def run(version: str, *, minutes: float, mode: str | None, shared: int = 20,
             setup.start_container(setup.create_container(pod, "c"))
         m = re.search(r"shared pool update mode (\S+)", plugin.log_text())
         effective = m.group(1) if m else (mode or "default")
-        say(f"containerd {version}: {shared} shared containers running; churn for "
+        say(f"{'CRI-O' if version == 'crio' else 'containerd ' + version}: {shared} shared "
+            f"containers running; churn for "
             f"{minutes:g} min (mode {effective}, shrink {shrink_delay}, grow {grow_delay}, "
             f"deadline {deadline:g} s)")
         churn.t0 = time.monotonic()
@@ -333,7 +352,7 @@ def run(version: str, *, minutes: float, mode: str | None, shared: int = 20,
         left = cg.remove_pod_cgroups(parents)
         if problems or left:
             say(f"cleanup problems: {problems + [f'cgroup left: {p}' for p in left[:5]]}")
-        for name in ("containerd.log", "plugin.log"):
+        for name in (c.log_path.name, "plugin.log"):
             with contextlib.suppress(OSError):
                 if hung or (workdir / name).stat().st_size < 50_000_000:
                     shutil.copyfile(workdir / name, out / name)
@@ -344,8 +363,8 @@ def run(version: str, *, minutes: float, mode: str | None, shared: int = 20,
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--version", action="append", choices=["1.7", "2.1"],
-                    help="containerd version (repeatable; default both)")
+    ap.add_argument("--version", action="append", choices=["1.7", "2.1", "crio"],
+                    help="containerd version, or crio (repeatable; default 1.7 and 2.1)")
     ap.add_argument("--minutes", type=float, default=10.0, help="churn time per version")
     ap.add_argument("--mode", choices=["auto", "async", "reply"],
                     help="sharedPoolUpdateMode (default: none in the config, the shipped one)")

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.e2e.conftest import require_e2e
-from tests.e2e.harness import Containerd
+from tests.e2e.harness import Containerd, runtime_daemon
 from tests.e2e.plugin_run import eventually, start_plugin
 
 MEM = "200Mi"
@@ -32,7 +32,7 @@ def _launched(version: str, prefix: str, command: str,
     ``conf``. Returns (containerd, work dir, plugin state dir)."""
     require_e2e(version)
     wd = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
-    c = Containerd(version, wd)
+    c = runtime_daemon(version, wd)
     state = wd / "state"
     c.nri_plugin_dir.mkdir(parents=True, exist_ok=True)
     c.nri_conf_dir.mkdir(parents=True, exist_ok=True)
@@ -193,3 +193,23 @@ def test_launched_with_no_arguments_as_the_runtime_starts_it(containerd_version)
     finally:
         c.stop()
         shutil.rmtree(wd, ignore_errors=True)
+
+
+def test_auto_update_mode_follows_the_runtime_name_and_version(containerd, cri, e2e_workdir):
+    """``sharedPoolUpdateMode: auto`` (the default) decides from what the runtime sends in
+    Configure: reply on containerd 1.7 / 2.1 and CRI-O 1.34.0 (NRI before v0.12.1: the
+    lock-order inversion), async on containerd 2.4.2 (nri_cpumgr/poolsync/runtimes.py)."""
+    from nri_cpumgr.poolsync.runtimes import choose_update_mode
+
+    plugin = start_plugin(containerd, e2e_workdir)
+    try:
+        m = plugin.wait_for_log(r"shared pool update mode (\S+) \((auto: [^\n]*)\)", timeout=5)
+        v = cri.version()
+        want = choose_update_mode("auto", v.runtime_name, v.runtime_version)
+        assert (m.group(1), m.group(2)) == (want.mode, want.reason)
+        # the runtime told the plugin the same name and version as its CRI Version
+        assert f"{v.runtime_name} {v.runtime_version} " in m.group(2)
+        expected = {"1.7": "reply", "2.1": "reply", "2.4": "async", "crio": "reply"}
+        assert m.group(1) == expected[containerd.version]
+    finally:
+        plugin.stop()

@@ -15,6 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from tests.e2e.conftest import skip_unless_created_containers_stay_unapplied
 from tests.e2e.plugin_run import start_plugin
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs" / "dual-socket-smt"
@@ -97,6 +98,7 @@ def test_container_leaving_exclusive_cpus_gets_its_cfs_quota_back(containerd, cr
     """16-CPU fixture (containers created, not started): a 1-CPU and a 14-CPU Guaranteed
     container fill the node; then reservedSystemCPUs grows to include the small one's CPU.
     It goes to the shared pool and must get the kubelet's quota back (1 CPU x 100 ms)."""
+    skip_unless_created_containers_stay_unapplied(containerd)
     plugin = start_plugin(containerd, e2e_workdir, sysfs_root=FIXTURE)
     try:
         small = cri.create_container(cri.run_pod("small", "Guaranteed"), "app",

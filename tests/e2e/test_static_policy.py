@@ -19,6 +19,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from tests.e2e.conftest import skip_unless_created_containers_stay_unapplied
 from tests.e2e.harness import cgroups
 from tests.e2e.plugin_run import eventually, start_plugin
 
@@ -130,6 +131,7 @@ def test_docs_static_policy_scenario(containerd, cri, e2e_workdir):
 def test_topology_aware_choice_on_dual_socket_fixture(containerd, cri, e2e_workdir):
     """2 sockets x 4 cores x 2 threads (siblings n, n+8; socket 0 = 0-3,8-11). Reserved CPU 0.
     Containers are created, not started (the host has only 2 CPUs)."""
+    skip_unless_created_containers_stay_unapplied(containerd)
     plugin = start_plugin(containerd, e2e_workdir, sysfs_root=FIXTURES / "dual-socket-smt")
     try:
         g = {"cpu": "2", "memory": MEM}
@@ -193,7 +195,7 @@ def test_sigkill_and_restart_keeps_cpus(containerd, cri, e2e_workdir):
             time.sleep(0.1)
             state = status()
         assert state["defaultCpuSet"] == "0"
-        pod_uid = cri.inspect(gid)[1]["annotations"]["io.kubernetes.cri.sandbox-uid"]
+        pod_uid = cri.container_status(gid).status.labels["io.kubernetes.pod.uid"]
         assert state["entries"] == {pod_uid: {"app": "1"}}
         rows = {r["pod"]: r for r in state["containers"]}
         assert rows["e2e/g"]["cpus"] == "1" and rows["e2e/g"]["exclusive"]

@@ -53,8 +53,12 @@ def test_parse_version(text, want):
     ("Containerd", "v2.4.1", False),
     ("containerd", "", None),
     ("containerd", "devel", None),
-    ("cri-o", "1.31.0", None),             # another runtime: not known here
-    ("CRI-O", "v1.34.1", None),
+    ("cri-o", "1.34.0", True),             # NRI v0.9.1-0.20250219030224-e597e7849f24
+    ("CRI-O", "v1.34.1", True),
+    ("cri-o", "1.31.0", True),             # older still
+    ("cri-o", "1.35.0", None),             # not read: not known
+    ("cri-o", "", None),
+    ("podman", "5.0.0", None),             # another runtime: not known here
     ("", "", None),
 ])
 def test_nri_lock_inversion(name, version, want):
@@ -70,6 +74,8 @@ def test_nri_lock_inversion(name, version, want):
     ("auto", "", "", "reply", False),
     ("async", "containerd", "1.7.24~ds1", "async", True),
     ("async", "cri-o", "1.31.0", "async", True),
+    ("async", "cri-o", "1.36.0", "async", True),
+    ("auto", "cri-o", "1.36.0", "reply", False),
     ("async", "containerd", "v2.4.2", "async", False),
     ("reply", "containerd", "v2.4.2", "reply", False),
     ("reply", "containerd", "1.7.24", "reply", False),
@@ -92,6 +98,11 @@ def test_choose_update_mode_reasons_name_the_bug_and_the_fix():
     unknown = choose_update_mode("auto", "cri-o", "")
     assert unknown.reason == ("auto: cri-o ? is not known to be free of the NRI lock-order "
                               "inversion (containerd/containerd#13733)")
+    crio = choose_update_mode("auto", "cri-o", "1.34.0")
+    assert crio.reason == (
+        "auto: cri-o 1.34.0 vendors an NRI older than v0.12.1: a plugin's UpdateContainers "
+        "can deadlock it against CRI calls (containerd/containerd#13733; no CRI-O release "
+        "known here with NRI v0.12.1+)")
     with pytest.raises(ValueError, match="sharedPoolUpdateMode 'later'"):
         choose_update_mode("later", "containerd", "v2.4.2")
 

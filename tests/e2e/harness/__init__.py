@@ -1,4 +1,5 @@
-"""End-to-end harness: a real containerd with NRI, driven over CRI like the kubelet drives it.
+"""End-to-end harness: a real containerd (or CRI-O: :class:`Crio`) with NRI, driven over CRI
+like the kubelet drives it.
 
 Public API: :class:`Containerd`, :class:`CRIClient`, :class:`PluginProcess`, the image
 builders (:func:`build_images`, :data:`BUSYBOX_IMAGE`, :data:`PAUSE_IMAGE`), the cgroup
@@ -17,6 +18,7 @@ from .cri import (
     milli_cpu_to_quota,
     milli_cpu_to_shares,
 )
+from .crio import Crio, runtime_daemon
 from .images import BUSYBOX_IMAGE, PAUSE_IMAGE, build_images
 from .paths import VERSIONS
 from .plugin import PluginProcess
@@ -29,6 +31,7 @@ __all__ = [
     "CRIClient",
     "Containerd",
     "ContainerdError",
+    "Crio",
     "PluginProcess",
     "build_images",
     "cgroup_parent",
@@ -38,4 +41,5 @@ __all__ = [
     "load_cri",
     "milli_cpu_to_quota",
     "milli_cpu_to_shares",
+    "runtime_daemon",
 ]

@@ -254,8 +254,22 @@ class CRIClient:
     """
 
     def __init__(self, socket: str | Path, *, log_root: Path | None = None,
-                 timeout: float = 30.0, cgroup_driver: str = "cgroupfs") -> None:
+                 timeout: float = 30.0, cgroup_driver: str = "cgroupfs",
+                 hugepage_sizes: list[int] | None = None,
+                 kill_before_stop_pod: bool = False,
+                 min_oom_score_adj: int | None = None) -> None:
         self.pb, grpc_mod = load_cri()
+        #: the lowest oom_score_adj sent (the kubelet's value is raised to it): what
+        #: containerd's ``restrict_oom_score_adj`` does on its side, for a runtime without it
+        #: on a host where lowering the score is not allowed (no CAP_SYS_RESOURCE)
+        self.min_oom_score_adj = min_oom_score_adj
+        #: StopPodSandbox after a StopContainer (grace 0) of each running container, as the
+        #: kubelet stops a pod; CRI-O's StopPodSandbox gives each container its stop timeout
+        #: (at least 30 s), containerd's kills them at once
+        self.kill_before_stop_pod = kill_before_stop_pod
+        #: page sizes (bytes) the containers' hugepage limits name; None: the host's, as the
+        #: kubelet sends them (see :meth:`Crio.cri_client` for a runtime that needs fewer)
+        self.hugepage_sizes = hugepage_sizes
         self.cgroup_driver = cgroup_driver  # the pod cgroup parent form (see cgroup_parent)
         self.socket = str(socket)
         self.timeout = timeout
@@ -283,6 +297,11 @@ class CRIClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _restricted(self, res: dict[str, Any]) -> dict[str, Any]:
+        if self.min_oom_score_adj is not None:
+            res["oom_score_adj"] = max(res["oom_score_adj"], self.min_oom_score_adj)
+        return res
 
     def version(self) -> Any:
         """``VersionResponse`` (runtime_name, runtime_version, runtime_api_version)."""
@@ -359,7 +378,12 @@ class CRIClient:
         return resp.pod_sandbox_id
 
     def stop_pod(self, pod_id: str) -> None:
-        """StopPodSandbox (stops every container of the pod)."""
+        """StopPodSandbox (stops every container of the pod; with ``kill_before_stop_pod``
+        first a StopContainer with grace 0 for each of its running containers)."""
+        if self.kill_before_stop_pod:
+            for c in self.list_containers(pod_id):
+                if c.state == self.pb.CONTAINER_RUNNING:
+                    self.stop_container(c.id, timeout=0)
         self.runtime.StopPodSandbox(self.pb.StopPodSandboxRequest(pod_sandbox_id=pod_id),
                                     timeout=self.timeout)
 
@@ -394,8 +418,9 @@ class CRIClient:
         meta = sandbox.metadata
         if self._capacity is None:
             self._capacity = memory_capacity()
-        res = linux_resources(requests, limits, qos, capacity=self._capacity,
-                              pod_resources=self.pod_resources.get(pod_id))
+        res = self._restricted(linux_resources(
+            requests, limits, qos, capacity=self._capacity, hugepage_sizes=self.hugepage_sizes,
+            pod_resources=self.pod_resources.get(pod_id)))
         lbl = {"io.kubernetes.container.name": name, "io.kubernetes.pod.name": meta.name,
                "io.kubernetes.pod.namespace": meta.namespace, "io.kubernetes.pod.uid": meta.uid,
                **(labels or {})}
@@ -482,7 +507,8 @@ class CRIClient:
         ``cpuset_cpus``/``cpuset_mems`` are what the kubelet's own CPU manager would write.
         """
         pb = self.pb
-        res = linux_resources(requests, limits, qos, capacity=self._capacity)
+        res = self._restricted(linux_resources(requests, limits, qos, capacity=self._capacity,
+                                               hugepage_sizes=self.hugepage_sizes))
         self.runtime.UpdateContainerResources(
             pb.UpdateContainerResourcesRequest(
                 container_id=cid,
