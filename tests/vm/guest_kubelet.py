@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import ssl
 import subprocess
 import tempfile
@@ -182,7 +183,7 @@ class Node:
             sharedPoolUpdateMode="async", featureGates=GATES,
             topologyManagerPolicy="single-numa-node", topologyManagerScope=scope,
             podSpecSource="apiServer", apiServerURL=self.job["server"], nodeName=NODE)
-        self.plugin.wait_for_log("pod spec source:", timeout=60)
+        self.plugin.wait_for_log(re.compile(r"pod spec source: \d+ pods of node"), timeout=90)
 
     def start_kubelet(self) -> None:
         from tests.cluster.node import kubelet_config
@@ -300,13 +301,40 @@ class Node:
     def wait_cpus(self, cid: str, pred: Any, what: str, timeout: float = SETTLE) -> float:
         """Wait until the three views agree and ``pred(cpus)`` holds; seconds taken."""
         t0 = time.monotonic()
+        last: dict[str, Any] = {}
 
         def ok() -> bool:
-            v = self.view(cid)
-            return v["spec"] == v["cgroup"] == v["proc"] and bool(pred(v["cgroup"]))
+            last.update(self.view(cid))
+            return last["spec"] == last["cgroup"] == last["proc"] and bool(pred(last["cgroup"]))
 
-        _wait(ok, timeout, what, interval=0.5)
+        try:
+            _wait(ok, timeout, what, interval=0.5)
+        except KubeletError as e:
+            raise KubeletError(f"{e}; last seen: spec={last.get('spec')} cgroup="
+                               f"{last.get('cgroup')} proc={last.get('proc')}") from None
         return round(time.monotonic() - t0, 1)
+
+    def all_views(self) -> dict[str, Any]:
+        """pod/container -> view of every running container (for a failure's report)."""
+        out: dict[str, Any] = {}
+        assert self.cri is not None
+        for c in self.cri.list_containers():
+            if c.state != 1:  # CONTAINER_RUNNING
+                continue
+            key = f"{c.labels.get('io.kubernetes.pod.name')}/{c.metadata.name}"
+            try:
+                out[key] = self.view(c.id)
+            except Exception as e:  # noqa: BLE001 - a report
+                out[key] = str(e)
+        return out
+
+    def delete_all(self) -> None:
+        """Delete every pod of the namespace (after a phase, failed or not)."""
+        code, lst = self.api.call("GET", "/api/v1/namespaces/default/pods")
+        names = [p["metadata"]["name"] for p in (lst or {}).get("items", [])] if code == 200 \
+            else []
+        if names:
+            self.delete(*names)
 
     def delete(self, *names: str) -> None:
         for n in names:
@@ -546,7 +574,8 @@ def run_kubelet_job(job: dict[str, Any], files: Path, out: dict[str, Any],
         out.setdefault("kubelet_node", {})[version] = {
             "start_seconds": round(time.monotonic() - t0, 1), **node.extra}
         save()
-        for fn in PHASES:
+        only = kj.get("phases")
+        for fn in [f for f in PHASES if not only or f.__name__ in only]:
             print(f"guest: kubelet containerd {version}: {fn.__name__} ...", flush=True)
             t1 = time.monotonic()
             node.steps = []
@@ -557,6 +586,11 @@ def run_kubelet_job(job: dict[str, Any], files: Path, out: dict[str, Any],
             except Exception as e:  # recorded; the next phase still runs
                 res["error"] = f"{type(e).__name__}: {e}\n{traceback.format_exc()[-2500:]}"
                 res["kubelet_log"] = node.kubelet_log()[-3000:]
+                res["views"] = node.all_views()
+            try:
+                node.delete_all()
+            except Exception as e:  # noqa: BLE001 - said in the result; next phase runs
+                res["cleanup_error"] = f"{type(e).__name__}: {e}"
             res["steps"] = node.steps
             res["refused"] = {}
             res["plugin_log_tail"] = node.plugin.log_text()[-3000:] if node.plugin else ""

@@ -68,7 +68,9 @@ def run_kubelet_guest(topo: topology.Topology, versions: list[str], dirs: dict[s
         run = runner.run_guest(
             topo, containerd=[], drivers=[], scenarios=[], keep=keep,
             timeout=timeout or 600 + 900 * len(versions),
-            kubelet={"containerd": versions, "server": cp.guest_url},
+            kubelet={"containerd": versions, "server": cp.guest_url,
+                     "phases": [p for p in os.environ.get("NRI_VM_KUBELET_PHASES", "")
+                                .split(",") if p]},
             files=cp.guest_files("/mnt/job/files/ca.crt"),
             shares={"modern": (modern, GUEST_MODERN)})
     finally:
