@@ -383,7 +383,7 @@ def docs_pods(n: Node) -> dict[str, Any]:
     n.record("released guaranteed-4cpu", {k: (k, "app", v) for k, v in ids.items()},
              grow_seconds=t)
     n.delete(*ids)
-    return {"scenario": "docs"}
+    return {}
 
 
 def cg_cpus(text: str) -> frozenset[int]:
@@ -421,7 +421,7 @@ def sidecar_and_init(n: Node) -> dict[str, Any]:
                             "init-reuse/app": ("init-reuse", "app", app)},
              init_log=init_line)
     n.delete("init-reuse", "witness")
-    return {"scenario": "sidecar-init"}
+    return {}
 
 
 def container_scope(n: Node) -> dict[str, Any]:
@@ -444,7 +444,7 @@ def container_scope(n: Node) -> dict[str, Any]:
     n.record("container-scope-mixed", {f"container-scope-mixed/{c}": (
         "container-scope-mixed", c, i) for c, i in ids.items()})
     n.delete("container-scope-mixed")
-    return {"scenario": "pod-level-container-scope"}
+    return {}
 
 
 def _resize_patch(cpu: str) -> str:
@@ -475,13 +475,22 @@ def resize(n: Node) -> dict[str, Any]:
                 "the shared pool after the resize")
 
     def status_cpu() -> str:
+        # the request: the kubelet reads it back from the runtime's cpu shares; the limit it
+        # cannot (an exclusive container runs without CFS quota: kubelet
+        # kuberuntime_container_linux.go toKubeContainerResources leaves it unset)
         s = n.statuses("resize").get("app", {})
-        return str(s.get("resources", {}).get("limits", {}).get("cpu", ""))
+        return str(s.get("resources", {}).get("requests", {}).get("cpu", ""))
 
-    _wait(lambda: status_cpu() == "4", 120, "the pod status to show 4 CPUs")
+    try:
+        _wait(lambda: status_cpu() == "4", 120, "the pod status to show a 4-CPU request")
+    except KubeletError as e:
+        raise KubeletError(f"{e}: {json.dumps((n.api.pod('resize') or {}).get('status'))}"
+                           ) from None
     n.record("resize: 4 cpus", {"witness": ("witness", "app", w),
                                 "resize": ("resize", "app", cid)}, resize_seconds=grow,
-             status_cpu=status_cpu())
+             status_cpu=status_cpu(), status_resources=n.statuses("resize")["app"].get(
+                 "resources"), conditions=(n.api.pod("resize") or {}).get(
+                 "status", {}).get("conditions"))
     n.api.kubectl("patch", "pod", "resize", "-n", "default", "--subresource", "resize",
                   "--type", "strategic", "-p", _resize_patch("8"))
 
@@ -494,7 +503,7 @@ def resize(n: Node) -> dict[str, Any]:
     n.record("resize: 8 refused", {"witness": ("witness", "app", w),
                                    "resize": ("resize", "app", cid)}, condition=cond)
     n.delete("resize", "witness")
-    return {"scenario": "resize"}
+    return {}
 
 
 def pod_scope(n: Node) -> dict[str, Any]:
@@ -544,7 +553,7 @@ def pod_scope(n: Node) -> dict[str, Any]:
              refused_message=msg,
              describe_has_refusal="EmptyPodSharedPoolError" in desc)
     n.delete("empty-shared-pool", "witness")
-    return {"scenario": "pod-level-pod-scope"}
+    return {}
 
 
 PHASES = [docs_pods, sidecar_and_init, container_scope, resize, pod_scope]
