@@ -580,6 +580,14 @@ def run_kubelet_job(job: dict[str, Any], files: Path, out: dict[str, Any],
             node.stop()
             save()
             continue
+        # a second boot (runner.run_guest boots again after a guest kernel crash) meets the
+        # first one's pods in the same API server: start from none
+        try:
+            code, lst = node.api.call("GET", "/api/v1/namespaces/default/pods")
+            node.extra["stale_pods"] = len((lst or {}).get("items", [])) if code == 200 else -1
+            node.delete_all()
+        except Exception as e:  # noqa: BLE001 - the phases will say what is wrong
+            node.extra["stale_pods_error"] = f"{type(e).__name__}: {e}"
         out.setdefault("kubelet_node", {})[version] = {
             "start_seconds": round(time.monotonic() - t0, 1), **node.extra}
         save()
