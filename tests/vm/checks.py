@@ -282,6 +282,9 @@ def check_kubelet(topo: Topology, res: dict[str, Any]) -> list[str]:
                 bad.append(f"[{st['step']}] cpu.max of the resized container is "
                            f"{st['containers'].get('resize', {}).get('cpu_max')!r}, "
                            "expected no quota (max)")
+        four = next((st for st in steps if st["step"] == "resize: 4 cpus"), {})
+        if any(c.get("type") == "PodResizeInProgress" for c in four.get("conditions") or []):
+            bad.append("the resize to 4 CPUs still shows PodResizeInProgress")
         ref = next((st for st in steps if st["step"] == "resize: 8 refused"), None)
         if ref is None:
             bad.append("the refused resize was not recorded")
