@@ -6,7 +6,8 @@ when anything failed.
 
 Then the real kubelet v1.37.2 on the fast topology (tests/vm/test_guest_kubelet.py: the
 kubelet, containerd and nri-cpumgr in the guest, kube-apiserver + etcd on the host), once per
-``--kubelet-containerd`` version (default 2.1,2.4; "" skips it), judged by
+``--kubelet-containerd`` version (default 2.1; 2.4 runs when named, see
+docs/development/qemu-guests.md for what it does not pass yet; "" skips it), judged by
 ``checks.check_kubelet``; it needs ``make modern`` (a missing binary is a FAIL).
 
     python scripts/vm/e2e_vm.py [--topology NAME ...] [--containerd 2.1,1.7]
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drivers", default="cgroupfs,systemd")
     ap.add_argument("--scenario", action="append", help=f"one of {checks.SCENARIOS}")
     ap.add_argument("--keep", type=Path, help="copy each guest's logs to DIR/<topology>")
-    ap.add_argument("--kubelet-containerd", default="2.1,2.4",
+    ap.add_argument("--kubelet-containerd", default="2.1",
                     help="containerd versions for the real-kubelet guest (\"\": none)")
     ap.add_argument("--kubelet-only", action="store_true", help="only the kubelet guest")
     a = ap.parse_args(argv)

@@ -114,7 +114,7 @@ def test_kubelet_node_registered(kubelet_guest: runner.GuestRun) -> None:
         assert not failed, failed[0]["error"] + "\n" + failed[0].get("kubelet_log", "")
         info = res["kubelet_node"][v]["node_info"]
         assert info["kubeletVersion"] == "v1.37.2"
-        want = {"2.1": "containerd://2.1.", "2.4": "containerd://v2.4.2"}[v]
+        want = {"2.1": "containerd://2.1.", "2.4": "containerd://2.4.2"}[v]
         assert info["containerRuntimeVersion"].startswith(want), info
         assert res["kubelet_node"][v]["cleanup"] == []
 
