@@ -106,8 +106,11 @@ cluster-modern: setup
 test: setup lint cluster kubelet-cri oracle modern-tools
 	NRI_E2E_VM=1 $(PY) -m pytest tests --ignore=tests/cluster/test_modern.py
 
-# the QEMU guest matrix (cgroup v2, every topology of tests/vm/topologies, containerd 2.1 + 1.7)
+# the QEMU guest matrix (cgroup v2, every topology of tests/vm/topologies, containerd 2.1 + 1.7),
+# then the real kubelet v1.37.2 in the guest on containerd 2.1 (binaries of
+# scripts/modern/build.sh, built here when missing: docs/development/qemu-guests.md)
 e2e-vm: setup
+	bash scripts/modern/build.sh kubernetes etcd containerd runc >/dev/null
 	nice -n 10 $(PY) scripts/vm/e2e_vm.py
 
 demo: setup

@@ -23,6 +23,13 @@ we do better on both lag and cost):
 * A pass sends batches of at most ``batch_size`` updates, the containers longest on their
   cpuset first; each container is updated at most once per pass, to the pool as it is when
   its batch is planned.
+* An update of a shared container that has not started yet may be lost: containerd 2.1's CRI
+  applies an update of a container that is not running to its stored spec only, and a
+  StartContainer that has already read the spec starts it with the old cpuset (seen with a
+  real kubelet 1.37, which starts pods concurrently: the container's spec said the new pool,
+  its cgroup the old one). So such a container counts as stale again at its
+  PostStartContainer (``started``), and the next pass sends its update once more (one extra
+  update per container updated between its creation and its start).
 * A container the runtime failed to update stays stale and is retried by the next pass; after
   ``max_failures`` failures it is dropped (it is most likely gone; the next Synchronize
   repairs the rest).
@@ -74,6 +81,10 @@ class PoolPlanner:
     # applied cpuset -> container ids in the order they joined the group (oldest first)
     groups: dict[CPUSet, dict[str, None]] = field(default_factory=dict)
     pending_start: set[str] = field(default_factory=set)
+    # shared containers created and not started yet -> the cpuset they were created with;
+    # updated_unstarted: those of them updated since (resent at their start)
+    unstarted: dict[str, CPUSet] = field(default_factory=dict)
+    updated_unstarted: set[str] = field(default_factory=set)
     last_event: float = float("-inf")
     shrink_since: float | None = None
     grow_since: float | None = None
@@ -98,6 +109,8 @@ class PoolPlanner:
                 group = groups[cpus] = {}
             group[cid] = None
         self.pending_start.clear()
+        self.unstarted.clear()
+        self.updated_unstarted.clear()
         self.in_pass.clear()
         self.shrink_since = self.grow_since = None
         self._note_staleness(now)
@@ -112,8 +125,12 @@ class PoolPlanner:
             if not g:
                 del self.groups[cpus]
 
-    def add(self, cid: str, cpus: CPUSet, mems: str, now: float) -> None:
-        """A shared container was created (or updated) with ``cpus`` in its reply."""
+    def add(self, cid: str, cpus: CPUSet, mems: str, now: float,
+            created: bool = False) -> None:
+        """A shared container was created (``created``: not started yet) or updated with
+        ``cpus`` in its reply."""
+        if created:
+            self.unstarted[cid] = cpus
         old = self.shared.get(cid)
         if old is not None:
             self._leave(cid, old.applied)
@@ -129,17 +146,34 @@ class PoolPlanner:
             self._leave(cid, s.applied)
         self.in_pass.discard(cid)
         self.pending_start.discard(cid)
+        self.unstarted.pop(cid, None)
+        self.updated_unstarted.discard(cid)
 
     def allocated(self, cid: str, now: float) -> None:
         """An exclusive container was admitted; a shrink waits for its start."""
         self.pending_start.add(cid)
         self.last_event = now
 
-    def started(self, cid: str, now: float) -> None:
-        """A container started (PostStartContainer)."""
+    def started(self, cid: str, now: float) -> bool:
+        """A container started (PostStartContainer). True when that makes work: a shared
+        container updated before its start is stale again (its update may be lost, see the
+        module docstring), as if on the cpuset it was created with."""
         if cid in self.pending_start:
             self.pending_start.discard(cid)
             self.last_event = now
+        created = self.unstarted.pop(cid, None)
+        if cid not in self.updated_unstarted:
+            return False
+        self.updated_unstarted.discard(cid)
+        s = self.shared.get(cid)
+        if s is None or created is None:
+            return False
+        self._leave(cid, s.applied)
+        s.applied = created
+        self._join(cid, created)
+        if created != self.target:
+            self._note_group(created, now)
+        return True
 
     def set_target(self, pool: CPUSet, now: float) -> None:
         """The shared pool is now ``pool``."""
@@ -257,6 +291,8 @@ class PoolPlanner:
                     self.discard(cid)
                 continue
             s.failures = 0
+            if cid in self.unstarted:
+                self.updated_unstarted.add(cid)
             self._leave(cid, s.applied)
             s.applied = batch.cpus
             self._join(cid, batch.cpus)

@@ -160,8 +160,8 @@ class SharedPoolSync:
         self.disconnected()
 
     # ------------------------------------------------------------------ events
-    def add(self, cid: str, cpus: CPUSet, mems: str = "") -> None:
-        self.planner.add(cid, cpus, mems, self._clock())
+    def add(self, cid: str, cpus: CPUSet, mems: str = "", created: bool = False) -> None:
+        self.planner.add(cid, cpus, mems, self._clock(), created)
 
     def discard(self, cid: str) -> None:
         self.planner.discard(cid)
@@ -170,8 +170,8 @@ class SharedPoolSync:
         self.planner.allocated(cid, self._clock())
 
     def started(self, cid: str) -> None:
-        if cid in self.planner.pending_start:
-            self.planner.started(cid, self._clock())
+        was_pending = cid in self.planner.pending_start
+        if self.planner.started(cid, self._clock()) or was_pending:
             self._kick()
 
     def set_target(self, pool: CPUSet) -> None:

@@ -561,7 +561,7 @@ class Plugin:
                 ps.allocated(info.id)
             elif d.cpus is not None and self.manager.is_shared(info.id):
                 # (a pod-level pod's shared containers follow their pod's pool instead)
-                ps.add(info.id, d.cpus, _mems_text(d.mems))
+                ps.add(info.id, d.cpus, _mems_text(d.mems), created=True)
             self._pool_changed()
             ps.into_reply(resp)
         self._log_decision("create", info, d)

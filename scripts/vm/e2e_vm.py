@@ -4,8 +4,15 @@ systemd driver, all on cgroup v2. Prints, per topology and scenario, PASS/FAIL a
 seen (cgroup v2 ``cpuset.cpus.effective``, ``/m<mems>`` where mems were set). Exit status 1
 when anything failed.
 
+Then the real kubelet v1.37.2 on the fast topology (tests/vm/test_guest_kubelet.py: the
+kubelet, containerd and nri-cpumgr in the guest, kube-apiserver + etcd on the host), once per
+``--kubelet-containerd`` version (default 2.1; 2.4 runs when named, see
+docs/development/qemu-guests.md for what it does not pass yet; "" skips it), judged by
+``checks.check_kubelet``; it needs ``make modern`` (a missing binary is a FAIL).
+
     python scripts/vm/e2e_vm.py [--topology NAME ...] [--containerd 2.1,1.7]
                                 [--drivers cgroupfs,systemd] [--scenario NAME ...] [--keep DIR]
+                                [--kubelet-containerd 2.1,2.4] [--kubelet-only]
 """
 
 from __future__ import annotations
@@ -27,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drivers", default="cgroupfs,systemd")
     ap.add_argument("--scenario", action="append", help=f"one of {checks.SCENARIOS}")
     ap.add_argument("--keep", type=Path, help="copy each guest's logs to DIR/<topology>")
+    ap.add_argument("--kubelet-containerd", default="2.1",
+                    help="containerd versions for the real-kubelet guest (\"\": none)")
+    ap.add_argument("--kubelet-only", action="store_true", help="only the kubelet guest")
     a = ap.parse_args(argv)
     why = runner.missing()
     if why:
@@ -34,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     tops = ([topology.load(n) for n in a.topology] if a.topology
             else topology.all_topologies())
+    if a.kubelet_only:
+        tops = []
     versions = [v for v in a.containerd.split(",") if v]
     drivers = [d for d in a.drivers.split(",") if d]
     failed = 0
@@ -67,9 +79,58 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"        {checks.summary(r)}", flush=True)
                     for b in bad:
                         print(f"        ! {b}", flush=True)
+    kv = [v for v in a.kubelet_containerd.split(",") if v]
+    if kv:
+        n, bad = kubelet(kv, a.keep)
+        rows += [("kubelet",)] * n
+        failed += bad
     print(f"== e2e-vm: {len(rows) - failed} passed, {failed} failed in "
           f"{time.monotonic() - t_all:.0f} s")
     return 1 if failed else 0
+
+
+def kubelet(versions: list[str], keep: Path | None) -> tuple[int, int]:
+    """The real-kubelet guest on the fast topology; (results, failures), printed."""
+    from tests.vm.test_guest_kubelet import missing, run_kubelet_guest
+
+    t = next(x for x in topology.all_topologies() if x.fast)
+    print(f"== kubelet v1.37.2 on {t.name}: containerd {versions}, "
+          f"{len(checks.KUBELET_PHASES)} phases each", flush=True)
+    dirs, why = missing(versions)
+    if why:
+        print(f"   FAIL kubelet: cannot run: {'; '.join(why)} (make modern)", flush=True)
+        return 1, 1
+    try:
+        run, times = run_kubelet_guest(t, versions, dirs, keep=keep / "kubelet" if keep
+                                       else None)
+    except runner.GuestError as e:
+        print(f"   FAIL kubelet guest: {e}", flush=True)
+        return 1, 1
+    print(f"   control plane {times['controlplane_start_seconds']} s, guest ran "
+          f"{run.seconds} s", flush=True)
+    res = run.results
+    n = failed = 0
+    for v in versions:
+        node = res.get("kubelet_node", {}).get(v)
+        for phase in checks.KUBELET_PHASES:
+            r = next((x for x in res.get("kubelet_results", [])
+                      if x["scenario"] == phase and x["containerd"] == v), None)
+            if node is None:
+                err = next((x.get("error", "") for x in res.get("kubelet_results", [])
+                            if x["scenario"] == "node" and x["containerd"] == v), "")
+                bad = [f"the node did not start: {err.splitlines()[0] if err else '?'}"]
+            else:
+                bad = ["no result (guest timed out?)"] if r is None else \
+                    checks.check_kubelet(t, r)
+            n += 1
+            failed += bool(bad)
+            print(f"   {'PASS' if not bad else 'FAIL'} kubelet containerd {v} {phase:18} "
+                  f"{r.get('seconds', '?') if r else '?'} s", flush=True)
+            if r is not None:
+                print(f"        {checks.kubelet_summary(r)}", flush=True)
+            for b in bad:
+                print(f"        ! {b}", flush=True)
+    return n, failed
 
 
 if __name__ == "__main__":

@@ -9,6 +9,21 @@ exec >"$J/guest.log" 2>&1
 echo "guest: job starts at uptime $(cut -d' ' -f1 /proc/uptime) s"
 systemd-analyze blame 2>&1 | head -6; systemd-analyze critical-chain nri-vm-job.service 2>&1 | head -12
 set -x
+# more read-only 9p shares ("tag mountpoint" per line: the modern build's binaries)
+if [ -f "$J/shares" ]; then
+  while read -r tag dir; do
+    mkdir -p "$dir" && mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,ro "$tag" "$dir"
+  done < "$J/shares"
+fi
+# QEMU's user-mode network ("address gateway"): the host's API server at the gateway
+if [ -f "$J/net" ]; then
+  read -r addr gw < "$J/net"
+  B=/opt/nri-cpumgr/runtime/root/bin/busybox
+  modprobe virtio_net
+  for _ in $(seq 60); do dev=$(ls /sys/class/net | grep -v '^lo$' | head -1); [ -n "$dev" ] && break; sleep 0.5; done
+  $B ip link set lo up; $B ip addr add "$addr" dev "$dev"; $B ip link set "$dev" up
+  $B ip route add default via "$gw"
+fi
 mkdir -p /opt/work && cp -a "$J/tests" "$J/scripts" /opt/work/
 /opt/venv/bin/pip install -q --no-deps --no-index "$J"/nri_cpumgr-*.whl
 cd /opt/work

@@ -181,3 +181,55 @@ def test_a_file_may_limit_its_scenarios_and_align_by_socket_needs_numa_below_soc
     across = one_step("align-by-socket", {"socket-pod": _c("Guaranteed", "4", "2-5"),
                                           "besteffort": _c("BestEffort", "", "0-1,6-7")})
     assert any("crosses sockets" in b for b in checks.check(snc, across))
+
+
+def _kc(spec, qos="Guaranteed", cpu=None, cpu_max="max 100000", cg=None):
+    req = {"cpu": cpu, "memory": "100Mi"} if cpu else {}
+    return {"qos": qos, "requests": req, "limits": req, "spec": spec, "cgroup": cg or spec,
+            "proc": cg or spec, "spec_mems": "", "cgroup_mems": "0-1", "proc_mems": "0-1",
+            "cpu_max": cpu_max}
+
+
+def _resize_result(after="2-5", kept="2-5", reason="Error"):
+    w = _kc("0-1,6-7", "BestEffort")
+    return {"scenario": "resize", "error": None, "refused": {}, "steps": [
+        {"step": "resize: before", "containers": {"witness": _kc("0-1,4-7", "BestEffort"),
+                                                  "resize": _kc("2-3", cpu="2")}},
+        {"step": "resize: 4 cpus", "containers": {"witness": w,
+                                                  "resize": _kc(after, cpu="4")}},
+        {"step": "resize: 8 refused", "containers": {"witness": w,
+                                                     "resize": _kc(kept, cpu="4")},
+         "condition": {"type": "PodResizeInProgress", "reason": reason,
+                       "message": "NotEnoughCPUsError: not enough cpus available"}}]}
+
+
+def _pod_scope_result(main="4-5", side="6-7", witness="0-3", msg=None):
+    pod = {f"pod-scope-mixed/{n}": _kc(side) for n in ("metrics-sidecar", "logging-sidecar")}
+    pod["pod-scope-mixed/main-app"] = _kc(main, cpu="2")
+    return {"scenario": "pod_scope", "error": None, "refused": {}, "steps": [
+        {"step": "pod-scope-mixed", "containers": {"witness": _kc(witness, "BestEffort"),
+                                                   **pod}},
+        {"step": "empty-shared-pool", "containers": {}, "describe_has_refusal": True,
+         "refused_message": msg if msg is not None else
+         "EmptyPodSharedPoolError: pod rejected, sum of exclusive container cpu requests "
+         "equals pod budget, leaving no cpus for shared containers"}]}
+
+
+def test_kubelet_checks_pass_the_expected_and_name_each_deviation():
+    t = topology.load("2s-2numa-smt")
+    assert checks.check_kubelet(t, _resize_result()) == []
+    bad = checks.check_kubelet(t, _resize_result(after="4-7"))
+    assert any("keeping the first 2" in b for b in bad)
+    bad = checks.check_kubelet(t, _resize_result(kept="2-3", reason="Deferred"))
+    assert any("after the refused resize" in b for b in bad)
+    assert any("PodResizeInProgress" in b for b in bad)
+    assert checks.check_kubelet(t, _pod_scope_result()) == []
+    bad = checks.check_kubelet(t, _pod_scope_result(main="4-5", side="4-5"))
+    assert any("2-CPU slice" in b for b in bad)
+    bad = checks.check_kubelet(t, _pod_scope_result(main="3,4", side="6-7",
+                                                    witness="0-2,5"))
+    assert any("one NUMA node" in b for b in bad)
+    bad = checks.check_kubelet(t, _pod_scope_result(msg="NotEnoughCPUsError"))
+    assert any("refusal in the pod status" in b for b in bad)
+    assert checks.check_kubelet(t, {"scenario": "resize", "error": "KubeletError: x\ny"}) \
+        == ["did not run to the end: KubeletError: x"]

@@ -223,3 +223,116 @@ def summary(res: dict[str, Any]) -> str:
 def _error_name(text: str) -> str:
     m = re.search(r"\b(\w+Error)\b", text)
     return m.group(1) if m else text[:60]
+
+
+KUBELET_PHASES = ["docs_pods", "sidecar_and_init", "container_scope", "resize", "pod_scope"]
+"""The phases of tests/vm/guest_kubelet.py, in the order the guest runs them."""
+
+
+def check_kubelet(topo: Topology, res: dict[str, Any]) -> list[str]:
+    """Failures of one phase of the real-kubelet run (tests/vm/guest_kubelet.py); empty =
+    pass. Every step but the pod-scope ones gets :func:`check_step` (views agree, exclusive
+    sets disjoint and of the requested size, shared containers on online - exclusive)."""
+    if res.get("error"):
+        return [f"did not run to the end: {res['error'].splitlines()[0]}"]
+    steps = res.get("steps") or []
+    if not steps:
+        return ["no step recorded"]
+    sc = res["scenario"]
+    if sc == "docs_pods":  # the CRI scenario's judge: fullest socket, free socket, release
+        return check(topo, {**res, "scenario": "docs"})
+    bad: list[str] = []
+    for st in steps:
+        if sc != "pod_scope":
+            bad += [f"[{st['step']}] {b}" for b in check_step(topo, st)]
+        else:
+            bad += [f"[{st['step']}] {b}" for n, c in st["containers"].items()
+                    for b in _views(n, c)]
+    by = {st["step"]: st["containers"] for st in steps}
+    online = frozenset(range(topo.ncpus))
+    if sc == "sidecar_and_init":
+        side = by.get("sidecar", {})
+        s = cpus(side.get("sidecar/sidecar", {}).get("spec", ""))
+        if len(s) != 1:
+            bad.append(f"the sidecar has cpus {CPUSet(s)}, expected one exclusive CPU")
+        init = next((st for st in steps if st["step"] == "init-reuse"), None)
+        if init is None:
+            bad.append("the init-reuse step was not recorded")
+        else:
+            app = cpus(init["containers"]["init-reuse/app"]["spec"])
+            line = init.get("init_log", "")
+            seen = cpus(line.split()[-1]) if line.split() else frozenset()
+            if not app or app != seen:
+                bad.append(f"the app container {CPUSet(app)} did not reuse its init "
+                           f"container's CPUs (init log {line!r})")
+    elif sc == "container_scope":
+        cs = by.get("container-scope-mixed", {})
+        s = cpus(cs.get("container-scope-mixed/infrastructure-sidecar", {}).get("spec", ""))
+        if len(s) != 2 or not any(s <= nd.cpus for nd in topo.numa):
+            bad.append(f"infrastructure-sidecar {CPUSet(s)}: expected 2 CPUs of one NUMA node")
+    elif sc == "resize":
+        before = cpus(by.get("resize: before", {}).get("resize", {}).get("spec", ""))
+        after = cpus(by.get("resize: 4 cpus", {}).get("resize", {}).get("spec", ""))
+        if len(before) != 2 or len(after) != 4 or not before <= after:
+            bad.append(f"resize 2 -> 4: {CPUSet(before)} -> {CPUSet(after)} (expected 4 "
+                       "CPUs keeping the first 2)")
+        for st in steps:
+            if st["step"] != "resize: before" and st["containers"].get("resize", {}).get(
+                    "cpu_max", "").split()[:1] != ["max"]:
+                bad.append(f"[{st['step']}] cpu.max of the resized container is "
+                           f"{st['containers'].get('resize', {}).get('cpu_max')!r}, "
+                           "expected no quota (max)")
+        four = next((st for st in steps if st["step"] == "resize: 4 cpus"), {})
+        if any(c.get("type") == "PodResizeInProgress" for c in four.get("conditions") or []):
+            bad.append("the resize to 4 CPUs still shows PodResizeInProgress")
+        ref = next((st for st in steps if st["step"] == "resize: 8 refused"), None)
+        if ref is None:
+            bad.append("the refused resize was not recorded")
+        else:
+            kept = cpus(ref["containers"]["resize"]["spec"])
+            if kept != after:
+                bad.append(f"after the refused resize the container has {CPUSet(kept)}, "
+                           f"not its {CPUSet(after)}")
+            cond = ref.get("condition") or {}
+            if cond.get("reason") != "Error" or "NotEnoughCPUs" not in cond.get("message", ""):
+                bad.append(f"PodResizeInProgress condition {cond}")
+    elif sc == "pod_scope":
+        st = by.get("pod-scope-mixed", {})
+        main = cpus(st.get("pod-scope-mixed/main-app", {}).get("spec", ""))
+        sides = [cpus(st.get(f"pod-scope-mixed/{n}", {}).get("spec", ""))
+                 for n in ("metrics-sidecar", "logging-sidecar")]
+        bubble = main | sides[0]
+        if len(main) != 2 or sides[0] != sides[1] or len(sides[0]) != 2 or main & sides[0]:
+            bad.append(f"main-app {CPUSet(main)}, sidecars {[str(CPUSet(s)) for s in sides]}: "
+                       "expected a 2-CPU slice and the sidecars on the other 2 of the bubble")
+        if bubble and not any(bubble <= nd.cpus for nd in topo.numa):
+            bad.append(f"the bubble {CPUSet(bubble)} is not on one NUMA node")
+        if bubble & RESERVED:
+            bad.append(f"the bubble {CPUSet(bubble)} has reserved CPUs")
+        w = cpus(st.get("witness", {}).get("cgroup", ""))
+        if w != online - bubble:
+            bad.append(f"the node's shared pool {CPUSet(w)}, expected {CPUSet(online - bubble)}")
+        for c in ("main-app", "metrics-sidecar", "logging-sidecar"):
+            q = st.get(f"pod-scope-mixed/{c}", {}).get("cpu_max", "").split()[:1]
+            if c == "main-app" and q != ["max"]:
+                bad.append(f"main-app cpu.max {q}: an exclusive slice runs without quota")
+        empty = next((s for s in steps if s["step"] == "empty-shared-pool"), None)
+        if empty is None:
+            bad.append("the empty-shared-pool pod was not recorded")
+        else:
+            msg = empty.get("refused_message", "")
+            if "EmptyPodSharedPoolError: pod rejected, sum of exclusive container cpu " \
+               "requests equals pod budget" not in msg:
+                bad.append(f"main-app's refusal in the pod status: {msg!r}")
+            if not empty.get("describe_has_refusal"):
+                bad.append("kubectl describe pod does not show the refusal")
+    return bad
+
+
+def kubelet_summary(res: dict[str, Any]) -> str:
+    """``name=cpus`` of every container in each step of a kubelet phase."""
+    parts = []
+    for st in res.get("steps") or []:
+        cs = " ".join(f"{n}={c['cgroup']}" for n, c in st["containers"].items())
+        parts.append(f"[{st['step']}] {cs}")
+    return "; ".join(parts)

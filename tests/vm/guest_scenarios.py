@@ -360,6 +360,10 @@ def main(argv: list[str] | None = None) -> int:
         os.replace(tmp, a.out)
 
     save()
+    if job.get("kubelet"):  # the real kubelet 1.37 (tests/vm/guest_kubelet.py)
+        from tests.vm.guest_kubelet import run_kubelet_job
+
+        run_kubelet_job(job, a.job.parent / "files", out, save)
     work = Path(tempfile.mkdtemp(prefix="vm-", dir="/tmp"))
     for version in job["containerd"]:
         for driver in job["drivers"]:

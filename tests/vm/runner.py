@@ -94,9 +94,20 @@ def build_wheel(dest: Path) -> Path:
     return wheels[0]
 
 
-def qemu_command(topo: Topology, image: Path, tool_dir: Path, job_dir: Path) -> list[str]:
-    """The full QEMU command line (after ``nice``) for ``topo`` booting ``image``."""
+def qemu_command(topo: Topology, image: Path, tool_dir: Path, job_dir: Path, *,
+                 shares: dict[str, Path] | None = None, network: bool = False) -> list[str]:
+    """The full QEMU command line (after ``nice``) for ``topo`` booting ``image``.
+
+    ``shares``: more 9p shares, tag -> host directory, read-only (the guest mounts them as
+    ``job_dir/shares`` lists). ``network``: QEMU's user-mode network (slirp; the guest's
+    10.0.2.2 is the host's loopback, used to reach a host API server), else none."""
     q = tool_dir / "usr/bin/qemu-system-x86_64"
+    extra: list[str] = []
+    for tag, path in (shares or {}).items():
+        extra += ["-virtfs", f"local,path={path},mount_tag={tag},security_model=none,"
+                             f"readonly=on,id={tag}"]
+    net = (["-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0"] if network
+           else ["-net", "none"])
     return [
         str(q), "-L", str(tool_dir / "usr/share/qemu"), "-L", str(tool_dir / "usr/share/seabios"),
         "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
@@ -107,29 +118,36 @@ def qemu_command(topo: Topology, image: Path, tool_dir: Path, job_dir: Path) -> 
         "-drive", f"file={image / 'disk.img'},if=virtio,format=raw,snapshot=on",
         "-virtfs", f"local,path={job_dir},mount_tag=job,security_model=none,id=job",
         "-serial", f"file:{job_dir / 'console.log'}",
-        "-net", "none",
+        *extra, *net,
     ]
 
 
 def run_guest(topo: Topology, *, containerd: list[str], drivers: list[str],
               scenarios: list[str], timeout: float | None = None,
-              keep: Path | None = None) -> GuestRun:
+              keep: Path | None = None, kubelet: dict[str, Any] | None = None,
+              files: dict[str, str] | None = None,
+              shares: dict[str, tuple[Path, str]] | None = None) -> GuestRun:
     """Boot ``topo`` and run ``scenarios`` for each containerd version and driver; a boot
     whose guest kernel crashed (:data:`KERNEL_CRASH` on the console: emulation, not the
     plugin) is run once more, said on stderr.
 
     ``keep``: copy the job directory (results.json, guest.log, console.log, containerd logs)
-    there. Raises GuestError when the guest produced no results.json or crashed twice.
+    there. ``kubelet``: the job's kubelet section (:mod:`tests.vm.guest_kubelet`; turns the
+    guest's network on); ``files``: name -> text written to ``job/files/`` (credentials);
+    ``shares``: tag -> (host directory, guest mount point), read-only 9p.
+    Raises GuestError when the guest produced no results.json or crashed twice.
     """
     try:
         return _run_guest_once(topo, containerd=containerd, drivers=drivers,
-                               scenarios=scenarios, timeout=timeout, keep=keep)
+                               scenarios=scenarios, timeout=timeout, keep=keep,
+                               kubelet=kubelet, files=files, shares=shares)
     except _GuestCrashed as e:
         print(f"\nQEMU guest kernel crashed ({e.line}); booting it once more",
               file=sys.stderr)
     try:
         return _run_guest_once(topo, containerd=containerd, drivers=drivers,
-                               scenarios=scenarios, timeout=timeout, keep=keep)
+                               scenarios=scenarios, timeout=timeout, keep=keep,
+                               kubelet=kubelet, files=files, shares=shares)
     except _GuestCrashed as e:
         raise GuestError(f"the guest kernel crashed twice: {e.line}\n{e.console[-3000:]}") \
             from None
@@ -144,7 +162,9 @@ class _GuestCrashed(GuestError):
 
 def _run_guest_once(topo: Topology, *, containerd: list[str], drivers: list[str],
                     scenarios: list[str], timeout: float | None = None,
-                    keep: Path | None = None) -> GuestRun:
+                    keep: Path | None = None, kubelet: dict[str, Any] | None = None,
+                    files: dict[str, str] | None = None,
+                    shares: dict[str, tuple[Path, str]] | None = None) -> GuestRun:
     timeout = timeout or float(os.environ.get("NRI_VM_TIMEOUT", "1500"))
     image = build_guest()
     tool_dir = tools()
@@ -157,14 +177,27 @@ def _run_guest_once(topo: Topology, *, containerd: list[str], drivers: list[str]
         (job / "scripts").mkdir()
         shutil.copy(REPO / "scripts/gen_cri.py", job / "scripts/gen_cri.py")  # CRI stubs
         shutil.copy(REPO / "scripts/vm/guest-run.sh", job / "run")
+        (job / "scripts/modern").mkdir()  # paths.modern_bin_dir reads the versions
+        shutil.copy(REPO / "scripts/modern/versions.env", job / "scripts/modern/versions.env")
         (job / "job.json").write_text(json.dumps({
             "topology": {"name": topo.name, "numa": [{"cpus": sorted(n.cpus)}
                                                       for n in topo.numa]},
-            "containerd": containerd, "drivers": drivers, "scenarios": scenarios}))
+            "containerd": containerd, "drivers": drivers, "scenarios": scenarios,
+            **({"kubelet": kubelet} if kubelet else {})}))
+        if files:
+            (job / "files").mkdir()
+            for name, text in files.items():
+                (job / "files" / name).write_text(text)
+        if shares:  # read by guest-run.sh: "tag mountpoint" per line
+            (job / "shares").write_text("".join(f"{t} {m}\n" for t, (_, m) in shares.items()))
+        if kubelet:
+            (job / "net").write_text("10.0.2.15/24 10.0.2.2\n")  # read by guest-run.sh
         env = dict(os.environ, LD_LIBRARY_PATH=f"{tool_dir}/usr/lib/x86_64-linux-gnu:"
                                                f"{tool_dir}/lib/x86_64-linux-gnu",
                    QEMU_MODULE_DIR=f"{tool_dir}/usr/lib/x86_64-linux-gnu/qemu")
-        cmd = ["nice", "-n", "10", *qemu_command(topo, image, tool_dir, job)]
+        cmd = ["nice", "-n", "10", *qemu_command(
+            topo, image, tool_dir, job, network=bool(kubelet),
+            shares={t: p for t, (p, _) in (shares or {}).items()})]
         t0 = time.monotonic()
         with open(job / "qemu.log", "wb") as log:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
@@ -182,7 +215,8 @@ def _run_guest_once(topo: Topology, *, containerd: list[str], drivers: list[str]
             job / "console.log").exists() else ""
         if keep is not None:
             shutil.rmtree(keep, ignore_errors=True)
-            shutil.copytree(job, keep, ignore=shutil.ignore_patterns("tests", "*.whl"))
+            shutil.copytree(job, keep, ignore=shutil.ignore_patterns("tests", "*.whl",
+                                                                     "files"))
         crash = next((line for line in console.splitlines()
                       if any(mark in line for mark in KERNEL_CRASH)), None)
         if crash is not None:
