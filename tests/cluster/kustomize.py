@@ -35,7 +35,8 @@ WANT = {"besteffort": "0", "burstable-cpu": "0", "guaranteed-1cpu": "1"}
 # both CPUs: containerd (2.1.9 seen: internal/cri/server/container_update_resources.go) then
 # updates only the container's spec ("not running"), never its cgroup, and the plugin takes
 # the shrink for done (seen on the kubelet 1.37 cluster, containerd 2.1, reply mode: spec 0,
-# cgroup and /proc 0-1). An open defect of the plugin, not what these tests check.
+# cgroup and /proc 0-1). An open defect of the plugin, not what these tests check: it is
+# tests/e2e/test_start_race.py's (deterministic, every containerd version, both modes).
 
 
 def write_overlay(c: Cluster, config: dict[str, Any] | None = None) -> Path:
