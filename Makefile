@@ -1,8 +1,8 @@
 # nri-cpumgr: two commands on a fresh machine (root, Debian 12):
 #   make demo   set everything up, run a real containerd + the plugin + the docs' example pods
 #   make test   set everything up and run every test (unit, conformance, the docs build,
-#               real-containerd e2e, the single-node cluster e2e, the QEMU guest fast subset
-#               on cgroup v2)
+#               real-containerd e2e, the kubelet 1.37 single-node cluster on containerd 2.1
+#               and 2.4, the QEMU guest fast subset on cgroup v2)
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -56,8 +56,9 @@ cluster:
 kubelet-cri:
 	bash scripts/oracle/build-kubelet-cri.sh
 
+# the kubelet 1.20.2 cluster test (containerd 1.7, CRI v1alpha2); not in `make test`
 cluster-e2e: setup cluster
-	$(PY) -m pytest -q tests/cluster
+	$(PY) -m pytest -q tests/cluster/test_cluster.py
 
 # The kubelet oracle (oracle/: the kubelet's own managers, k8s.io/kubernetes as a Go module),
 # built outside the checkout; the release is KUBERNETES_VERSION (default: oracle/KUBERNETES_VERSION)
@@ -76,7 +77,7 @@ differential: venv oracle
 modern:
 	bash scripts/modern/build.sh >/dev/null
 
-# helm alone (the chart tests in tests/unit)
+# helm alone (the chart tests in tests/unit; `make test` builds all of `make modern`)
 modern-tools:
 	bash scripts/modern/build.sh helm >/dev/null
 
@@ -100,11 +101,14 @@ cluster-modern: setup
 	bash scripts/modern/build.sh >/dev/null
 	NRI_CLUSTER_CONTAINERD=2.1,2.4 $(PY) -m pytest -q tests/cluster/test_modern.py
 
-# NRI_E2E_VM=1: includes the QEMU guest fast subset (tests/vm: cgroup v2, both drivers)
-# modern-tools: helm for the chart tests. The kubelet 1.37 cluster (tests/cluster/test_modern.py)
-# runs with `make cluster-modern` (docs/development/modern-node.md says why it is not here yet)
-test: setup lint cluster kubelet-cri oracle modern-tools
-	NRI_E2E_VM=1 $(PY) -m pytest tests --ignore=tests/cluster/test_modern.py
+# NRI_E2E_VM=1: includes the QEMU guest fast subset (tests/vm: cgroup v2, both drivers).
+# modern: the kubelet 1.37.2 & co., containerd 2.4.2, runc 1.5.3, crictl, helm and etcd for the
+# kubelet 1.37 cluster test (tests/cluster/test_modern.py, on containerd 2.1 and 2.4) and the
+# chart tests. The kubelet 1.20.2 cluster (tests/cluster/test_cluster.py) is `make cluster-e2e`
+# only: its kustomize and restart checks run on the 1.37 cluster (docs/development/cluster-test.md)
+test: setup lint kubelet-cri oracle modern
+	NRI_E2E_VM=1 NRI_CLUSTER_CONTAINERD=2.1,2.4 $(PY) -m pytest tests \
+	    --ignore=tests/cluster/test_cluster.py
 
 # the QEMU guest matrix (cgroup v2, every topology of tests/vm/topologies, containerd 2.1 + 1.7),
 # then the real kubelet v1.37.2 in the guest on containerd 2.1 (binaries of

@@ -24,7 +24,8 @@ with one UpdateContainerResources (the BestEffort container's own resources, unc
 to a shared container once the delay has passed, as the next container operation of a node.
 
 Prints a markdown table: median (p90) per mode and the ratio mode/no plugin of the medians.
-Needs root and the binaries of scripts/fetch-runtime.sh.
+Needs root and the binaries of scripts/fetch-runtime.sh (2.4: scripts/modern/build.sh containerd
+runc); each version runs its own runc (tests/e2e/harness/paths.py ``runc_path``).
 
     .venv/bin/python benchmarks/busy_node.py --quick            # 1.7 and 2.1, 40 shared, 2 rounds
     .venv/bin/python benchmarks/busy_node.py --shared 40 --shared 100 --rounds 3 --pods 3
@@ -54,7 +55,7 @@ from benchmarks.cri_create import percentile  # noqa: E402
 from benchmarks.report import print_table, runtimes_missing  # noqa: E402
 from tests.e2e.harness import Containerd, PluginProcess  # noqa: E402
 from tests.e2e.harness import cgroups as cg  # noqa: E402
-from tests.e2e.harness.paths import RUNC  # noqa: E402
+from tests.e2e.harness.paths import runc_path  # noqa: E402
 
 PLUGIN_NAME = "cpumgr"
 PLUGIN_INDEX = 90
@@ -76,8 +77,9 @@ def parse_cpus(text: str) -> set[int]:
     return out
 
 
-def write_runc_counter(path: Path, count_file: Path, real: Path = RUNC) -> Path:
-    """A shell wrapper for runc that appends one line to ``count_file`` per ``runc update``."""
+def write_runc_counter(path: Path, count_file: Path, real: Path) -> Path:
+    """A shell wrapper for the runc at ``real`` that appends one line to ``count_file`` per
+    ``runc update``."""
     path.write_text(
         "#!/bin/sh\n"
         'for a in "$@"; do\n'
@@ -89,15 +91,20 @@ def write_runc_counter(path: Path, count_file: Path, real: Path = RUNC) -> Path:
 
 
 class CountingContainerd(Containerd):
-    """A :class:`Containerd` whose CRI runtime runs ``runc_path`` instead of the real runc."""
+    """A :class:`Containerd` whose CRI runtime runs ``wrapper`` instead of the version's runc
+    (tests/e2e/harness/paths.py ``runc_path``: Debian's for 1.7/2.1, the modern build's for
+    2.4)."""
 
-    def __init__(self, version: str, workdir: Path, runc_path: Path, **kw: object) -> None:
+    def __init__(self, version: str, workdir: Path, wrapper: Path, **kw: object) -> None:
         super().__init__(version, workdir, **kw)  # type: ignore[arg-type]
-        self.runc_path = runc_path
+        self.wrapper = wrapper
 
     def config_text(self) -> str:
         text = super().config_text()
-        return text.replace(f'BinaryName = "{RUNC}"', f'BinaryName = "{self.runc_path}"')
+        real = f'BinaryName = "{self.runc}"'
+        if real not in text:
+            raise RuntimeError(f"containerd config without {real}: cannot count runc updates")
+        return text.replace(real, f'BinaryName = "{self.wrapper}"')
 
 
 def count(path: Path) -> int:
@@ -122,7 +129,7 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
     """All rounds on one daemon; returns table rows."""
     workdir = Path(tempfile.mkdtemp(prefix=f"bn{version}-", dir="/tmp"))
     counter = workdir / "runc-updates"
-    runc = write_runc_counter(workdir / "runc-counter.sh", counter)
+    runc = write_runc_counter(workdir / "runc-counter.sh", counter, runc_path(version))
     api = None
     extra = ""
     if args.pod_spec_source:
@@ -262,7 +269,9 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--version", action="append", choices=["1.7", "2.1"])
+    ap.add_argument("--version", action="append", choices=["1.7", "2.1", "2.4"],
+                    help="containerd (repeatable; default 1.7 and 2.1; 2.4: the modern build's "
+                         "2.4.2 with runc 1.5.3, scripts/modern/build.sh containerd runc)")
     ap.add_argument("--shared", action="append", type=int,
                     help="shared (BestEffort) containers running (repeatable; default 40, 100)")
     ap.add_argument("--rounds", type=int, default=3, help="alternations no plugin / plugin")

@@ -1,9 +1,11 @@
-"""Fixtures for the cluster end-to-end tests (a real kubelet 1.20.2 + control plane on loopback).
+"""Fixtures for the cluster end-to-end tests (a real kubelet + control plane on loopback).
 
-Gate, as tests/e2e: root, a cpuset controller, the runtime from scripts/fetch-runtime.sh, not a
-live node, and the cluster binaries from scripts/cluster/build.sh (``make cluster`` builds
-them; ``make test`` does it first). When something is missing the tests are skipped with the
-reason, or, with ``CI`` set, they fail with it.
+``cluster``: the kubelet 1.20.2 cluster of test_cluster.py (``make cluster-e2e``, not in ``make
+test``). Gate, as tests/e2e: root, a cpuset controller, the runtime from
+scripts/fetch-runtime.sh, not a live node, and the cluster binaries from
+scripts/cluster/build.sh (``make cluster`` builds them). When something is missing the tests
+are skipped with the reason, or, with ``CI`` set, they fail with it. The kubelet 1.37
+cluster's fixture (in ``make test``) is test_modern.py's own.
 
 The cluster is module-scoped: it is gone (kubelet stopped, pods removed, cgroups and mounts
 undone) before the next module's tests start, so the live-node check of the CRI-level e2e tests

@@ -18,7 +18,12 @@ through the real kubelet, each in the OCI spec, the cgroup and /proc:
 * ``helm upgrade`` with ``topologyManagerScope: pod`` rolls the DaemonSet (the config
   checksum); then a pod with ``.spec.resources`` (PodLevelResources, on by default in 1.37)
   and containers without resources runs on its pod's bubble (CPU 1);
-* the NodeResourceTopology object follows the exclusive CPU.
+* the NodeResourceTopology object follows the exclusive CPU;
+* last, the Helm release uninstalled and ``deploy/`` applied with ``kubectl apply -k``
+  (tests/cluster/kustomize.py, what the 1.20.2 cluster checks): the docs' pods pinned, seen
+  with crictl as a user on the node sees them (the transcript kept in tests/data/kubelet-1.37/,
+  shown in the deploy docs), a rolling restart of the DaemonSet under the running pods moving
+  nothing, their deletion giving the CPU back, the metrics through the API server.
 
 A recording NRI plugin (tests/e2e/harness/nullplugin.py ``--record``, index 10, before the
 plugin) keeps every request the runtime sent while the tests ran; what the kubelet sends for
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -49,6 +55,12 @@ from tests.cluster.harness import (
     nrt_cpu,
     wait_for,
     wait_rollout,
+)
+from tests.cluster.kustomize import (
+    apply_kustomize,
+    create_docs_pods,
+    metrics_through_the_api_server,
+    restart_keeps_and_delete_returns,
 )
 from tests.e2e.harness import CRIClient, cgroups, e2e_missing
 from tests.e2e.harness.docs_pods import DOCS_PODS
@@ -84,7 +96,7 @@ def modern(request: pytest.FixtureRequest) -> Iterator[tuple[Cluster, dict[str, 
     """A started kubelet 1.37 cluster on containerd ``param``, with the built tool dirs."""
     version = request.param
     reasons = e2e_missing(version)
-    dirs, missing = modern_bin_dirs("kubernetes", "etcd", "helm")
+    dirs, missing = modern_bin_dirs("kubernetes", "etcd", "helm", "crictl")
     reasons += missing
     if reasons:
         _fail_or_skip(f"the kubelet 1.37 cluster cannot run here: {'; '.join(reasons)}")
@@ -266,6 +278,10 @@ def test_helm_install_rolls_out_and_the_plugin_registers(deployed) -> None:
     want = {"2.1": "v2.1.", "2.4": "v2.4.2"}[c.containerd]
     line = next(x for x in log.splitlines() if "configure runtime=" in x)
     assert "containerd" in line and want.lstrip("v") in line, line
+    # the shared-pool update mode auto picks for it (nri_cpumgr/poolsync/runtimes.py): reply
+    # where the NRI lock-order inversion is (2.1), async where it is fixed (2.4)
+    mode = {"2.1": "reply", "2.4": "async"}[c.containerd]
+    assert f"shared pool update mode {mode} (auto: " in log, log[-3000:]
     v = c.kubectl("version", "-o", "json")
     assert json.loads(v)["serverVersion"]["gitVersion"] == "v1.37.2"
     node = c.get_json("node", NODE_NAME)["status"]["nodeInfo"]
@@ -278,11 +294,16 @@ def test_docs_pods_pinned_and_nrt_follows(deployed) -> None:
     cri = CRIClient(c.cri_socket)
     pods = {n: (req, lim) for n, _, req, lim in DOCS_PODS
             if n in ("besteffort", "burstable-cpu", "guaranteed-1cpu")}
-    for name, (req, lim) in pods.items():
-        res = {k: v for k, v in (("requests", req), ("limits", lim)) if v}
-        create(c, pod(name, [{**container("app", None), "resources": res}]))
     want = {"besteffort": "0", "burstable-cpu": "0", "guaranteed-1cpu": "1"}
-    ids = {n: wait_running(c, n, "app") for n in pods}
+    ids: dict[str, str] = {}
+    # the shared pods first, running before the Guaranteed one (tests/cluster/kustomize.py
+    # SHARED_FIRST: the start race that loses a shrink)
+    for group in ([n for n in pods if want[n] == "0"], [n for n in pods if want[n] != "0"]):
+        for name in group:
+            req, lim = pods[name]
+            res = {k: v for k, v in (("requests", req), ("limits", lim)) if v}
+            create(c, pod(name, [{**container("app", None), "resources": res}]))
+        ids.update({n: wait_running(c, n, "app") for n in group})
     for name, cid in ids.items():
         expect_cpus(cri, cid, want[name], name)
     out = c.kubectl("exec", "guaranteed-1cpu", "-n", "default", "--", "grep",
@@ -431,12 +452,93 @@ def test_pod_level_pod_second_container_shares_the_bubble(deployed) -> None:
     Guaranteed 1-CPU container and refused the second; with the pod spec from its watch
     (podSpecSource apiServer, issue 26) both run on the pod's shared pool."""
     c, _, _ = deployed
+    cri = CRIClient(c.cri_socket)
     try:
-        wait_running(c, "pod-level", "helper", timeout=30)
+        helper = wait_running(c, "pod-level", "helper", timeout=30)
+        expect_cpus(cri, helper, "1", "pod-level helper (the pod's bubble, beside the app)")
+        app = wait_running(c, "pod-level", "app")
+        assert seen(cri, app) == ("1",) * 3
     finally:
+        cri.close()
         delete(c, "pod-level")
         wait_for(lambda: nrt_cpu(c) == {"node-0": "1"}, 60, "NRT: the bubble's CPU back",
                  on_timeout=lambda: str(nrt_cpu(c)))
+
+
+def test_kustomize_apply_restart_under_pods_and_crictl(deployed) -> None:
+    """The Helm release replaced by ``kubectl apply -k`` of deploy/ (tests/cluster/kustomize.py,
+    the 1.20.2 cluster's checks): the docs' pods pinned, as crictl shows them on the node; a
+    rolling restart under them moves nothing; deleting them gives the CPU back; the metrics
+    through the API server."""
+    c, helm, _ = deployed
+    c.helm(helm, "uninstall", "nri-cpumgr", "--namespace", NS)
+    wait_for(lambda: not c.get_json("pods", "-n", NS)["items"], 120,
+             "the Helm release's pods gone")
+    # the plugin's pod watch reaches the API server on 127.0.0.1 (no service network)
+    apply_kustomize(c, {"apiServerURL": f"https://127.0.0.1:{c.ports['apiserver']}"})
+    ds = c.get_json("daemonset", "nri-cpumgr", "-n", NS)
+    assert "app.kubernetes.io/managed-by" not in ds["metadata"].get("labels", {})
+    assert ds["status"]["numberReady"] == 1
+    cri = CRIClient(c.cri_socket)
+    ids = create_docs_pods(c, cri)
+    crictl_transcript(c, ids)
+    restart_keeps_and_delete_returns(c, cri, ids)
+    metrics_through_the_api_server(c)
+    cri.close()
+
+
+CRICTL_CHECKS = [
+    ["ps", "--name", "app"],
+    ["inspect", "-o", "go-template", "--template",
+     "{{.info.runtimeSpec.linux.resources.cpu.cpus}}", "{guaranteed-1cpu}"],
+    ["exec", "{guaranteed-1cpu}", "grep", "Cpus_allowed_list", "/proc/self/status"],
+    ["inspect", "-o", "go-template", "--template",
+     "{{.info.runtimeSpec.linux.resources.cpu.cpus}}", "{besteffort}"],
+]
+"""The deploy page's crictl steps ({pod} stands for that pod's container id, as crictl ps
+prints it: the first 13 characters)."""
+
+
+def crictl_transcript(c: Cluster, ids: dict[str, str]) -> str:
+    """Run :data:`CRICTL_CHECKS` with the node's crictl configured as a node's is
+    (``runtime-endpoint`` in its config file), in the cluster's network namespace (``exec``
+    streams from containerd's loopback server); check what each prints and return the
+    transcript, ``$ command`` lines and their output. Written to the work dir; with
+    ``NRI_RECORD_UPDATE=1`` to tests/data/kubelet-1.37/crictl-containerd-<version>.txt (the
+    docs include the 2.4 one); otherwise the kept file must have the same commands."""
+    crictl = modern_bin_dirs("crictl")[0]["crictl"] / "crictl"
+    conf = c.work / "crictl.yaml"
+    conf.write_text(f"runtime-endpoint: unix://{c.cri_socket}\ntimeout: 10\n")
+    short = {n: cid[:13] for n, cid in ids.items()}
+    lines, outs = [], []
+    for args in CRICTL_CHECKS:
+        argv = [a.format(**short) if a.startswith("{") and a.strip("{}") in short else a
+                for a in args]
+        out = c.run_in_net([str(crictl), *argv], env={"CRI_CONFIG_FILE": str(conf)},
+                           timeout=60)
+        outs.append(out)
+        shown = " ".join(f"'{a}'" if "{{" in a else a for a in argv)
+        lines += [f"$ crictl {shown}", *out.rstrip("\n").splitlines()]
+    rows = [ln for ln in outs[0].splitlines()[1:] if ln.strip()]
+    assert len(rows) == len(ids), outs[0]
+    for name, cid in short.items():  # CONTAINER ... STATE NAME ATTEMPT POD ID POD NAMESPACE
+        assert any(ln.startswith(cid) and f" {name} " in ln and " Running " in ln
+                   for ln in rows), (name, outs[0])
+    assert outs[1].strip() == "1" and outs[3].strip() == "0", outs
+    assert outs[2].split() == ["Cpus_allowed_list:", "1"], outs[2]
+    text = "\n".join(lines) + "\n"
+    name = f"crictl-containerd-{c.containerd}.txt"
+    (c.work / name).write_text(text)
+    print(text)
+    if os.environ.get("NRI_RECORD_UPDATE") == "1":
+        (DATA / name).write_text(text)
+    elif (DATA / name).is_file():
+        def commands(t: str) -> list[str]:
+            return [re.sub(r"\b[0-9a-f]{13}\b", "ID", ln) for ln in t.splitlines()
+                    if ln.startswith("$ ")]
+
+        assert commands(text) == commands((DATA / name).read_text())
+    return text
 
 
 # -- the recording ---------------------------------------------------------------------------
