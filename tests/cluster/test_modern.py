@@ -416,7 +416,9 @@ def test_helm_upgrade_rolls_and_pod_level_pod_runs_on_its_bubble(deployed) -> No
     c, helm, rec = deployed
     cri = CRIClient(c.cri_socket)
     before = c.get_json("daemonset", "nri-cpumgr", "-n", NS)["spec"]["template"]
-    values = helm_values(c, topologyManagerScope="pod")
+    # the kubelet ignores the scope under topologyManagerPolicy none (the plugin follows it)
+    values = helm_values(c, topologyManagerScope="pod",
+                         topologyManagerPolicy="best-effort")
     values["namespace"]["create"] = False
     helm_apply(c, helm, values, verb="upgrade")
     after = c.get_json("daemonset", "nri-cpumgr", "-n", NS)["spec"]["template"]
