@@ -3,14 +3,14 @@
 # the machine's Go and the module proxy, cached outside the checkout; prints the binary's path.
 #
 # Cache: ${NRI_CPUMGR_CACHE:-/var/cache/nri-cpumgr}/oracle/kubelet-cri-<key>, where <key>
-# hashes oracle/go.mod, oracle/go.sum, the command's sources and `go version`: a change to any
-# of them builds anew, nothing else does. Cold: ~3-10 min on 2 cores (k8s.io/kubernetes'
-# kubelet packages); warm: a hash.
+# hashes oracle/go.mod, oracle/go.sum, the command's and oracle/internal's sources and
+# `go version`: a change to any of them builds anew, nothing else does. Cold: ~3-10 min on 2
+# cores (k8s.io/kubernetes' kubelet packages); warm: a hash.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cache=${NRI_CPUMGR_CACHE:-/var/cache/nri-cpumgr}/oracle
 command -v go >/dev/null || { echo "build-kubelet-cri: go not found (Go 1.26 needed)" >&2; exit 3; }
-key=$( { cat "$here/oracle/go.mod" "$here/oracle/go.sum"; find "$here/oracle/cmd/kubelet-cri" \
+key=$( { cat "$here/oracle/go.mod" "$here/oracle/go.sum"; find "$here/oracle/cmd/kubelet-cri" "$here/oracle/internal" \
         -name '*.go' | sort | xargs cat; go version; } | sha256sum | cut -c1-16)
 out=$cache/kubelet-cri-$key
 if [[ ! -x $out ]]; then

@@ -61,6 +61,8 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/logs"
 	proberesults "k8s.io/kubernetes/pkg/kubelet/prober/results"
 	"k8s.io/utils/ptr"
+
+	"nri-cpumgr/oracle/internal/gates"
 )
 
 type input struct {
@@ -247,35 +249,6 @@ func newManager(ctx context.Context, in *input, rt *recorder, root string) (kube
 	return m, err
 }
 
-// withDependents: the gates with, for each gate turned off, every gate that depends on it
-// (transitively, the feature gate's own Dependencies) turned off too unless set: a kubelet
-// configured with PodLevelResources: false refuses to start while PodLevelResourcesFixDefaulting
-// and the other gates that depend on it keep their default (on), so an operator turns them off
-// with it.
-func withDependents(gates map[string]bool) map[string]bool {
-	deps := utilfeature.DefaultMutableFeatureGate.Dependencies()
-	out := map[string]bool{}
-	for k, v := range gates {
-		out[k] = v
-	}
-	for changed := true; changed; {
-		changed = false
-		for f, on := range deps {
-			if _, set := out[string(f)]; set {
-				continue
-			}
-			for _, d := range on {
-				if v, set := out[string(d)]; set && !v {
-					out[string(f)] = false
-					changed = true
-					break
-				}
-			}
-		}
-	}
-	return out
-}
-
 func kinds(pod *v1.Pod) map[string]string {
 	out := map[string]string{}
 	for _, c := range pod.Spec.InitContainers {
@@ -363,7 +336,7 @@ func run(args []string, stdin io.Reader, stdout io.Writer) (int, error) {
 	if err := json.Unmarshal(data, &in); err != nil {
 		return 1, fmt.Errorf("input: %w", err)
 	}
-	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(withDependents(in.FeatureGates)); err != nil {
+	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(gates.WithDependents(in.FeatureGates)); err != nil {
 		return 1, fmt.Errorf("featureGates: %w", err)
 	}
 	ctx := context.Background()

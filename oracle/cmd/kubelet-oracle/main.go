@@ -47,6 +47,8 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 	"k8s.io/utils/cpuset"
+
+	"nri-cpumgr/oracle/internal/gates"
 )
 
 // ---------------------------------------------------------------- scenario format
@@ -310,7 +312,7 @@ type managers struct {
 
 var touchedGates = map[string]bool{}
 
-func setFeatureGates(gates map[string]bool) error {
+func setFeatureGates(set map[string]bool) error {
 	all := utilfeature.DefaultMutableFeatureGate.GetAll()
 	reset := map[string]bool{}
 	for name := range touchedGates {
@@ -321,40 +323,11 @@ func setFeatureGates(gates map[string]bool) error {
 	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(reset); err != nil {
 		return err
 	}
-	gates = withDependents(gates)
-	for name := range gates {
+	set = gates.WithDependents(set)
+	for name := range set {
 		touchedGates[name] = true
 	}
-	return utilfeature.DefaultMutableFeatureGate.SetFromMap(gates)
-}
-
-// withDependents: the gates with, for each gate turned off, every gate that depends on it
-// (transitively, the feature gate's own Dependencies) turned off too unless set: a kubelet
-// configured with PodLevelResources: false refuses to start while PodLevelResourcesFixDefaulting
-// and the other gates that depend on it keep their default (on), so an operator turns them off
-// with it.
-func withDependents(gates map[string]bool) map[string]bool {
-	deps := utilfeature.DefaultMutableFeatureGate.Dependencies()
-	out := map[string]bool{}
-	for k, v := range gates {
-		out[k] = v
-	}
-	for changed := true; changed; {
-		changed = false
-		for f, on := range deps {
-			if _, set := out[string(f)]; set {
-				continue
-			}
-			for _, d := range on {
-				if v, set := out[string(d)]; set && !v {
-					out[string(f)] = false
-					changed = true
-					break
-				}
-			}
-		}
-	}
-	return out
+	return utilfeature.DefaultMutableFeatureGate.SetFromMap(set)
 }
 
 func build(ctx context.Context, s scenario, dir string) (*managers, error) {
