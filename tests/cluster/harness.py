@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.cluster.node import NODE_IP, PORTS, ClusterError, tail, wait_for
+from tests.cluster.pki import make_pki
 from tests.e2e.harness import cgroups as cg
 from tests.e2e.harness import images as images_mod
 from tests.e2e.harness.paths import REPO
@@ -100,26 +101,9 @@ class Cluster:
 
     def _pki(self) -> None:
         pki = self.work / "pki"
-        pki.mkdir(parents=True, exist_ok=True)
-
-        def ossl(*args: str) -> None:
-            subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=pki)
-
-        ossl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
-             "ca.crt", "-days", "2", "-subj", "/CN=nri-cpumgr-test-ca")
-        (pki / "san.cnf").write_text(
-            "[req]\ndistinguished_name=dn\n[dn]\n[ext]\n"
-            f"subjectAltName=IP:127.0.0.1,IP:{NODE_IP},DNS:localhost,DNS:kubernetes,"
-            "DNS:kubernetes.default,DNS:kubernetes.default.svc\n"
-            "extendedKeyUsage=serverAuth\n")
-        ossl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "apiserver.key", "-out",
-             "apiserver.csr", "-subj", "/CN=kube-apiserver")
-        ossl("x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-             "-CAcreateserial", "-out", "apiserver.crt", "-days", "2", "-extfile", "san.cnf",
-             "-extensions", "ext")
-        ossl("genrsa", "-out", "sa.key", "2048")
-        ossl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
-        (pki / "tokens.csv").write_text(f'{self.token},admin,admin,"system:masters"\n')
+        make_pki(pki, ca_cn="nri-cpumgr-test-ca", token=self.token,
+                 sans=["IP:127.0.0.1", f"IP:{NODE_IP}", "DNS:localhost", "DNS:kubernetes",
+                       "DNS:kubernetes.default", "DNS:kubernetes.default.svc"])
         self.kubeconfig.write_text(json.dumps({
             "apiVersion": "v1", "kind": "Config", "current-context": "test",
             "clusters": [{"name": "test", "cluster": {

@@ -32,6 +32,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from tests.cluster.pki import make_pki
+
 GUEST_HOST = "10.0.2.2"
 """The host's loopback as the guest sees it (QEMU slirp's default gateway)."""
 FEATURE_GATES = "PodLevelResources=true"
@@ -78,33 +80,8 @@ class ControlPlane:
         return f"https://{GUEST_HOST}:{self.port}"
 
     def _make_pki(self) -> None:
-        pki = self.pki
-        pki.mkdir(parents=True, exist_ok=True)
-
-        def ossl(*args: str) -> None:
-            subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=pki)
-
-        # the extensions Python 3.13's default VERIFY_X509_STRICT wants (the guest's
-        # Python: the plugin's pod watch and the test's API calls verify with it)
-        ossl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
-             "ca.crt", "-days", "2", "-subj", "/CN=nri-cpumgr-vm-ca",
-             "-addext", "basicConstraints=critical,CA:TRUE",
-             "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-             "-addext", "subjectKeyIdentifier=hash")
-        (pki / "san.cnf").write_text(
-            "[req]\ndistinguished_name=dn\n[dn]\n[ext]\n"
-            f"subjectAltName=IP:127.0.0.1,IP:{GUEST_HOST},DNS:localhost,DNS:kubernetes\n"
-            "keyUsage=critical,digitalSignature,keyEncipherment\n"
-            "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n"
-            "extendedKeyUsage=serverAuth\n")
-        ossl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "apiserver.key", "-out",
-             "apiserver.csr", "-subj", "/CN=kube-apiserver")
-        ossl("x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-             "-CAcreateserial", "-out", "apiserver.crt", "-days", "2", "-extfile", "san.cnf",
-             "-extensions", "ext")
-        ossl("genrsa", "-out", "sa.key", "2048")
-        ossl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
-        (pki / "tokens.csv").write_text(f'{self.token},admin,admin,"system:masters"\n')
+        make_pki(self.pki, ca_cn="nri-cpumgr-vm-ca", token=self.token,
+                 sans=["IP:127.0.0.1", f"IP:{GUEST_HOST}", "DNS:localhost", "DNS:kubernetes"])
 
     def kubeconfig(self, server: str, ca: str) -> str:
         """A kubeconfig (JSON) for ``server`` with the admin token and the CA file ``ca``."""
