@@ -6,6 +6,7 @@ CPU 0 reserved)."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 
@@ -24,6 +25,25 @@ NODE0 = CPUSet(range(0, 12, 2))
 NODE1 = CPUSet(range(1, 12, 2))
 GI = 1 << 30
 ON = {"PodLevelResources": True, "PodLevelResourceManagers": True}
+
+
+def _machine(numa_memory_bytes: int = 0) -> dict[str, Any]:
+    """TOPO as a scenario machine (``plan --scenario``'s form), with NUMA nodes 0 and 1 of
+    ``numa_memory_bytes`` each when given."""
+    machine: dict[str, Any] = {
+        "cpus": [{"cpu": c, "core": i.core, "socket": i.socket, "numa": i.numa}
+                 for c, i in sorted(TOPO.details.items())]}
+    if numa_memory_bytes:
+        machine["numa_nodes"] = [{"id": n, "memory_bytes": numa_memory_bytes} for n in (0, 1)]
+    return machine
+
+
+def _add_one(cfg: dict[str, Any], pod: dict[str, Any], machine: dict[str, Any]) -> dict[str, Any]:
+    """The plugin's decision path's outcome (the first event) of adding ``pod`` alone."""
+    from nri_cpumgr.planner.scenario import run_scenario
+
+    return run_scenario({"machine": machine, "config": cfg,
+                         "events": [{"op": "add", "pod": pod}]})["events"][0]
 
 
 def res(cpus: int | None = None, mem: int | None = None) -> Resources:
@@ -307,21 +327,17 @@ def test_topology_manager_policy_none_allocates_container_by_container_whatever_
     an 8-CPU bubble for the pod and refused it)."""
     from nri_cpumgr.config import Config
     from nri_cpumgr.managers import pod_level_scope
-    from nri_cpumgr.planner.scenario import run_scenario
-
     cfg = {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0",
            "topologyManagerPolicy": "none", "topologyManagerScope": "pod", "featureGates": ON}
     assert pod_level_scope(Config.model_validate(cfg)) == "container"
     assert pod_level_scope(Config.model_validate(
         {**cfg, "topologyManagerPolicy": "best-effort"})) == "pod"
-    machine = {"cpus": [{"cpu": c, "core": i.core, "socket": i.socket, "numa": i.numa}
-                        for c, i in sorted(TOPO.details.items())]}
+    machine = _machine()
     pod = {"metadata": {"name": "p", "uid": "u"}, "spec": {
         "resources": {"limits": {"cpu": "10", "memory": "2Gi"}},
         "containers": [{"name": "app", "resources": {"limits": {"cpu": "4", "memory": "1Gi"}}},
                        {"name": "side"}]}}
-    out = run_scenario({"machine": machine, "config": cfg,
-                        "events": [{"op": "add", "pod": pod}]})["events"][0]
+    out = _add_one(cfg, pod, machine)
     assert out["admitted"] is True and "podCPUs" not in out
     app, side = out["containers"]
     assert app["exclusive"] is True and len(CPUSet.parse(app["cpus"])) == 4
@@ -336,18 +352,14 @@ def test_pod_scope_budget_of_no_whole_cpus_puts_the_pod_in_the_nodes_shared_pool
     admitUsingPodResources), no container's Allocate: a container asking for whole CPUs
     of its own runs on the node's shared pool too. Found by the differential run (seed 384:
     the plugin gave it exclusive CPUs by the container-scope rules)."""
-    from nri_cpumgr.planner.scenario import run_scenario
-
     cfg = {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0",
            "topologyManagerPolicy": "best-effort", "topologyManagerScope": "pod",
            "featureGates": ON}
-    machine = {"cpus": [{"cpu": c, "core": i.core, "socket": i.socket, "numa": i.numa}
-                        for c, i in sorted(TOPO.details.items())]}
+    machine = _machine()
     pod = {"metadata": {"name": "p", "uid": "u"}, "spec": {
         "resources": {"limits": {"cpu": "1500m", "memory": "1Gi"}},
         "containers": [{"name": "app", "resources": {"limits": {"cpu": "1", "memory": "128Mi"}}}]}}
-    out = run_scenario({"machine": machine, "config": cfg,
-                        "events": [{"op": "add", "pod": pod}]})["events"][0]
+    out = _add_one(cfg, pod, machine)
     assert out["admitted"] is True and "podCPUs" not in out
     assert out["containers"] == [{"name": "app", "cpus": "0-11", "exclusive": False, "mems": ""}]
     assert out["sharedPool"] == "0-11"
@@ -369,18 +381,14 @@ def test_pod_scope_partition_is_checked_at_the_first_container_when_the_spec_is_
     the pod's first container with the kubelet's reason, even where the bubble could not
     be taken anyway (here: 1 free CPU for a 2-CPU budget). Found by the differential run
     (seeds 58, 672)."""
-    from nri_cpumgr.planner.scenario import run_scenario
-
     cfg = {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0-9",
            "topologyManagerPolicy": policy, "topologyManagerScope": "pod", "featureGates": ON}
-    machine = {"cpus": [{"cpu": c, "core": i.core, "socket": i.socket, "numa": i.numa}
-                        for c, i in sorted(TOPO.details.items())]}
+    machine = _machine()
     pod = {"metadata": {"name": "p", "uid": "u"}, "spec": {
         "resources": {"limits": {"cpu": "2", "memory": "1Gi"}},
         "containers": [{"name": "app", "resources": {"limits": {"cpu": "2", "memory": "128Mi"}}},
                        {"name": "side"}]}}
-    out = run_scenario({"machine": machine, "config": cfg,
-                        "events": [{"op": "add", "pod": pod}]})["events"][0]
+    out = _add_one(cfg, pod, machine)
     assert out["admitted"] is False
     assert f"{out['reason']}: {out['message']}" == reason
     assert out["sharedPool"] == "0-11"
@@ -398,9 +406,7 @@ def test_pod_scope_budget_of_no_whole_cpus_still_gets_the_pods_memory_pinned():
            "memoryManagerPolicy": "Static", "systemReserved": {"memory": "924Mi"},
            "evictionHard": {"memory.available": "100Mi"},
            "reservedMemory": [{"numaNode": 0, "limits": {"memory": "1Gi"}}], "featureGates": ON}
-    machine = {"cpus": [{"cpu": c, "core": i.core, "socket": i.socket, "numa": i.numa}
-                        for c, i in sorted(TOPO.details.items())],
-               "numa_nodes": [{"id": n, "memory_bytes": 4 * GI} for n in (0, 1)]}
+    machine = _machine(4 * GI)
     pod = {"metadata": {"name": "p", "uid": "u"}, "spec": {
         "resources": {"limits": {"cpu": "1500m", "memory": "2Gi"}},
         "containers": [{"name": "app", "resources": {"limits": {"cpu": "1", "memory": "128Mi"}}},
@@ -422,8 +428,6 @@ def test_pod_scope_regular_init_container_slice_may_cover_the_pod_shared_pool():
     checks long-running containers only. A 1-CPU budget with a sidecar without resources, a
     1-CPU init container and an app container without resources is admitted, every container
     on CPU 1 (differential seed 984: the plugin refused the init container)."""
-    from nri_cpumgr.planner.scenario import run_scenario
-
     cfg = {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0",
            "topologyManagerPolicy": "best-effort", "topologyManagerScope": "pod",
            "featureGates": ON}
@@ -434,8 +438,7 @@ def test_pod_scope_regular_init_container_slice_may_cover_the_pod_shared_pool():
             {"name": "side", "restartPolicy": "Always"},
             {"name": "init", "resources": {"limits": {"cpu": "1", "memory": "256Mi"}}}],
         "containers": [{"name": "app"}]}}
-    out = run_scenario({"machine": machine, "config": cfg,
-                        "events": [{"op": "add", "pod": pod}]})["events"][0]
+    out = _add_one(cfg, pod, machine)
     assert out["admitted"] is True and out["podCPUs"] == "1"
     assert [(c["name"], c["cpus"], c["exclusive"], c.get("pool")) for c in out["containers"]] == [
         ("side", "1", False, "pod"), ("init", "1", True, None), ("app", "1", False, "pod")]
@@ -447,19 +450,14 @@ def test_container_without_memory_of_its_own_gets_no_memory_pinned():
     though NRI shows it the pod's memory limit (kuberuntime getMemoryLimit): with the
     pod's spec known, a pod-level pod's container without resources gets no mems
     (differential seed 959: the plugin pinned the pod's limit to NUMA node 0)."""
-    from nri_cpumgr.planner.scenario import run_scenario
-
     cfg = {"cpuManagerPolicy": "none", "memoryManagerPolicy": "Static",
            "systemReserved": {"memory": "412Mi"}, "evictionHard": {"memory.available": "100Mi"},
            "reservedMemory": [{"numaNode": 0, "limits": {"memory": "512Mi"}}],
            "featureGates": ON}
-    machine = {"cpus": [{"cpu": c, "core": i.core, "socket": i.socket, "numa": i.numa}
-                        for c, i in sorted(TOPO.details.items())],
-               "numa_nodes": [{"id": n, "memory_bytes": 4 * GI} for n in (0, 1)]}
+    machine = _machine(4 * GI)
     pod = {"metadata": {"name": "p", "uid": "u"}, "spec": {
         "resources": {"limits": {"cpu": "4", "memory": "512Mi"}},
         "containers": [{"name": "app"}]}}
-    out = run_scenario({"machine": machine, "config": cfg,
-                        "events": [{"op": "add", "pod": pod}]})["events"][0]
+    out = _add_one(cfg, pod, machine)
     assert out["admitted"] is True
     assert out["containers"] == [{"name": "app", "cpus": "", "exclusive": False, "mems": ""}]
