@@ -31,8 +31,11 @@ we do better on both lag and cost):
   PostStartContainer (``started``), and the next pass sends its update once more (one extra
   update per container updated between its creation and its start).
 * A container the runtime failed to update stays stale and is retried by the next pass; after
-  ``max_failures`` failures it is dropped (it is most likely gone; the next Synchronize
-  repairs the rest).
+  ``max_failures`` failures the runtime answered it is dropped (it is most likely gone; the
+  next Synchronize repairs the rest). A call the runtime did not answer in time is no such
+  evidence (a slow or stuck runtime: seen with containerd 2.4.2 in a QEMU guest, where three
+  10 s timeouts dropped live containers that then kept exclusive CPUs): it is retried by the
+  next pass, without end, and never drops a container.
 
 Times are seconds on the caller's monotonic clock.
 """
@@ -276,9 +279,14 @@ class PoolPlanner:
         # whatever is still stale changed during the pass: it is due from now on
         self._note_staleness(now)
 
-    def done(self, batch: Batch, failed: set[str], now: float) -> list[str]:
-        """The runtime answered ``batch``; ``failed``: ids it could not update. Returns the
-        ids dropped after too many failures."""
+    def done(self, batch: Batch, failed: set[str], now: float, *,
+             answered: bool = True) -> list[str]:
+        """The call for ``batch`` ended; ``failed``: ids the runtime could not update (all of
+        them when ``answered`` is False: no answer in time, nothing known to be applied).
+        Returns the ids dropped after ``max_failures`` answered failures; an unanswered call
+        counts toward none (a slow runtime is no sign that a container is gone)."""
+        if not answered:  # each stays stale (in this pass's set): the next pass sends it again
+            return []
         dropped = []
         for cid in batch.ids:
             s = self.shared.get(cid)

@@ -288,7 +288,9 @@ class SharedPoolSync:
                       "runtime's NRI may be deadlocked (containerd/containerd#13733; fixed "
                       "by containerd/nri#301); check `crictl ps` on this node",
                       len(batch.ids))
-            failed = set(batch.ids)
+            self.planner.done(batch, set(batch.ids), self._clock(), answered=False)
+            self._pass_calls += 1
+            return
         except Exception as e:  # a refused call: retried by the next pass
             log.warning("shared pool: UpdateContainers of %d containers failed: %s",
                         len(batch.ids), e)

@@ -275,3 +275,55 @@ def test_a_container_started_before_any_update_costs_nothing_more():
     p.add("gone", ALL, "", 0.0, created=True)
     p.discard("gone")
     assert "gone" not in p.unstarted
+
+
+def test_unanswered_calls_never_drop_a_container():
+    """A call the runtime did not answer in time (done(..., answered=False)) is no sign the
+    container is gone: it stays stale and is sent again by every later pass, however many
+    timeouts there were (containerd 2.4.2 in a QEMU guest: three 10 s timeouts dropped live
+    shared containers, which kept CPUs that had become exclusive)."""
+    p = planner(n=1)
+    p.set_target(SHRUNK, 0.0)
+    for attempt in range(10):
+        now = 100.0 * (attempt + 1)
+        b, _ = p.plan(now)
+        assert b is not None and b.ids == ["s0"]
+        assert p.done(b, {"s0"}, now, answered=False) == []
+        p.plan(now)  # ends the pass
+    assert "s0" in p.shared and p.stale_count() == 1
+    b, _ = p.plan(2000.0)
+    assert b is not None and b.ids == ["s0"]
+    assert p.done(b, set(), 2000.0) == []
+    assert p.stale_count() == 0 and p.shared["s0"].applied == SHRUNK
+
+
+def test_sender_retries_timeouts_until_the_runtime_answers(caplog):
+    """SharedPoolSync: four UpdateContainers calls time out (TimeoutError from the transport),
+    the fifth is answered; the shared container is updated by it, never given up on."""
+    from nri_cpumgr.poolsync import SharedPoolSync
+
+    calls: list[bytes] = []
+
+    async def send(body: bytes) -> set[str]:
+        calls.append(body)
+        if len(calls) <= 4:
+            raise TimeoutError
+        return set()
+
+    async def main() -> SharedPoolSync:
+        s = SharedPoolSync(shrink_delay=0.01, grow_delay=0.01, quiet=0.0, batch_gap=0.0)
+        s.connected(send, ALL, {"s0": (ALL, "")})
+        s.set_target(SHRUNK)
+        for _ in range(500):
+            await asyncio.sleep(0.01)
+            if s.planner.stale_count() == 0:
+                break
+        s.close()
+        return s
+
+    with caplog.at_level("WARNING"):
+        s = asyncio.run(main())
+    assert len(calls) == 5
+    assert "s0" in s.planner.shared and s.planner.shared["s0"].applied == SHRUNK
+    assert "giving up" not in caplog.text
+    assert caplog.text.count("got no answer") == 4
