@@ -25,6 +25,7 @@ Exit status: 0 no hang, 1 hang (the dump's path on the last line), 2 setup error
     .venv/bin/python tests/e2e/stress.py --version 1.7 --minutes 10          # shipped mode
     .venv/bin/python tests/e2e/stress.py --version 2.1 --minutes 5 --mode async
     .venv/bin/python tests/e2e/stress.py --version crio --minutes 4 --mode async  # CRI-O 1.34.0
+    .venv/bin/python tests/e2e/stress.py --version 2.4 --minutes 10   # containerd 2.4.2 (async)
 
 ``--version crio`` churns the harness's CRI-O (:class:`~tests.e2e.harness.Crio`); its SIGUSR1
 dump is ``$TMPDIR/crio-goroutine-stacks-<time>.log`` (CRI-O ``cmd/crio/main.go``), with
@@ -363,8 +364,9 @@ def run(version: str, *, minutes: float, mode: str | None, shared: int = 20,
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--version", action="append", choices=["1.7", "2.1", "crio"],
-                    help="containerd version, or crio (repeatable; default 1.7 and 2.1)")
+    ap.add_argument("--version", action="append", choices=["1.7", "2.1", "2.4", "crio"],
+                    help="containerd version (2.4: the modern build's), or crio (repeatable; "
+                         "default 1.7 and 2.1)")
     ap.add_argument("--minutes", type=float, default=10.0, help="churn time per version")
     ap.add_argument("--mode", choices=["auto", "async", "reply"],
                     help="sharedPoolUpdateMode (default: none in the config, the shipped one)")
