@@ -292,9 +292,9 @@ class ContainerManager:
             # getContainerRequestedResources, cpumanager guaranteedCPUs, v1.37.2); NRI shows
             # the pod's limits for one without its own (kuberuntime getCPULimit /
             # getMemoryLimit), which the pod spec source tells apart
-            specs = [own]
+            specs, pod_level = [own], True
         else:
-            specs = [info.spec()]
+            specs, pod_level = [info.spec()], False
         if self.tm.scope_name == "pod":
             specs += [
                 t.info.spec()
@@ -307,6 +307,7 @@ class ContainerManager:
             namespace=info.namespace,
             containers=tuple(specs),
             qos=info.qos,
+            pod_level_resources=pod_level,
         )
 
     def mems(self, key: tuple[str, str], cpus: CPUSet | None) -> CPUSet | None:

@@ -56,6 +56,16 @@ class ContainerSpec:
             return 0
         return m // 1000
 
+    def equivalent_guaranteed(self) -> bool:
+        """Its own cpu and memory requests are set, non-zero and equal to its own limits: what
+        the kubelet asks of a container of a pod with ``.spec.resources`` before its managers
+        pin it (cm/qos IsContainerEquivalentQOSGuaranteed, v1.37.2)."""
+        for r in ("cpu", "memory"):
+            req, lim = self.requests.get(r), self.limits.get(r)
+            if not req or req != lim:
+                return False
+        return True
+
 
 @dataclass(frozen=True, slots=True)
 class Pod:
@@ -63,6 +73,10 @@ class Pod:
 
     ``qos`` is set when it is known from outside (for example from the kubelet's cgroup
     parent); otherwise :func:`pod_qos` derives it from the containers.
+    ``pod_level_resources``: the pod sets ``.spec.resources`` and the pod-level resource
+    managers are on (``PodLevelResources`` + ``PodLevelResourceManagers``), so its containers
+    are seen with their own resources and pinned only when
+    :meth:`ContainerSpec.equivalent_guaranteed` (kubelet v1.37.2).
     """
 
     uid: str
@@ -71,6 +85,7 @@ class Pod:
     containers: tuple[ContainerSpec, ...] = ()
     init_containers: tuple[ContainerSpec, ...] = ()
     qos: QOSClass | None = None
+    pod_level_resources: bool = False
 
     def container(self, name: str) -> ContainerSpec | None:
         for c in self.init_containers + self.containers:

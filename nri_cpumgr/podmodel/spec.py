@@ -130,9 +130,4 @@ def qualifies_for_slice(c: ContainerSpec) -> bool:
     cpu and memory requests equal its own limits and the CPU request is a positive whole
     number (kubelet cm/qos IsContainerEquivalentQOSGuaranteed; cpumanager policy_static.go
     guaranteedCPUs with PodLevelResourceManagers, v1.37.2)."""
-    for r in ("cpu", "memory"):
-        req, lim = c.requests.get(r), c.limits.get(r)
-        if req is None or lim is None or req != lim:
-            return False
-    cpu = c.requests["cpu"]
-    return cpu > 0 and cpu % 1000 == 0
+    return c.equivalent_guaranteed() and c.requests["cpu"] % 1000 == 0

@@ -461,3 +461,24 @@ def test_container_without_memory_of_its_own_gets_no_memory_pinned():
     out = _add_one(cfg, pod, machine)
     assert out["admitted"] is True
     assert out["containers"] == [{"name": "app", "cpus": "", "exclusive": False, "mems": ""}]
+
+
+def test_container_whose_requests_are_not_its_limits_gets_no_memory_pinned():
+    """kubelet v1.37.2 memorymanager policy_static.go getContainerRequestedResources: with
+    PodLevelResourceManagers, a container of a pod with .spec.resources is eligible for
+    exclusive memory only when its own cpu and memory requests equal its own limits (cm/qos
+    IsContainerEquivalentQOSGuaranteed); one with requests alone gets no memory pinned, one
+    with requests = limits does (differential seeds 43133, 43755: the plugin pinned the first
+    to NUMA node 0)."""
+    cfg = {"cpuManagerPolicy": "none", "memoryManagerPolicy": "Static",
+           "systemReserved": {"memory": "412Mi"}, "evictionHard": {"memory.available": "100Mi"},
+           "reservedMemory": [{"numaNode": 0, "limits": {"memory": "512Mi"}}],
+           "featureGates": ON}
+    pod = {"metadata": {"name": "p", "uid": "u"}, "spec": {
+        "resources": {"limits": {"cpu": "4", "memory": "1Gi"}},
+        "containers": [
+            {"name": "app", "resources": {"requests": {"cpu": "100m", "memory": "32Mi"}}},
+            {"name": "exact", "resources": {"limits": {"cpu": "1", "memory": "64Mi"}}}]}}
+    out = _add_one(cfg, pod, _machine(4 * GI))
+    assert out["admitted"] is True
+    assert [(c["name"], c["mems"]) for c in out["containers"]] == [("app", ""), ("exact", "0")]

@@ -104,6 +104,16 @@ def container_requested_resources(container: ContainerSpec) -> dict[str, int]:
     return out
 
 
+def own_requested_resources(pod: Pod, container: ContainerSpec) -> dict[str, int]:
+    """:func:`container_requested_resources`, except that a container of a pod with
+    ``.spec.resources`` (``pod.pod_level_resources``) asks for nothing unless its own
+    requests equal its own limits (policy_static.go getContainerRequestedResources with
+    PodLevelResourceManagers, v1.37.2: "container is not eligible")."""
+    if pod.pod_level_resources and not container.equivalent_guaranteed():
+        return {}
+    return container_requested_resources(container)
+
+
 def pod_requested_resources(pod: Pod) -> dict[str, int]:
     """The pod's memory request per type, in bytes (policy_static.go getPodRequestedResources).
 
@@ -377,7 +387,7 @@ class StaticPolicy:
         (``None`` if the blocks no longer match the request); else :meth:`calculate_hints`."""
         if pod.qos_class() is not QOSClass.GUARANTEED:
             return None
-        requested = container_requested_resources(container)
+        requested = own_requested_resources(pod, container)
         blocks = state.get_memory_blocks(pod.uid, container.name)
         if blocks is not None:
             return regenerate_hints(blocks, requested)
@@ -420,10 +430,11 @@ class StaticPolicy:
             self._update_pod_reusable_memory(pod, container, existing)
             return
         tm_hint = hint if hint is not None else TopologyHint(None, False)
-        requested = container_requested_resources(container)
+        requested = own_requested_resources(pod, container)
         if not requested:
             # "container requests no memory resources" (policy_static.go Allocate, v1.37.2):
-            # a container of a Guaranteed pod-level pod without its own resources
+            # a container of a Guaranteed pod-level pod without its own resources, or whose
+            # own requests are not its limits
             return
         ms = state.get_machine_state()
 

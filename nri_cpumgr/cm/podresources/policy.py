@@ -70,21 +70,11 @@ class EmptyPodSharedPoolError(Exception):
         return EMPTY_POD_SHARED_POOL
 
 
-def container_equivalent_guaranteed(c: ContainerSpec) -> bool:
-    """cpu and memory requests set and equal to their limits (kubelet cm/qos
-    IsContainerEquivalentQOSGuaranteed)."""
-    for r in ("cpu", "memory"):
-        req, lim = c.requests.get(r), c.limits.get(r)
-        if req is None or lim is None or req != lim:
-            return False
-    return True
-
-
 def slice_cpus(pod: Pod, c: ContainerSpec) -> int:
     """Exclusive CPUs ``c`` takes from its pod's bubble: its whole CPU request when the pod
     is Guaranteed and the container qualifies, else 0 (kubelet guaranteedCPUs with pod-level
     resources)."""
-    if pod.qos_class() is not QOSClass.GUARANTEED or not container_equivalent_guaranteed(c):
+    if pod.qos_class() is not QOSClass.GUARANTEED or not c.equivalent_guaranteed():
         return 0
     return c.guaranteed_cpus()
 
