@@ -382,12 +382,15 @@ class StaticPolicy:
     def get_topology_hints(
         self, state: MemoryState, pod: Pod, container: ContainerSpec
     ) -> Hints | None:
-        """Hints for one container (GetTopologyHints): ``None`` for non-Guaranteed pods;
+        """Hints for one container (GetTopologyHints): ``None`` for non-Guaranteed pods and
+        for a container that asks for no memory of its own (:func:`own_requested_resources`);
         for a container that already has blocks, its blocks' NUMA sets as preferred hints
         (``None`` if the blocks no longer match the request); else :meth:`calculate_hints`."""
         if pod.qos_class() is not QOSClass.GUARANTEED:
             return None
         requested = own_requested_resources(pod, container)
+        if not requested:  # no memory of its own to pin: no preference (v1.37.2)
+            return None
         blocks = state.get_memory_blocks(pod.uid, container.name)
         if blocks is not None:
             return regenerate_hints(blocks, requested)

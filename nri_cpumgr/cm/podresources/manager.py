@@ -300,23 +300,32 @@ class PodLevelManager:
         pod = Pod(uid=uid, name=info.pod_name, namespace=info.namespace, containers=(spec,),
                   qos=QOSClass.GUARANTEED)
         self._validate_partition(info, spec.guaranteed_cpus())
+        # the kubelet checks SMT alignment in AllocatePod (allocatePodForAdd:
+        # enforceSMTAlignment), after the Topology Manager merged the pod's hints: a pod
+        # the hints refuse gets the Topology Manager's error, one they admit the SMT error.
+        # Checked here on the free CPUs before anything is taken, reported in that order.
+        smt_error: Exception | None = None
         try:
             enforce_smt(cm.policy, cm.state, spec.guaranteed_cpus())
-        except Exception as e:
-            raise AdmissionError(admission_text(e)) from None
+        except Exception as e:  # noqa: BLE001 - reported below, after the hints
+            smt_error = e
         key = (uid, POD_ENTRY)
         if device_numa:
             cm.devices.current[key] = frozenset(device_numa)
         result = cm.tm.admit(pod)
         allocated = cm.cpu_provider.allocated.get(key)
         cm.cpu_provider.allocated.clear()
-        if not result.admit:
+        if not result.admit or smt_error is not None:
             cm.policy.remove_container(cm.state, uid, POD_ENTRY)
             if cm.memory is not None:
                 cm.memory.policy.remove_container(cm.memory.state, uid, POD_ENTRY)
             cm.devices.current.pop(key, None)
-            if result.reason == ERROR_TOPOLOGY_AFFINITY or result.error is None:
+            if not result.admit and (result.reason == ERROR_TOPOLOGY_AFFINITY
+                                     or result.error is None):
                 raise AdmissionError(f"{result.reason}: {result.message}")
+            if smt_error is not None:
+                raise AdmissionError(admission_text(smt_error))
+            assert result.error is not None
             raise AdmissionError(admission_text(result.error))
         cm.tm.add_container(pod, POD_ENTRY, _bubble_id(uid))
         if not allocated:
