@@ -121,14 +121,17 @@ def build_memory_manager(config: Config, machine: Machine) -> MemoryManager | No
 
 
 def restore_state(
-    policy: StaticPolicy | NonePolicy, body: dict[str, Any] | None, path: Any = ""
+    policy: StaticPolicy | NonePolicy, body: dict[str, Any] | None, path: Any = "",
+    *, strict: bool = False,
 ) -> CPUManagerState:
     """CPU manager state from a checkpoint body (``None``: fresh), validated by the policy.
 
     Raises :class:`ConfigError` when the checkpoint was written by another policy: like the
     kubelet ("configured policy differs from state checkpoint"), the plugin refuses to start
     rather than silently drop the node's assignments. A state the policy rejects (it does
-    not fit the topology or the reservation) is logged and rebuilt from Synchronize.
+    not fit the topology or the reservation) is logged and rebuilt from Synchronize; with
+    ``strict`` (``nri-cpumgr plan``, where there is no runtime to rebuild it from) it raises
+    :class:`ConfigError` instead, naming ``path``.
     """
     state = CPUManagerState(assignments={}, default_set=CPUSet())
     name = "static" if isinstance(policy, StaticPolicy) else "none"
@@ -147,6 +150,8 @@ def restore_state(
     try:
         policy.start(state)
     except Exception as e:
+        if strict:
+            raise ConfigError(f"state {path} does not fit this machine and config: {e}") from None
         log.warning("checkpoint state rejected by the policy (%s): rebuilding from the runtime", e)
         state = CPUManagerState(assignments={}, default_set=CPUSet())
         policy.start(state)

@@ -527,6 +527,8 @@ def parse_config(text: str, source: str = "<config>") -> Config:
         doc = yaml.load(text, Loader=_unique_key_loader())  # noqa: S506
     except yaml.YAMLError as e:
         raise ConfigError(_yaml_error(e, source)) from None
+    except RecursionError:
+        raise ConfigError(f"invalid config {source}: YAML nested too deeply") from None
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):

@@ -126,7 +126,8 @@ KEYS: dict[str, KeyDoc] = {
         "and `max-allowable-numa-nodes` (default 8).",
         kubelet="topologyManagerPolicyOptions",
         refused="an unknown option, one whose gate is off, a `max-allowable-numa-nodes` "
-                "below 8 or not a number"),
+                "below 8 or not a number, with a policy other than `none` (with `none` the "
+                "options are not read, as the kubelet's NewManager does, v1.37.2)"),
     "memoryManagerPolicy": KeyDoc(
         "`None` leaves `cpuset.mems` alone; `Static` gives Guaranteed containers memory and "
         "hugepages from the fewest NUMA nodes and sets `cpuset.mems` (per-NUMA accounting "

@@ -156,7 +156,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         machine = load_machine(args.sysfs_root, args.topology)
         cpu, mem = load_state(args.state)
         pods = load_manifests(args.manifests)
-        planner = Planner(config, machine, cpu, mem, explain=args.explain)
+        planner = Planner(config, machine, cpu, mem, explain=args.explain,
+                          state_source=args.state or "(given state)")
         result = planner.plan(pods)
     except (InputError, ManifestError, ConfigError) as e:
         print(f"nri-cpumgr plan: {e}", file=sys.stderr)

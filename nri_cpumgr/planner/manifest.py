@@ -107,6 +107,8 @@ def load_pods(text: str, source: str = "<manifest>") -> list[PlannedPod]:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as e:
         raise ManifestError(f"{source}: not YAML: {str(e).splitlines()[0]}") from None
+    except RecursionError:
+        raise ManifestError(f"{source}: not a pod manifest: YAML nested too deeply") from None
     pods: list[PlannedPod] = []
     for n, doc in enumerate(docs, 1):
         where = f"{source} document {n}"

@@ -115,9 +115,10 @@ def machine_from_json(doc: Mapping[str, Any]) -> Machine:
 class Planner:
     """The plugin's managers on a private state. ``cpu_state`` / ``memory_state``: the
     bodies of the plugin's ``cpu_manager_state`` / ``memory_manager_state`` checkpoints
-    (``nri-cpumgr status --json`` prints the first), ``None`` for an empty node. Raises
-    :class:`ConfigError` (bad config; a checkpoint written by another CPU policy; a memory
-    state that does not fit the machine)."""
+    (``nri-cpumgr status --json`` prints the first), ``None`` for an empty node;
+    ``state_source`` names them in errors (the ``--state`` path). Raises
+    :class:`ConfigError` (bad config; a checkpoint written by another CPU policy; a CPU or
+    memory state that does not fit the machine)."""
 
     def __init__(
         self,
@@ -127,6 +128,7 @@ class Planner:
         memory_state: dict[str, Any] | None = None,
         *,
         explain: bool = False,
+        state_source: str = "(given state)",
     ) -> None:
         self.config = config
         self.machine = machine
@@ -134,14 +136,14 @@ class Planner:
         policy = build_policy(config, machine)
         tm = build_topology_manager(config, machine)
         memory = build_memory_manager(config, machine)
-        state = restore_state(policy, cpu_state, "(given state)")
+        state = restore_state(policy, cpu_state, state_source, strict=True)
         if memory is not None:
             try:
                 memory.start(MemoryState.from_dict(memory_state) if memory_state
                              else MemoryState())
             except Exception as e:
-                raise ConfigError(
-                    f"memory state does not fit this machine and config: {e}") from None
+                raise ConfigError(f"memory state {state_source} does not fit this machine "
+                                  f"and config: {e}") from None
         # the plugin's construction (runtime/plugin.py Plugin._setup)
         self.manager = build_container_manager(config, policy, state, tm, memory)
         self._seq = 0

@@ -219,3 +219,43 @@ spec:
     assert "{" not in head
     for i in range(3):
         assert f"shared pool after shop/db-{i}: " in out
+
+
+def test_cli_plan_state_that_does_not_fit_is_an_error(tmp_path, capsys):
+    """A state naming CPUs the machine lacks (another node's checkpoint) is one line and
+    status 2, naming the file: never a plan of an empty node (the daemon, which can rebuild
+    from the runtime, starts fresh instead)."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("cpuManagerPolicy: static\nreservedSystemCPUs: '0'\n")
+    pods = tmp_path / "p.yaml"
+    pods.write_text("kind: Pod\nmetadata: {name: a}\nspec:\n  containers:\n"
+                    "  - {name: c, resources: {limits: {cpu: '2', memory: 1G}}}\n")
+    state = tmp_path / "state"
+    Checkpoint(state / "cpu_manager_state").save({
+        "policyName": "static", "defaultCpuSet": "0-3,8-11", "reservedCpuSet": "0",
+        "entries": {"u1": {"x": "4-7,12-15,40-47"}}})
+    argv = ["plan", "--config", str(cfg), "--sysfs-root", str(DUAL), str(pods),
+            "--state", str(state)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("nri-cpumgr plan: state ") and str(state) in err
+    assert "does not fit this machine" in err and len(err.strip().splitlines()) == 1
+    # the same checkpoint through the daemon's path: logged and rebuilt, not an error
+    from nri_cpumgr.managers import restore_state
+
+    p = planner().manager.policy
+    body = Checkpoint(state / "cpu_manager_state").load()
+    assert restore_state(p, body, "x").assignments == {}
+    with pytest.raises(ConfigError, match="state x does not fit"):
+        restore_state(planner().manager.policy, body, "x", strict=True)
+
+
+def test_deeply_nested_yaml_is_a_clear_error(tmp_path, capsys):
+    deep = "a: " + "[" * 5000 + "]" * 5000 + "\n"
+    pods = tmp_path / "deep.yaml"
+    pods.write_text(deep)
+    assert main(["plan", "--sysfs-root", str(DUAL), str(pods)]) == 2
+    err = capsys.readouterr().err
+    assert f"{pods}: not a pod manifest: YAML nested too deeply" in err
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        parse_config(deep)
