@@ -45,7 +45,7 @@ def report_mismatch(oracle: S.Oracle, s: dict[str, Any], diffs: list[dict[str, A
 
     def still(t: dict[str, Any]) -> bool:  # the same kind of undocumented mismatch
         k, p = both(oracle, t)
-        d = S.compare(k, p)
+        d = S.compare(k, p, t)
         return bool(d) and d[0]["kind"] == kind and S.known_difference(t, d) is None
 
     small = S.shrink(s, still)
@@ -54,7 +54,7 @@ def report_mismatch(oracle: S.Oracle, s: dict[str, Any], diffs: list[dict[str, A
     print("  shrunk scenario: " + json.dumps(small), file=out)
     print("  kubelet: " + json.dumps(k), file=out)
     print("  plugin:  " + json.dumps(p), file=out)
-    return {"seed": s.get("seed"), "diff": S.compare(k, p) or diffs, "scenario": small,
+    return {"seed": s.get("seed"), "diff": S.compare(k, p, small) or diffs, "scenario": small,
             "kubelet": k, "plugin": p}
 
 
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.replay:
             s = json.loads(Path(args.replay).read_text())
             k, p = both(oracle, s)
-            print(json.dumps({"kubelet": k, "plugin": p, "diff": S.compare(k, p)}, indent=1))
+            print(json.dumps({"kubelet": k, "plugin": p, "diff": S.compare(k, p, s)}, indent=1))
             return 0
         n = args.n or (0 if args.minutes else 200)
         deadline = time.monotonic() + args.minutes * 60 if args.minutes else None
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         while (done < n) if not deadline else (time.monotonic() < deadline):
             s = S.generate(seed)
             k, p = both(oracle, s)
-            diffs = S.compare(k, p)
+            diffs = S.compare(k, p, s)
             if not diffs:
                 verdict = "agree"
             else:

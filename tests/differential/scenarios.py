@@ -405,7 +405,57 @@ def plugin(s: dict[str, Any]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ comparison
-def compare(kubelet: dict[str, Any], ours: dict[str, Any]) -> list[dict[str, Any]]:
+def double_assigned(s: dict[str, Any], answer: dict[str, Any]) -> tuple[int, str] | None:
+    """The first event of ``answer`` (either side's) that hands out a CPU another live pod
+    holds: an exclusive container's (or a pod-level pod's) CPUs overlapping those of
+    another pod not deleted, or a shared pool holding such a CPU; ``(event index, what)``,
+    or None. A regular init container's CPUs and an exited container's count as released
+    (the plugin releases a finished init container's: ``finished-init-released``)."""
+    held: dict[str, dict[str, set[int]]] = {}  # pod -> container (or "" for the pod) -> CPUs
+    # (an answer of a refused config has no events)
+    for i, (ev, r) in enumerate(zip(s.get("events", []), answer.get("events", []),
+                                    strict=False)):
+        if r.get("op") == "delete":
+            held.pop(r.get("pod"), None)
+            continue
+        if r.get("op") == "exit":
+            held.get(r.get("pod"), {}).pop(ev.get("container"), None)
+            continue
+        if r.get("op") != "add":
+            continue
+        others: set[int] = set()
+        for pod, cs in held.items():
+            if pod != r.get("pod"):
+                for cpus in cs.values():
+                    others |= cpus
+        spec = (ev.get("pod") or {}).get("spec") or {}
+        init = {c["name"] for c in spec.get("initContainers") or []
+                if c.get("restartPolicy") != "Always"}
+        mine: dict[str, set[int]] = {}
+        if r.get("admitted"):
+            if r.get("podCPUs"):
+                mine[""] = _cpus(r["podCPUs"])
+            for c in r.get("containers") or []:
+                if c.get("exclusive"):
+                    cpus = _cpus(c.get("cpus", ""))
+                    if cpus & others:
+                        return i, (f"{r['pod']}/{c['name']} got CPUs "
+                                   f"{sorted(cpus & others)} another pod holds")
+                    if c["name"] not in init:
+                        mine[c["name"]] = cpus
+            if mine.get("", set()) & others:
+                return i, f"{r['pod']} got pod CPUs {sorted(mine[''] & others)} another pod holds"
+            held[r["pod"]] = mine
+        pool = _cpus(r.get("sharedPool", ""))
+        taken = set().union(*(cpus for cs in held.values() for cpus in cs.values()))
+        if pool & taken:
+            return i, (f"the shared pool after {r.get('pod')} has CPUs "
+                       f"{sorted(pool & taken)} a pod holds")
+    return None
+
+
+def compare(kubelet: dict[str, Any], ours: dict[str, Any],
+            s: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Where the answers differ: a list of ``{"kind", "event", "what", "kubelet", "plugin"}``
     (``kind``: config, admission, reason, exclusive, pool (a shared container on the node's
     or its pod's shared pool), cpus (exclusive CPUs), shared-cpus (a shared container's
@@ -413,7 +463,28 @@ def compare(kubelet: dict[str, Any], ours: dict[str, Any]) -> list[dict[str, Any
     admitted pod, or
     after a pod both sides rejected)). A ``reason`` difference carries the oracle's
     ``memoryUnsatisfiable`` (the rejected pod's containers its Memory Manager finds no NUMA
-    node set for)."""
+    node set for).
+
+    With the scenario ``s``: a plugin answer that hands out a CPU another pod holds comes
+    first, as kind ``plugin-double-assign`` (never a documented difference); a difference
+    at or after the event where the kubelet's answer does (:func:`double_assigned`) carries
+    ``kubeletDoubleAssigned``, what it handed out."""
+    out = _compare(kubelet, ours)
+    if s is None:
+        return out
+    mine = double_assigned(s, ours)
+    if mine is not None:
+        out.insert(0, {"kind": "plugin-double-assign", "event": mine[0], "what": mine[1],
+                       "kubelet": "", "plugin": mine[1]})
+    theirs = double_assigned(s, kubelet) if out else None
+    if theirs is not None:
+        for d in out:
+            if d.get("event") is not None and d["event"] >= theirs[0]:
+                d["kubeletDoubleAssigned"] = theirs[1]
+    return out
+
+
+def _compare(kubelet: dict[str, Any], ours: dict[str, Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     ke, pe = kubelet.get("configError"), ours.get("configError")
     if bool(ke) != bool(pe):
@@ -489,7 +560,8 @@ def known_difference(s: dict[str, Any], diffs: list[dict[str, Any]],
     known_differences.json has ``match``: ``kind`` and optional substrings ``kubelet`` /
     ``plugin`` of the two answers, config values, a policy option, a relation
     (``plugin-superset``, ``same-text``, ``plugin-fewer-sockets``), what the
-    scenario needs (``init``, ``multi-container``, ``memory-unsatisfiable``), ``podLevel``
+    scenario needs (``init``, ``multi-container``, ``memory-unsatisfiable``,
+    ``kubelet-double-assigned``), ``podLevel``
     (whether the mismatch's pod is handled by the pod-level resource managers)."""
     if not diffs:
         return None
@@ -523,6 +595,8 @@ def _explained(s: dict[str, Any], d: dict[str, Any], known: list[dict[str, Any]]
         if m.get("needs") == "multi-container" and not _multi(s, d):
             continue
         if "podLevel" in m and _pod_level_managed(s, d) != m["podLevel"]:
+            continue
+        if m.get("needs") == "kubelet-double-assigned" and not d.get("kubeletDoubleAssigned"):
             continue
         if m.get("needs") == "memory-unsatisfiable" and not (
                 d.get("memoryUnsatisfiable")

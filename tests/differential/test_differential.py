@@ -39,7 +39,7 @@ def oracle() -> Iterator[S.Oracle]:
 def _check(o: S.Oracle, s: dict) -> tuple[list[dict], str | None, dict, dict]:
     k = o.run(s)
     p = S.plugin(s)
-    diffs = S.compare(k, p)
+    diffs = S.compare(k, p, s)
     return diffs, S.known_difference(s, diffs), k, p
 
 
@@ -68,7 +68,7 @@ def test_oracle_answers_a_known_case(oracle: S.Oracle) -> None:
     assert k["events"][0]["sharedPool"] == "0-1,3,5-7,9,11"
     assert k["events"][1]["admitted"] is False
     assert k["events"][1]["reason"] == "SMTAlignmentError"
-    assert S.compare(k, S.plugin(s)) == []
+    assert S.compare(k, S.plugin(s), s) == []
 
 
 @pytest.mark.parametrize("seed", list(SEEDS))
@@ -111,3 +111,39 @@ def test_plan_scenario_command(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "nri_cpumgr", "plan", "--scenario", str(bad)],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "not a scenario" in r.stderr
+
+
+def test_every_documented_difference_has_a_regression_and_a_docs_row() -> None:
+    ids = {k["id"] for k in S.load_known()}
+    expected = {json.loads(p.read_text()).get("expect") for p in _regressions()}
+    docs = (S.ROOT / "docs" / "concepts" / "differences.md").read_text()
+    assert ids - expected == set(), "a documented difference without a regression scenario"
+    assert [i for i in sorted(ids) if f"`{i}`" not in docs] == []
+
+
+def test_a_cpu_handed_out_twice_is_never_documented() -> None:
+    """The plugin's answer is checked for CPUs another pod holds (any kind of difference is
+    then undocumented); the kubelet's, for the events its double assignment explains."""
+    s = S.generate(1)
+    s["events"] = [
+        {"op": "add", "pod": {"metadata": {"name": n, "uid": n}, "spec": {"containers": [
+            {"name": "c", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}}
+        for n in ("a", "b")]
+
+    def answer(b_cpus: str, pool: str) -> dict:
+        return {"events": [
+            {"op": "add", "pod": "a", "admitted": True, "sharedPool": "0,2-7",
+             "containers": [{"name": "c", "cpus": "1", "exclusive": True}]},
+            {"op": "add", "pod": "b", "admitted": True, "sharedPool": pool,
+             "containers": [{"name": "c", "cpus": b_cpus, "exclusive": True}]}]}
+
+    good, twice = answer("2", "0,3-7"), answer("1", "0,2-7")
+    assert S.double_assigned(s, good) is None
+    assert S.double_assigned(s, twice) == (1, "b/c got CPUs [1] another pod holds")
+    assert S.double_assigned(s, answer("2", "0-1,3-7"))[0] == 1  # the pool holds a's CPU
+    d = S.compare(good, twice, s)
+    assert d[0]["kind"] == "plugin-double-assign" and S.known_difference(s, d) is None
+    d = S.compare(twice, good, s)
+    assert d == [{"kind": "cpus", "event": 1, "what": "b/c", "kubelet": "1", "plugin": "2",
+                  "kubeletDoubleAssigned": "b/c got CPUs [1] another pod holds"}]
+    assert S.known_difference(s, d) == "kubelet-takes-a-held-cpu"

@@ -36,13 +36,36 @@ def make_topology(
     return CPUTopology.from_details(details)
 
 
-topologies = st.builds(
+def make_hybrid_topology(sockets: int, single: int, smt: int) -> CPUTopology:
+    """A hybrid machine (as Intel's P- and E-cores): per socket ``single`` one-thread cores,
+    then ``smt`` two-thread cores, numbered like Linux (the first threads, then the
+    siblings); one NUMA node and one L3 per socket."""
+    details: dict[int, CPUInfo] = {}
+    cores = sockets * (single + smt)
+    for core in range(cores):
+        socket = core // (single + smt)
+        details[core] = CPUInfo(numa=socket, socket=socket, core=core, uncore=socket)
+    n = cores
+    for core in range(cores):
+        if core % (single + smt) >= single:
+            socket = core // (single + smt)
+            details[n] = CPUInfo(numa=socket, socket=socket, core=core, uncore=socket)
+            n += 1
+    return CPUTopology.from_details(details)
+
+
+uniform_topologies = st.builds(
     make_topology,
     sockets=st.integers(1, 3),
     numa_per_socket=st.integers(1, 2),
     l3_per_numa=st.integers(1, 2),
     cores_per_l3=st.integers(1, 4),
     threads=st.sampled_from([1, 2, 4]),
+)
+topologies = st.one_of(
+    uniform_topologies,
+    st.builds(make_hybrid_topology, sockets=st.integers(1, 2), single=st.integers(1, 8),
+              smt=st.integers(1, 8)),
 )
 
 
@@ -112,7 +135,7 @@ def test_packed_take_of_a_numa_node_count_returns_one_free_node(
 
 
 @settings(max_examples=200, deadline=None)
-@given(topologies, st.data())
+@given(uniform_topologies, st.data())  # (a hybrid machine has cores of 1 and 2 threads)
 def test_packed_take_on_whole_cores_gives_whole_cores(
     topo: CPUTopology, data: st.DataObject
 ) -> None:
@@ -269,3 +292,16 @@ def test_distributed_take_reads_its_kept_combination_as_go_slices_leave_it():
     assert views[0].values() == (1, 2, 3, 5)  # was (1, 2, 3, 4) when it was visited
     # 2 and 3 nodes: each append of the last node grows a full slice (a new array)
     assert [v.values() for v in _go_combinations([1, 2, 3], 2)] == [(1, 2), (1, 3), (2, 3)]
+
+
+def test_hybrid_machine_take_never_returns_a_held_cpu() -> None:
+    """8 one-thread cores and 8 two-thread cores (CPUsPerCore = 24 / 16 = 1): with core 9's
+    first thread (CPU 9) held, the kubelet v1.37.2 (cpu_assignment.go isCoreFree and
+    takeFullCores) counts core 9 as free and takes CPUs 9 and 17; the plugin takes only
+    the free thread 17 and the next free CPU (differential seed 59070)."""
+    topo = make_hybrid_topology(1, 8, 8)
+    assert topo.cpus_per_core() == 1
+    assert topo.details[9].core == topo.details[17].core == 9
+    free = CPUSet.parse("10-15,17-23")  # the static policy's: reserved CPU 0 left out
+    assert take_packed(topo, free, 2) == CPUSet.parse("10,17")
+    assert take_packed(topo, free, 2) <= free

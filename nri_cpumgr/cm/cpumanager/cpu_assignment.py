@@ -5,7 +5,12 @@ Pure functions: ``(topology, available CPUs, count, options) -> CPUSet`` or a ty
 decisions, including its use of the *declared* header counts (``CPUsPerCore = NumCPUs /
 NumCores``, ``CPUsPerSocket = NumCPUs / NumSockets``, ``CPUsPerUncore = NumCPUs /
 NumUncoreCache``) and of the per-CPU table as given (core ids are used as keys exactly as
-the table spells them).
+the table spells them), with one exception: a take never returns a CPU that was not
+available. On a hybrid machine (cores of one and of two threads) ``CPUsPerCore`` is 1, so
+the kubelet v1.37.2 counts a two-thread core with one free thread as a free core and
+``takeFullCores`` takes both threads, one of them another container's (the same for a
+socket smaller than ``CPUsPerSocket``); here only the free thread is taken
+(docs/concepts/differences.md, ``kubelet-takes-a-held-cpu``).
 
 Strategies:
 
@@ -195,8 +200,9 @@ class _Accumulator:
 
     # ---- bookkeeping ----
     def take(self, mask: int) -> None:
+        mask &= self.avail  # never a CPU that is not free (the kubelet's takeFullCores can)
         self.result |= mask
-        self.avail &= ~self.result
+        self.avail &= ~mask
         self.needed -= mask.bit_count()
 
     def satisfied(self) -> bool:
