@@ -408,9 +408,10 @@ def plugin(s: dict[str, Any]) -> dict[str, Any]:
 def double_assigned(s: dict[str, Any], answer: dict[str, Any]) -> tuple[int, str] | None:
     """The first event of ``answer`` (either side's) that hands out a CPU another live pod
     holds: an exclusive container's (or a pod-level pod's) CPUs overlapping those of
-    another pod not deleted, or a shared pool holding such a CPU; ``(event index, what)``,
-    or None. A regular init container's CPUs and an exited container's count as released
-    (the plugin releases a finished init container's: ``finished-init-released``)."""
+    another pod not deleted or of a sidecar or app container of its own pod, or a shared
+    pool holding such a CPU; ``(event index, what)``, or None. A regular init container's
+    CPUs and an exited container's count as released (the plugin releases a finished init
+    container's: ``finished-init-released``)."""
     held: dict[str, dict[str, set[int]]] = {}  # pod -> container (or "" for the pod) -> CPUs
     # (an answer of a refused config has no events)
     for i, (ev, r) in enumerate(zip(s.get("events", []), answer.get("events", []),
@@ -441,6 +442,13 @@ def double_assigned(s: dict[str, Any], answer: dict[str, Any]) -> tuple[int, str
                     if cpus & others:
                         return i, (f"{r['pod']}/{c['name']} got CPUs "
                                    f"{sorted(cpus & others)} another pod holds")
+                    # its pod's sidecars and app containers run together: exclusive CPUs
+                    # of theirs are no one else's (a regular init container's are reused)
+                    siblings = set().union(*(v for k, v in mine.items() if k))
+                    if cpus & siblings:
+                        return i, (f"{r['pod']}/{c['name']} got CPUs "
+                                   f"{sorted(cpus & siblings)} another container of its "
+                                   "pod holds")
                     if c["name"] not in init:
                         mine[c["name"]] = cpus
             if mine.get("", set()) & others:
