@@ -183,7 +183,7 @@ class PodLevelManager:
         """The decision for ``info`` under the pod-level rules, or None when they do not apply
         (the caller goes on with the per-container rules). Raises AdmissionError."""
         cm = self.cm
-        if not cm.static or info.qos is not QOSClass.GUARANTEED:
+        if info.qos is not QOSClass.GUARANTEED or (not cm.static and cm.memory is None):
             return None
         if info.pod_resources is None:
             if not self._said_missing:
@@ -196,6 +196,17 @@ class PodLevelManager:
         if info.pod_spec is not None and not info.pod_spec.pod_level:
             return None  # no .spec.resources: the per-container rules, as the kubelet's
         pod_cpus = info.pod_resources.integer_cpus
+        if not cm.static:
+            # cpuManagerPolicy none, memoryManagerPolicy Static: in pod scope the Topology
+            # Manager admits the pod's totals and the Memory Manager's AllocatePod pins the
+            # pod's memory, which every container of it gets; the CPUs are left alone
+            # (topologymanager scope_pod.go admitUsingPodResources, memorymanager
+            # policy_static.go AllocatePod, v1.37.2; differential seed 62726). In container
+            # scope the per-container rules (its own memory when its requests equal its
+            # limits).
+            if self.scope == "pod":
+                return self._node_shared_pod_memory(info, device_numa)
+            return None
         if self.scope == "pod":
             if pod_cpus:
                 return self._admit_pod_scope(info, device_numa)
@@ -227,7 +238,7 @@ class PodLevelManager:
             self._take_bubble(info, device_numa)
         mems = cm.mems(key, None)
         cm.track(info.id, Tracked(info, False, None, mems=mems))
-        return Decision(info.id, cm.shared_pool(), mems=mems)
+        return Decision(info.id, cm.shared_pool() if cm.static else None, mems=mems)
 
     def _admit_pod_scope(self, info: ContainerInfo, device_numa: frozenset[int]) -> Decision:
         cm = self.cm
@@ -290,15 +301,16 @@ class PodLevelManager:
     def _take_bubble(self, info: ContainerInfo, device_numa: frozenset[int]) -> CPUSet:
         """Admit the pod's totals through the Topology Manager (pod hints of the CPU, memory
         and device providers) and let the managers allocate them to :data:`POD_ENTRY`.
-        The CPUs taken (none for a budget of no whole CPUs: then only its memory)."""
-        from nri_cpumgr.cm.topologymanager import ERROR_TOPOLOGY_AFFINITY
-
+        The CPUs taken (none for a budget of no whole CPUs, or with cpuManagerPolicy none:
+        then only its memory)."""
         cm = self.cm
         assert info.pod_resources is not None
         uid = info.pod_uid
         spec = budget_spec(info.pod_resources)
         pod = Pod(uid=uid, name=info.pod_name, namespace=info.namespace, containers=(spec,),
                   qos=QOSClass.GUARANTEED)
+        if not cm.static:  # cpuManagerPolicy none: the memory (and devices) alone
+            return self._admit_pod_totals(info, pod, device_numa, None)
         self._validate_partition(info, spec.guaranteed_cpus())
         # the kubelet checks SMT alignment in AllocatePod (allocatePodForAdd:
         # enforceSMTAlignment), after the Topology Manager merged the pod's hints: a pod
@@ -309,6 +321,17 @@ class PodLevelManager:
             enforce_smt(cm.policy, cm.state, spec.guaranteed_cpus())
         except Exception as e:  # noqa: BLE001 - reported below, after the hints
             smt_error = e
+        return self._admit_pod_totals(info, pod, device_numa, smt_error)
+
+    def _admit_pod_totals(self, info: ContainerInfo, pod: Pod, device_numa: frozenset[int],
+                          smt_error: Exception | None) -> CPUSet:
+        """The Topology Manager's admission of the pod's totals ``pod`` and the managers'
+        allocation to :data:`POD_ENTRY`; everything undone and AdmissionError raised when
+        it refuses (its error first, then ``smt_error``, the kubelet's order)."""
+        from nri_cpumgr.cm.topologymanager import ERROR_TOPOLOGY_AFFINITY
+
+        cm = self.cm
+        uid = info.pod_uid
         key = (uid, POD_ENTRY)
         if device_numa:
             cm.devices.current[key] = frozenset(device_numa)
