@@ -410,17 +410,16 @@ def double_assigned(s: dict[str, Any], answer: dict[str, Any]) -> tuple[int, str
     holds: an exclusive container's (or a pod-level pod's) CPUs overlapping those of
     another pod not deleted or of a sidecar or app container of its own pod, or a shared
     pool holding such a CPU; ``(event index, what)``, or None. A regular init container's
-    CPUs and an exited container's count as released (the plugin releases a finished init
-    container's: ``finished-init-released``)."""
+    CPUs count as released (the plugin releases a finished init container's:
+    ``finished-init-released``); an exited container keeps its CPUs until its pod is
+    deleted, on both sides (the kubelet's state keeps the assignment; the plugin
+    releases a stopped container's only when its pod's next container is created)."""
     held: dict[str, dict[str, set[int]]] = {}  # pod -> container (or "" for the pod) -> CPUs
     # (an answer of a refused config has no events)
     for i, (ev, r) in enumerate(zip(s.get("events", []), answer.get("events", []),
                                     strict=False)):
         if r.get("op") == "delete":
             held.pop(r.get("pod"), None)
-            continue
-        if r.get("op") == "exit":
-            held.get(r.get("pod"), {}).pop(ev.get("container"), None)
             continue
         if r.get("op") != "add":
             continue
