@@ -12,10 +12,12 @@ does not need; :func:`known_difference` says whether a mismatch is one the proje
 
 from __future__ import annotations
 
+import collections
 import copy
 import json
 import os
 import random
+import re
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -566,7 +568,8 @@ def known_difference(s: dict[str, Any], diffs: list[dict[str, Any]],
     with ``+``), or None when one of them is not documented. Each entry of
     known_differences.json has ``match``: ``kind`` and optional substrings ``kubelet`` /
     ``plugin`` of the two answers, config values, a policy option, a relation
-    (``plugin-superset``, ``same-text``, ``plugin-fewer-sockets``), what the
+    (``plugin-superset``, ``same-text``, ``plugin-fewer-sockets``,
+    ``kubelet-counts-a-held-cpu``), what the
     scenario needs (``init``, ``multi-container``, ``memory-unsatisfiable``,
     ``kubelet-double-assigned``), ``podLevel``
     (whether the mismatch's pod is handled by the pod-level resource managers)."""
@@ -614,11 +617,29 @@ def _explained(s: dict[str, Any], d: dict[str, Any], known: list[dict[str, Any]]
             continue
         if rel == "same-text" and str(d["plugin"]).partition(": ")[2] not in str(d["kubelet"]):
             continue
+        if rel == "kubelet-counts-a-held-cpu" and not _counts_a_held_cpu(s, d):
+            continue
         if rel == "plugin-fewer-sockets" and not (
                 len(_sockets(s, d["plugin"])) < len(_sockets(s, d["kubelet"]))):
             continue
         return str(k["id"])
     return None
+
+
+_NOT_ENOUGH = re.compile(r"requested=(\d+), available=(\d+)")
+
+
+def _counts_a_held_cpu(s: dict[str, Any], d: dict[str, Any]) -> bool:
+    """Both refused for want of CPUs, the same request, the kubelet counting more CPUs
+    available than the plugin, on a hybrid machine (cores of unequal thread counts): its
+    takeFullCores put a CPU held by another container in the partial result, so one free
+    CPU fewer was taken and counted as left (``kubelet-takes-a-held-cpu``)."""
+    k, p = _NOT_ENOUGH.search(str(d["kubelet"])), _NOT_ENOUGH.search(str(d["plugin"]))
+    if not k or not p or k.group(1) != p.group(1) or int(k.group(2)) <= int(p.group(2)):
+        return False
+    threads: dict[tuple[int, int], int] = collections.Counter(
+        (c["socket"], c["core"]) for c in s["machine"]["cpus"])
+    return len(set(threads.values())) > 1
 
 
 def _regular_init(s: dict[str, Any], d: dict[str, Any]) -> bool:
