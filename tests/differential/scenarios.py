@@ -569,7 +569,7 @@ def known_difference(s: dict[str, Any], diffs: list[dict[str, Any]],
     known_differences.json has ``match``: ``kind`` and optional substrings ``kubelet`` /
     ``plugin`` of the two answers, config values, a policy option, a relation
     (``plugin-superset``, ``same-text``, ``plugin-fewer-sockets``,
-    ``kubelet-counts-a-held-cpu``), what the
+    ``kubelet-counts-a-held-cpu``, ``plugin-more-numas``), what the
     scenario needs (``init``, ``multi-container``, ``memory-unsatisfiable``,
     ``kubelet-double-assigned``), ``podLevel``
     (whether the mismatch's pod is handled by the pod-level resource managers)."""
@@ -578,7 +578,7 @@ def known_difference(s: dict[str, Any], diffs: list[dict[str, Any]],
     known = known if known is not None else load_known()
     ids: list[str] = []
     for d in diffs:
-        kid = _explained(s, d, known)
+        kid = _explained(s, d, known, diffs)
         if kid is None:
             return None
         if kid not in ids:
@@ -586,7 +586,8 @@ def known_difference(s: dict[str, Any], diffs: list[dict[str, Any]],
     return "+".join(ids)
 
 
-def _explained(s: dict[str, Any], d: dict[str, Any], known: list[dict[str, Any]]) -> str | None:
+def _explained(s: dict[str, Any], d: dict[str, Any], known: list[dict[str, Any]],
+               diffs: list[dict[str, Any]] | None = None) -> str | None:
     for k in known:
         m = k["match"]
         if m.get("kind") and m["kind"] != d["kind"]:
@@ -618,6 +619,8 @@ def _explained(s: dict[str, Any], d: dict[str, Any], known: list[dict[str, Any]]
         if rel == "same-text" and str(d["plugin"]).partition(": ")[2] not in str(d["kubelet"]):
             continue
         if rel == "kubelet-counts-a-held-cpu" and not _counts_a_held_cpu(s, d):
+            continue
+        if rel == "plugin-more-numas" and not _more_numas(s, d, diffs or [d]):
             continue
         if rel == "plugin-fewer-sockets" and not (
                 len(_sockets(s, d["plugin"])) < len(_sockets(s, d["kubelet"]))):
@@ -667,6 +670,24 @@ def _multi(s: dict[str, Any], d: dict[str, Any]) -> bool:
     ev = s["events"][d["event"]] if d.get("event") is not None else {}
     spec = (ev.get("pod") or {}).get("spec") or {}
     return len(spec.get("initContainers") or []) + len(spec.get("containers") or []) > 1
+
+
+def _numas(s: dict[str, Any], text: str) -> set[int]:
+    """The NUMA nodes of the machine's CPUs in cpuset ``text``."""
+    numa = {int(r["cpu"]): int(r["numa"]) for r in s["machine"]["cpus"]}
+    return {numa[c] for c in _cpus(text) if c in numa}
+
+
+def _more_numas(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]]) -> bool:
+    """The plugin's CPUs of difference ``d`` span more NUMA nodes than the kubelet's (the
+    distributed take's floor); a shared-pool difference, when a CPU difference of the same
+    event does."""
+    if d["kind"] == "shared-pool":
+        return any(_more_numas(s, o, diffs) for o in diffs if o is not d
+                   and o.get("event") == d.get("event") and o["kind"] != "shared-pool")
+    if d["kind"] not in ("cpus", "pod-cpus", "shared-cpus"):
+        return False
+    return len(_numas(s, d["plugin"])) > len(_numas(s, d["kubelet"]))
 
 
 def _sockets(s: dict[str, Any], text: str) -> set[int]:
