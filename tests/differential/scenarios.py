@@ -479,6 +479,15 @@ def compare(kubelet: dict[str, Any], ours: dict[str, Any],
     at or after the event where the kubelet's answer does (:func:`double_assigned`) carries
     ``kubeletDoubleAssigned``, what it handed out."""
     out = _compare(kubelet, ours)
+    # the pod-level pod's CPUs (its bubble) of the difference's event, where they differ:
+    # every difference of that pod there follows from them
+    kev, pev = kubelet.get("events") or [], ours.get("events") or []
+    for d in out:
+        i = d.get("event")
+        if i is not None and i < min(len(kev), len(pev)):
+            kp, pp = kev[i].get("podCPUs", ""), pev[i].get("podCPUs", "")
+            if kp and pp and kp != pp:
+                d["podCPUs"] = {"kubelet": kp, "plugin": pp}
     if s is None:
         return out
     mine = double_assigned(s, ours)
@@ -680,13 +689,17 @@ def _numas(s: dict[str, Any], text: str) -> set[int]:
 
 def _more_numas(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]]) -> bool:
     """The plugin's CPUs of difference ``d`` span more NUMA nodes than the kubelet's (the
-    distributed take's floor); a shared-pool difference, when a CPU difference of the same
-    event does."""
+    distributed take's floor), or, for a pod-level pod, its pod CPUs do (its slices and pod
+    shared pool follow from them); a shared-pool difference, when a CPU difference of the
+    same event does."""
     if d["kind"] == "shared-pool":
         return any(_more_numas(s, o, diffs) for o in diffs if o is not d
                    and o.get("event") == d.get("event") and o["kind"] != "shared-pool")
     if d["kind"] not in ("cpus", "pod-cpus", "shared-cpus"):
         return False
+    if "podCPUs" in d:  # a pod-level pod: its bubble's NUMA nodes decide (and the slices in it)
+        b = d["podCPUs"]
+        return len(_numas(s, b["plugin"])) > len(_numas(s, b["kubelet"]))
     return len(_numas(s, d["plugin"])) > len(_numas(s, d["kubelet"]))
 
 
