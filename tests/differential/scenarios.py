@@ -683,8 +683,7 @@ def _multi(s: dict[str, Any], d: dict[str, Any]) -> bool:
 
 def _numas(s: dict[str, Any], text: str) -> set[int]:
     """The NUMA nodes of the machine's CPUs in cpuset ``text``."""
-    numa = {int(r["cpu"]): int(r["numa"]) for r in s["machine"]["cpus"]}
-    return {numa[c] for c in _cpus(text) if c in numa}
+    return _groups(s, text, "numa")
 
 
 def _more_numas(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]]) -> bool:
@@ -705,8 +704,13 @@ def _more_numas(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]
 
 def _sockets(s: dict[str, Any], text: str) -> set[int]:
     """The sockets of the machine's CPUs in cpuset ``text``."""
-    sock = {int(r["cpu"]): int(r["socket"]) for r in s["machine"]["cpus"]}
-    return {sock[c] for c in _cpus(text) if c in sock}
+    return _groups(s, text, "socket")
+
+
+def _groups(s: dict[str, Any], text: str, field: str) -> set[int]:
+    """The ``field`` ids (socket, numa, ...) of the machine's CPUs in cpuset ``text``."""
+    of = {int(r["cpu"]): int(r[field]) for r in s["machine"]["cpus"]}
+    return {of[c] for c in _cpus(text) if c in of}
 
 
 def _cpus(text: str) -> set[int]:

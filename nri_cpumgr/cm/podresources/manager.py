@@ -183,7 +183,7 @@ class PodLevelManager:
         """The decision for ``info`` under the pod-level rules, or None when they do not apply
         (the caller goes on with the per-container rules). Raises AdmissionError."""
         cm = self.cm
-        if info.qos is not QOSClass.GUARANTEED or (not cm.static and cm.memory is None):
+        if info.qos is not QOSClass.GUARANTEED:  # (called only when a manager is on)
             return None
         if info.pod_resources is None:
             if not self._said_missing:
