@@ -61,9 +61,12 @@ cluster-e2e: setup cluster
 	$(PY) -m pytest -q tests/cluster/test_cluster.py
 
 # The kubelet oracle (oracle/: the kubelet's own managers, k8s.io/kubernetes as a Go module),
-# built outside the checkout; the release is KUBERNETES_VERSION (default: oracle/KUBERNETES_VERSION)
+# built outside the checkout; the release is KUBERNETES_VERSION (default: oracle/KUBERNETES_VERSION).
+# With it, oracle/cmd/kubelet-checkpoint (the kubelet's own checkpoint writers, for the adoption
+# tests; scripts/oracle/build-kubelet-checkpoint.sh, seconds after the oracle)
 oracle:
 	bash scripts/build-oracle.sh
+	bash scripts/oracle/build-kubelet-checkpoint.sh >/dev/null
 
 # seeded random scenarios, the kubelet vs the plugin (DIFFERENTIAL_MINUTES, DIFFERENTIAL_SEED)
 DIFFERENTIAL_MINUTES ?= 5
