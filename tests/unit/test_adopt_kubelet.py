@@ -80,7 +80,7 @@ def test_memory_checksum_is_the_kubelets(tmp_path):
 @pytest.mark.parametrize("text, needle", [
     ("{", "not JSON"),
     ("[1]", "not a JSON object"),
-    ('{"policyName":"static","defaultCpuSet":"1","data":"{}","dataChecksum":1}', "newer format"),
+    ('{"policyName":"static","defaultCpuSet":"1","data":"{}","dataChecksum":1}', "dataChecksum"),
     ('{"policyName":"static","defaultCpuSet":7,"checksum":0}', "cannot unmarshal"),
 ])
 def test_unusable_kubelet_checkpoints_are_named(tmp_path, text, needle):
