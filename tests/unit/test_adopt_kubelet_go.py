@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -29,9 +26,9 @@ from nri_cpumgr.api import nri_pb2
 from nri_cpumgr.cm.podresources.manager import POD_ENTRY
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.podmodel.nri import container_info
+from tests.unit.kubelet_checkpoint import write, writer_path
 from tests.unit.test_adopt_kubelet import ctr, plugin, pod
 
-ROOT = Path(__file__).resolve().parents[2]
 MI = 1 << 20
 MEM_CFG = ("memoryManagerPolicy: Static\n"
            "reservedMemory: [{numaNode: 0, limits: {memory: 100Mi}}]\n")
@@ -70,14 +67,7 @@ MEM_PODS = {"pl": blocks(1, 512 * MI)}
 
 @pytest.fixture(scope="module")
 def writer() -> str:
-    if shutil.which("go") is None:
-        if os.environ.get("CI"):
-            pytest.fail("the kubelet checkpoint writer needs Go 1.26 (make oracle)")
-        pytest.skip("no Go: oracle/cmd/kubelet-checkpoint cannot be built (make oracle)")
-    out = subprocess.run(["bash", str(ROOT / "scripts" / "oracle" /
-                                      "build-kubelet-checkpoint.sh")],
-                         capture_output=True, text=True, check=True)
-    return out.stdout.strip()
+    return writer_path()
 
 
 def machine_state(tmp_path: Path, counted: dict[str, dict[str, list[dict]]]) -> dict:
@@ -102,17 +92,6 @@ def machine_state(tmp_path: Path, counted: dict[str, dict[str, list[dict]]]) -> 
                 t["reserved"] += b["size"]
                 t["free"] -= b["size"]
     return out
-
-
-def write(writer: str, d: Path, cpu: dict, memory: dict | None, cpu_format: str = "current",
-          memory_format: str = "current") -> None:
-    d.mkdir(parents=True, exist_ok=True)
-    doc = {"cpu": cpu} | ({"memory": memory} if memory else {})
-    out = subprocess.run([writer, "-dir", str(d), "-cpu-format", cpu_format,
-                          "-memory-format", memory_format], input=json.dumps(doc),
-                         capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "v1.37.2"
 
 
 def memory_input(tmp_path: Path, pods: bool = True) -> dict:
