@@ -10,7 +10,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 .PHONY: setup venv runtime proto proto-check lint docs test unit e2e e2e-vm cluster cluster-e2e \
         demo bench stress clean clean-cache kubelet-cri modern modern-tools e2e-2.4 e2e-crio \
-        cluster-modern oracle differential
+        cluster-modern cluster-adopt oracle differential
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -61,9 +61,12 @@ cluster-e2e: setup cluster
 	$(PY) -m pytest -q tests/cluster/test_cluster.py
 
 # The kubelet oracle (oracle/: the kubelet's own managers, k8s.io/kubernetes as a Go module),
-# built outside the checkout; the release is KUBERNETES_VERSION (default: oracle/KUBERNETES_VERSION)
+# built outside the checkout; the release is KUBERNETES_VERSION (default: oracle/KUBERNETES_VERSION).
+# With it, oracle/cmd/kubelet-checkpoint (the kubelet's own checkpoint writers, for the adoption
+# tests; scripts/oracle/build-kubelet-checkpoint.sh, seconds after the oracle)
 oracle:
 	bash scripts/build-oracle.sh
+	bash scripts/oracle/build-kubelet-checkpoint.sh >/dev/null
 
 # seeded random scenarios, the kubelet vs the plugin (DIFFERENTIAL_MINUTES, DIFFERENTIAL_SEED)
 DIFFERENTIAL_MINUTES ?= 5
@@ -100,6 +103,12 @@ e2e-crio: setup
 cluster-modern: setup
 	bash scripts/modern/build.sh >/dev/null
 	NRI_CLUSTER_CONTAINERD=2.1,2.4 $(PY) -m pytest -q tests/cluster/test_modern.py
+
+# the documented migration of a real kubelet 1.37 static-policy node to the plugin (opt-in:
+# tests/cluster/test_adopt_modern.py; one cluster start on the first NRI_CLUSTER_CONTAINERD)
+cluster-adopt: setup
+	bash scripts/modern/build.sh >/dev/null
+	NRI_CLUSTER_ADOPT=1 nice -n 10 $(PY) -m pytest -q tests/cluster/test_adopt_modern.py
 
 # NRI_E2E_VM=1: includes the QEMU guest fast subset (tests/vm: cgroup v2, both drivers).
 # modern: the kubelet 1.37.2 & co., containerd 2.4.2, runc 1.5.3, crictl, helm and etcd for the

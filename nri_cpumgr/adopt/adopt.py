@@ -19,6 +19,18 @@ When the plugin starts with no checkpoint of its own, it looks for the kubelet's
    it. Assignments of pods the runtime no longer has are reported as not matched (the
    container manager releases them). Nothing that matches is moved.
 
+Pod-level pods (kubelet 1.36+ ``podEntries``, the ``PodLevelResourceManagers`` gate): the
+pod's bubble becomes the pod's :data:`~nri_cpumgr.cm.podresources.manager.POD_ENTRY`
+assignment (CPUs and memory blocks), as the plugin records it. The kubelet also records
+every container of such a pod: a slice for each container that qualifies, the pod shared
+pool (or the bubble minus the sidecars' slices, for a regular init container) for the
+others. The plugin records slices only (its pod shared pool follows from the bubble), so at
+the first Synchronize the entry of a listed container that does not qualify on its own is
+dropped (its CPUs stay in the bubble), and so is the entry of an exited or not listed
+container that overlaps the pod shared pool the running containers use (a finished init
+container's). Resize baselines (v4 ``baselines`` that differ from the entry) become the
+plugin's promised CPUs of a resized container.
+
 Pure apart from :func:`seed` reading the two files.
 """
 
@@ -37,6 +49,7 @@ from nri_cpumgr.adopt.kubelet import (
     load_memory_state,
 )
 from nri_cpumgr.cm.cpumanager import CPUManagerState
+from nri_cpumgr.cm.podresources.manager import POD_ENTRY, container_qualifies
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.podmodel.nri import ContainerInfo
 
@@ -78,9 +91,19 @@ class Adoption:
                 state.default_set = state.default_set - cpus
         by_key = {i.key: (i, False) for i in stopped}
         by_key.update({i.key: (i, True) for i in live})
-        adopted = exited = 0
+        adopted = exited = bubbles = pooled = 0
         for uid, conts in list(state.assignments.items()):
-            for name, cpus in list(conts.items()):
+            bubble = conts.get(POD_ENTRY)
+            if bubble is not None:
+                if uid not in pods:
+                    self._say(f"not matched: pod {uid} pod-level bubble (cpus {bubble}): its "
+                              "pod is gone: released")
+                    continue
+                bubbles += 1
+                pooled += self._pod_level(state, uid, by_key)
+            for name, cpus in list(state.assignments.get(uid, {}).items()):
+                if name == POD_ENTRY:
+                    continue
                 found = by_key.get((uid, name))
                 if found is None:
                     if uid not in pods:
@@ -97,7 +120,8 @@ class Adoption:
                 runtime = CPUSet.parse(i.cpus) if i.cpus else None
                 if runtime is not None and runtime != cpus:
                     state.delete(uid, name)
-                    state.default_set = state.default_set | cpus
+                    if bubble is None:  # (a pod-level pod's CPUs stay in its bubble)
+                        state.default_set = state.default_set | cpus
                     msg = (f"disagrees: pod {i.namespace}/{i.pod_name} container {name}: kubelet "
                            f"checkpoint says cpus {cpus}, the runtime reports {runtime}; the "
                            "runtime wins")
@@ -108,11 +132,45 @@ class Adoption:
                 exited += not running
         summary = (f"adopted from {self.cpu.path}: {adopted} exclusive assignment(s) "
                    f"({exited} of exited or not listed containers of live pods), "
-                   f"{self.memory_entries} container(s) with memory blocks; "
+                   f"{bubbles} pod-level bubble(s) ({pooled} container(s) in a pod shared "
+                   f"pool), {self.memory_entries} container(s) with memory blocks; "
                    f"shared pool {state.default_set}")
         log.info("%s", summary)
         self.lines.insert(0, summary)
         return self.lines
+
+    def _pod_level(self, state: CPUManagerState, uid: str,
+                   by_key: dict[tuple[str, str], tuple[ContainerInfo, bool]]) -> int:
+        """A pod-level pod's container entries as the plugin keeps them (module docstring):
+        drops the pool entries; returns how many."""
+        conts = state.assignments[uid]
+        bubble = conts[POD_ENTRY]
+        pool = CPUSet()  # the pod shared pool the running containers use
+        slices = CPUSet()
+        for name in conts:
+            found = by_key.get((uid, name))
+            if found is None or not found[1] or not found[0].cpus:
+                continue
+            cur = CPUSet.parse(found[0].cpus)
+            if container_qualifies(found[0]):
+                slices = slices | cur
+            else:
+                pool = pool | cur
+        if not pool:
+            pool = bubble - slices
+        dropped = 0
+        for name, cpus in list(conts.items()):
+            if name == POD_ENTRY:
+                continue
+            found = by_key.get((uid, name))
+            if found is not None and found[1]:
+                if container_qualifies(found[0]):
+                    continue
+            elif not (cpus & pool):
+                continue  # an exited slice that leaves the pod shared pool as it is
+            state.delete(uid, name)
+            dropped += 1
+        return dropped
 
     def _say(self, msg: str) -> None:
         log.info("%s", msg)
@@ -153,12 +211,22 @@ def seed(
     default = cpu.default_set
     for cpus in cpu.by_container_id.values():  # v1: placed at the first Synchronize
         default = default | cpus
-    body = {"policyName": "static", "defaultCpuSet": str(default),
-            "entries": {uid: {n: str(c) for n, c in conts.items()}
-                        for uid, conts in cpu.entries.items()}}
+    entries = {uid: {n: str(c) for n, c in conts.items()} for uid, conts in cpu.entries.items()}
+    for uid, bubble in cpu.pod_entries.items():  # pod-level bubbles, as the plugin keeps them
+        entries.setdefault(uid, {})[POD_ENTRY] = str(bubble)
+    body: dict[str, Any] = {"policyName": "static", "defaultCpuSet": str(default),
+                            "entries": entries}
+    resized = {f"{uid}/{n}": {"from": str(b), "to": str(cpu.entries[uid][n]),
+                              "promised": str(b)}
+               for uid, conts in cpu.baselines.items() for n, b in conts.items()
+               if n in cpu.entries.get(uid, {}) and b != cpu.entries[uid][n]}
+    if resized:  # in-place resizes (v4 baselines): the CPUs each was admitted with
+        body["resized"] = resized
     mem_body, n_mem = _memory(d, memory_policy)
-    log.info("no checkpoint of our own: starting from the kubelet's %s (v%d, %d pod(s))",
-             cpu.path, cpu.version, len(cpu.entries) or len(cpu.by_container_id))
+    log.info("no checkpoint of our own: starting from the kubelet's %s (v%d, %d pod(s), %d "
+             "pod-level)", cpu.path, cpu.version,
+             len(set(cpu.entries) | set(cpu.pod_entries)) or len(cpu.by_container_id),
+             len(cpu.pod_entries))
     return body, mem_body, Adoption(cpu, n_mem)
 
 
@@ -189,12 +257,19 @@ def _memory(d: Path, memory_policy: str) -> tuple[dict[str, Any] | None, int]:
         }
         for n, s in mem.machine_state.items() if s is not None
     }
+    def blocks_of(blocks: Any) -> list[dict[str, Any]]:
+        return [{"numa_affinity": b.get("numaAffinity") or [], "type": b.get("type"),
+                 "size": b.get("size") or 0} for b in blocks or [] if b is not None]
+
     assignments = {
-        uid: {name: [{"numa_affinity": b.get("numaAffinity") or [], "type": b.get("type"),
-                      "size": b.get("size") or 0} for b in blocks or []]
-              for name, blocks in (conts or {}).items()}
+        uid: {name: blocks_of(blocks) for name, blocks in (conts or {}).items()}
         for uid, conts in mem.entries.items()
     }
+    for uid, blocks in mem.pod_entries.items():
+        # pod-level: the bubble's blocks alone, as the plugin keeps them (its containers take
+        # their NUMA nodes from it) and as the kubelet counts them (validateState counts a
+        # pod-level pod's blocks, not its containers' partitions of them)
+        assignments[uid] = {POD_ENTRY: blocks_of(blocks)}
     n = sum(len(c) for c in assignments.values())
     return {"machine_state": machine, "assignments": assignments}, n
 

@@ -64,25 +64,33 @@ def load_state(path: str | None) -> tuple[dict[str, Any] | None, dict[str, Any] 
         raise InputError(f"{path}: not JSON: {e}") from None
     if not isinstance(doc, dict):
         raise InputError(f"{path}: not a checkpoint or `status --json` output")
-    if "checksum" in doc and "data" in doc:
+    # the kubelet's: a checksum and no data (v1-v3), or its data as a JSON string (v4,
+    # kubelet 1.37); the plugin's own checkpoint keeps its data as an object
+    kubelet = "checksum" in doc and (
+        "data" not in doc or isinstance(doc["data"], str) or "dataChecksum" in doc)
+    if "checksum" in doc and "data" in doc and not kubelet:
         try:
             return Checkpoint(p).load(), None
         except CheckpointError as e:
             raise InputError(str(e)) from None
-    if "checksum" in doc and "data" not in doc:  # the kubelet's own cpu_manager_state
+    if kubelet:  # the kubelet's own cpu_manager_state
         from nri_cpumgr.adopt.kubelet import KubeletCheckpointError, load_cpu_state
+        from nri_cpumgr.cm.podresources.manager import POD_ENTRY
 
         try:
             k = load_cpu_state(p)
         except KubeletCheckpointError as e:
             raise InputError(str(e)) from None
         assert k is not None
-        if k.version != 2:
+        if k.version == 1:
             raise InputError(f"{path}: a v1 kubelet checkpoint (keyed by container id) "
                              "cannot be planned on")
+        entries = {u: {n: str(c) for n, c in cs.items()} for u, cs in k.entries.items()
+                   if u not in k.pod_entries}
+        for u, bubble in k.pod_entries.items():  # a pod-level pod holds its whole bubble
+            entries[u] = {POD_ENTRY: str(bubble)}
         return {"policyName": k.policy, "defaultCpuSet": str(k.default_set),
-                "entries": {u: {n: str(c) for n, c in cs.items()}
-                            for u, cs in k.entries.items()}}, None
+                "entries": entries}, None
     if "defaultCpuSet" not in doc:
         raise InputError(f"{path}: not a checkpoint or `status --json` output "
                          "(no defaultCpuSet)")

@@ -67,10 +67,12 @@ class Cluster:
     def __init__(self, bin_dir: Path, workdir: Path | None = None, *, flavor: str = "1.20",
                  containerd: str = "1.7", etcd_bin: Path | None = None,
                  feature_gates: dict[str, bool] | None = None,
-                 containerd_log_level: str = "info", kubelet_verbosity: int = 2) -> None:
+                 containerd_log_level: str = "info", kubelet_verbosity: int = 2,
+                 kubelet_config: dict[str, Any] | None = None) -> None:
         """``flavor`` "1.20" (kubelet 1.20.2, CRI v1alpha2: containerd "1.7") or "1.37"
         (kubelet 1.37.2: containerd "2.1" or "2.4"); ``feature_gates`` for the kubelet
-        (1.37 only); ``etcd_bin`` when ``bin_dir`` has no etcd."""
+        (1.37 only); ``etcd_bin`` when ``bin_dir`` has no etcd; ``kubelet_config``:
+        KubeletConfiguration fields set on top of the test node's (tests/cluster/node.py)."""
         if flavor not in ("1.20", "1.37"):
             raise ValueError(f"unknown cluster flavor {flavor!r}")
         if (flavor == "1.20") != (containerd == "1.7"):
@@ -78,6 +80,7 @@ class Cluster:
         self.flavor, self.containerd = flavor, containerd
         self.etcd_bin = etcd_bin
         self.feature_gates = dict(feature_gates or {})
+        self.kubelet_config = dict(kubelet_config or {})
         self.containerd_log_level, self.kubelet_verbosity = containerd_log_level, kubelet_verbosity
         self.bin = Path(bin_dir)
         self.work = Path(workdir or tempfile.mkdtemp(prefix="k8s-", dir="/tmp"))
@@ -132,7 +135,7 @@ class Cluster:
                 "pause_image": images_mod.PAUSE_IMAGE, "flavor": self.flavor,
                 "containerd": self.containerd,
                 "etcd_bin": str(self.etcd_bin) if self.etcd_bin else None,
-                "feature_gates": self.feature_gates,
+                "feature_gates": self.feature_gates, "kubelet_config": self.kubelet_config,
                 "containerd_log_level": self.containerd_log_level,
                 "kubelet_verbosity": self.kubelet_verbosity}
         (self.work / "cluster.json").write_text(json.dumps(spec))
@@ -184,6 +187,33 @@ class Cluster:
             raise ClusterError(f"{Path(argv[0]).name} {' '.join(argv[1:])}: "
                                f"{r.stderr.strip()}")
         return r.stdout
+
+    def restart_kubelet(self, config: dict[str, Any], move_aside: tuple[str, ...] = (),
+                        timeout: float = 240.0) -> None:
+        """Restart the node's kubelet with ``config`` set on its KubeletConfiguration, the
+        files ``move_aside`` of its root dir renamed to NAME.old while it is stopped; waits
+        until the node is Ready again. Raises ClusterError."""
+        self.restart_id = getattr(self, "restart_id", 0) + 1
+        done = self.work / "kubelet-restarted"
+        done.unlink(missing_ok=True)
+        tmp = self.work / "kubelet-restart.tmp"
+        tmp.write_text(json.dumps({"id": self.restart_id, "config": config,
+                                   "move_aside": list(move_aside)}))
+        tmp.rename(self.work / "kubelet-restart.json")
+
+        def restarted() -> bool:
+            if self.proc is None or self.proc.poll() is not None:
+                raise ClusterError("the cluster process exited during the kubelet's restart:\n"
+                                   + tail(self.work / "cluster.log"))
+            return done.is_file() and done.read_text() == str(self.restart_id)
+
+        wait_for(restarted, timeout, "the kubelet's restart",
+                 on_timeout=lambda: tail(self.work / "kubelet.log"))
+
+    @property
+    def kubelet_dir(self) -> Path:
+        """The kubelet's root dir (its checkpoints: cpu_manager_state, ...)."""
+        return self.work / "kubelet"
 
     def get_json(self, *args: str) -> Any:
         return json.loads(self.kubectl("get", "-o", "json", *args))

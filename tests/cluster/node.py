@@ -178,6 +178,8 @@ def kubelet_config(spec: dict[str, Any], work: Path) -> dict[str, Any]:
     }
     if spec.get("flavor") == "1.37":
         cfg.update(modern_kubelet_config(spec, work))
+    # the test's own settings (e.g. the static CPU manager of a node to migrate)
+    cfg.update(spec.get("kubelet_config") or {})
     return cfg
 
 
@@ -295,9 +297,18 @@ class Inside:
             (cni / "bin" / name).chmod(0o755)
         (cni / "conf/10-test.conflist").write_text(json.dumps(CNI_CONF))
         self.ctrd.start()
+        self.spec["cri_socket"] = str(self.ctrd.cri_socket)
+        self.start_kubelet()
+        return {"nri_socket": str(self.ctrd.nri_socket), "cri_socket": str(self.ctrd.cri_socket),
+                "containerd_bin": str(self.ctrd.bin_dir), "node_ip": NODE_IP}
+
+    def start_kubelet(self) -> None:
+        """Write the kubelet's config, start it and wait for the node to be Ready."""
+        assert self.ctrd is not None
+        modern = self.spec.get("flavor") == "1.37"
+        kubeconfig = self.spec["kubeconfig"]
         kdir = self.work / "kubelet"
         kdir.mkdir(exist_ok=True)
-        self.spec["cri_socket"] = str(self.ctrd.cri_socket)
         (self.work / "kubelet-config.json").write_text(
             json.dumps(kubelet_config(self.spec, self.work), indent=1))
         endpoint = f"unix://{self.ctrd.cri_socket}"
@@ -314,8 +325,23 @@ class Inside:
             f"--v={self.spec.get('kubelet_verbosity', 2)}"])
         wait_for(lambda: self.alive() or self.node_ready(), 180, "the node to be Ready",
                  on_timeout=lambda: tail(self.work / "kubelet.log", 6000))
-        return {"nri_socket": str(self.ctrd.nri_socket), "cri_socket": str(self.ctrd.cri_socket),
-                "containerd_bin": str(self.ctrd.bin_dir), "node_ip": NODE_IP}
+
+    def restart_kubelet(self, request: dict[str, Any]) -> None:
+        """Stop the kubelet (its containers keep running), apply ``request`` (``config``:
+        KubeletConfiguration fields to set; ``move_aside``: files of the kubelet's root dir
+        renamed to NAME.old, as an operator moves its checkpoints aside) and start it
+        again."""
+        kubelet = self.procs.pop("kubelet", None)
+        if kubelet is not None:
+            _stop(kubelet)
+        self.spec["kubelet_config"] = {**(self.spec.get("kubelet_config") or {}),
+                                       **(request.get("config") or {})}
+        kdir = self.work / "kubelet"
+        for name in request.get("move_aside") or ():
+            f = kdir / name
+            if f.exists():
+                f.rename(kdir / f"{name}.old")
+        self.start_kubelet()
 
     def stop(self) -> list[str]:
         problems: list[str] = []
@@ -362,8 +388,14 @@ def main(spec_path: str) -> int:
         info["pid"] = os.getpid()
         (work / "ready.tmp").write_text(json.dumps(info))
         os.rename(work / "ready.tmp", work / "ready")
+        restart = work / "kubelet-restart.json"
         while not stop["now"]:
             inside.alive()
+            if restart.exists():  # Cluster.restart_kubelet's request
+                request = json.loads(restart.read_text())
+                restart.unlink()
+                inside.restart_kubelet(request)
+                (work / "kubelet-restarted").write_text(str(request.get("id", "")))
             time.sleep(0.2)
     except ClusterError as e:
         (work / "failed").write_text(str(e))

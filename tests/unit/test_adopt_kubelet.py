@@ -80,7 +80,7 @@ def test_memory_checksum_is_the_kubelets(tmp_path):
 @pytest.mark.parametrize("text, needle", [
     ("{", "not JSON"),
     ("[1]", "not a JSON object"),
-    ('{"policyName":"static","defaultCpuSet":"1","data":"{}","dataChecksum":1}', "newer format"),
+    ('{"policyName":"static","defaultCpuSet":"1","data":"{}","dataChecksum":1}', "dataChecksum"),
     ('{"policyName":"static","defaultCpuSet":7,"checksum":0}', "cannot unmarshal"),
 ])
 def test_unusable_kubelet_checkpoints_are_named(tmp_path, text, needle):
@@ -241,3 +241,35 @@ def test_v1_checkpoint_is_matched_by_container_id(tmp_path, caplog):
                                            "g1": {"app": CPUSet({1})}}
     assert "not matched: container id c-gone (cpus 2)" in caplog.text
     assert str(p.manager.shared_pool()) == DEFAULT  # CPU 2 back in the shared pool
+
+
+@pytest.mark.parametrize("data, needle", [
+    ("{", "data is not JSON"),
+    ("[1]", "data is not a JSON object"),
+    ('{"policyName":"static","defaultCpuSet":"0-x"}', "bad cpuset in defaultCpuSet"),
+    ('{"policyName":"static","defaultCpuSet":"0","podEntries":{"p":{"cpuSet":"a"}}}',
+     "bad cpuset in podEntries.p"),
+    ('{"policyName":"static","defaultCpuSet":"0","entries":{"p":{"c":7}}}', "cannot unmarshal"),
+])
+def test_v4_data_that_its_checksum_covers_but_cannot_be_read(tmp_path, data, needle):
+    """A v4 file whose data matches its dataChecksum but is not CPUManagerCheckpointData:
+    refused in one line naming the file (the kubelet refuses it too: no fall back)."""
+    from nri_cpumgr.adopt.kubelet import data_checksum
+
+    f = tmp_path / "cpu_manager_state"
+    f.write_text(json.dumps({"policyName": "static", "defaultCpuSet": "0", "checksum": 0,
+                             "data": data, "dataChecksum": data_checksum(data)}))
+    with pytest.raises(KubeletCheckpointError, match=needle) as ei:
+        load_cpu_state(f)
+    assert str(f) in str(ei.value) and "\n" not in str(ei.value)
+
+
+def test_v4_with_empty_data_and_no_data_checksum_is_read_as_v2(tmp_path):
+    """The kubelet falls back to the older formats only when data is empty and
+    dataChecksum 0 (state_checkpoint.go loadAndMigrateCheckpointV4)."""
+    body = {"policyName": "static", "defaultCpuSet": "0-3", "entries": {}}
+    f = tmp_path / "cpu_manager_state"
+    f.write_text(json.dumps({**body, "checksum": cpu_checksum(body), "data": "",
+                             "dataChecksum": 0}))
+    st = load_cpu_state(f)
+    assert st is not None and st.version == 2 and str(st.default_set) == "0-3"

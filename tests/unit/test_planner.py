@@ -187,6 +187,35 @@ def test_plan_on_the_kubelets_checkpoint(tmp_path, capsys):
     assert "checksum mismatch" in capsys.readouterr().err
 
 
+def test_plan_on_a_kubelet_137_checkpoint(tmp_path, capsys):
+    """kubelet 1.37's cpu_manager_state (v4, written by the kubelet's own code): its data,
+    not taken for the plugin's own checkpoint; a pod-level pod's bubble is held whole."""
+    from tests.unit.kubelet_checkpoint import write, writer_path
+
+    write(writer_path(), tmp_path, {
+        "policyName": "static", "defaultCpuSet": "0,3,8,11",
+        "entries": {"u1": {"x": "1-2,9-10"}, "pl": {"main": "4,12", "side": "5-7,13-15"}},
+        "podEntries": {"pl": "4-7,12-15"}}, None)
+    k = tmp_path / "cpu_manager_state"
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("cpuManagerPolicy: static\nreservedSystemCPUs: '0'\n")
+    pods = tmp_path / "p.yaml"
+    pods.write_text("kind: Pod\nmetadata: {name: two}\nspec:\n  containers:\n"
+                    "  - {name: c, resources: {limits: {cpu: '2', memory: 1G}}}\n")
+    argv = ["plan", "--json", "--config", str(cfg), "--sysfs-root", str(DUAL), "--state", str(k),
+            str(pods)]
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["sharedPoolBefore"] == "0,3,8,11"
+    c = doc["pods"][0]["containers"][0]
+    assert (c["decision"], c["cpus"]) == ("exclusive", "3,11")
+    raw = json.loads(k.read_text())
+    k.write_text(json.dumps({**raw, "dataChecksum": raw["dataChecksum"] ^ 1}))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "dataChecksum" in err and str(k) in err
+
+
 def test_replicas_plan_one_pod_each_named_like_the_controller(tmp_path, capsys):
     sts = """
 apiVersion: apps/v1
