@@ -219,7 +219,7 @@ def flag_rates(seeds: range, known: list[dict[str, Any]] | None = None,
         assert S.compare(p, p, s) == [], f"seed {s['seed']}: an answer differs from itself"
         for n, (kind, mutate) in enumerate(KINDS.items()):
             m = mutate(s, p, random.Random(f"{s['seed']}-{n}"))
-            if m is None:
+            if m is None or m == p:
                 continue
             out[kind]["injected"] += 1
             diffs = S.compare(p, m, s)

@@ -735,9 +735,25 @@ def known_difference(s: dict[str, Any], diffs: list[dict[str, Any]],
     return "+".join(ids) if ids else None
 
 
+def _possible_refusal(cfg: dict[str, Any], text: str) -> bool:
+    """Whether the plugin's refusal ``text`` ("Reason: message") is one its config can give:
+    the Memory Manager's needs its Static policy, an SMT alignment error full-pcpus-only,
+    a topology affinity error a Topology Manager policy other than none."""
+    if "[memorymanager]" in text and cfg.get("memoryManagerPolicy") != "Static":
+        return False
+    if text.startswith("SMTAlignmentError") and "full-pcpus-only" not in (
+            cfg.get("cpuManagerPolicyOptions") or {}):
+        return False
+    return not (text.startswith("TopologyAffinityError")
+                and cfg.get("topologyManagerPolicy", "none") == "none")
+
+
 def _explained(s: dict[str, Any], d: dict[str, Any], known: list[dict[str, Any]],
                diffs: list[dict[str, Any]] | None = None) -> str | None:
     cfg = s.get("config", {})
+    if d["kind"] in ("admission", "reason", "message") and not _possible_refusal(
+            cfg, str(d["plugin"])):
+        return None
     for k in known:
         m = k["match"]
         if m.get("kind") and m["kind"] != d["kind"]:
@@ -819,11 +835,15 @@ def _hinted(s: dict[str, Any], spec: dict[str, Any]) -> list[str]:
 
 
 def _pod_scope_later(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]]) -> bool:
-    """``topologyManagerScope: pod`` does something (a policy other than none), the pod has
-    two or more containers that give hints, and the difference is at one after the first of
-    them (a container's difference) or the pod's refusal names such a container (the plugin
-    refused what the kubelet admitted) or the kubelet refused a pod the plugin admitted
-    (the merged hint of every container)."""
+    """``topologyManagerScope: pod`` does something (a policy other than none) and the pod
+    has two or more containers that give hints (:func:`_hinted`); then, by kind: a
+    container's CPUs, at one after the first of them, on other NUMA nodes than the
+    kubelet's; its mems, at one after the first, holding its own CPUs' NUMA nodes (the
+    affinity it was given); a shared container's cpuset or the pool, when such a CPU
+    difference of the pod is there too; a refusal of the plugin's naming such a container
+    (or the Memory Manager's); a pod the kubelet refused and the plugin admitted with its
+    containers that give hints on different NUMA nodes (each fitted alone, the pod's
+    totals did not)."""
     cfg = s.get("config", {})
     if cfg.get("topologyManagerPolicy", "none") == "none":
         return False
@@ -831,13 +851,27 @@ def _pod_scope_later(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str,
     if len(hinted) < 2:
         return False
     later = hinted[1:]
-    what = str(d.get("what", ""))
-    if "/" in what:
-        return what.partition("/")[2] in later or d["kind"] == "shared-cpus"
-    if d["kind"] in ("admission", "reason", "message") and str(d["plugin"]) != "admitted":
+    name = str(d.get("what", "")).partition("/")[2]
+    pe = _answer_event(s, d, "plugin")
+    p = _cpus(d["plugin"])
+    if d["kind"] == "cpus":
+        return (name in later and _numas(s, d["plugin"]) != _numas(s, d["kubelet"])
+                and _whole_cores(s, p))
+    if d["kind"] == "mems":
+        mine = next((c for c in pe.get("containers") or [] if c["name"] == name), {})
+        return name in later and bool(d["plugin"]) and _numas(
+            s, mine.get("cpus", "") if mine.get("exclusive") else "") <= _cpus(d["plugin"])
+    if d["kind"] in ("shared-cpus", "shared-pool"):
+        return any(o["kind"] == "cpus" and o.get("event") == d.get("event")
+                   and _pod_scope_later(s, o, diffs) for o in diffs if o is not d)
+    if d["kind"] in ("admission", "reason") and str(d["plugin"]) != "admitted":
         names = re.findall(r"container ([\w-]+)", str(d["plugin"]))
         return bool(names) and names[-1] in later or "[memorymanager]" in str(d["plugin"])
-    return True
+    if d["kind"] == "admission":
+        sets = [frozenset(_numas(s, c.get("cpus", ""))) for c in pe.get("containers") or []
+                if c["name"] in hinted and c.get("exclusive")]
+        return len(set(sets)) > 1
+    return False
 
 
 def _init_held(s: dict[str, Any], d: dict[str, Any]) -> set[int] | None:
@@ -870,7 +904,8 @@ def _within_init(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any
     k, p = _cpus(d["kubelet"]), _cpus(d["plugin"])
     if d["kind"] == "cpus":
         name = str(d["what"]).partition("/")[2]
-        return name not in init and bool(k & held) and bool(k - p) and k - p <= held
+        return (name not in init and bool(k & held) and bool(k - p) and k - p <= held
+                and _whole_cores(s, p))
     if d["kind"] == "shared-pool":
         ke, pe = _answer_event(s, d, "kubelet"), _answer_event(s, d, "plugin")
         kx = set().union(*(_cpus(c.get("cpus", "")) for c in ke.get("containers") or []
@@ -879,9 +914,13 @@ def _within_init(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any
                            if c.get("exclusive")))
         return bool(held) and p - k <= held | (kx - px) and k - p <= px - kx
     if d["kind"] == "mems":
-        return str(d["what"]).partition("/")[2] not in init and any(
+        name = str(d["what"]).partition("/")[2]
+        mine = next((c for c in _answer_event(s, d, "plugin").get("containers") or []
+                     if c["name"] == name), {})
+        return name not in init and bool(p) and bool(mine.get("exclusive")) and any(
             c["name"] in init and c.get("mems")
-            for c in _answer_event(s, d, "kubelet").get("containers") or [])
+            for c in _answer_event(s, d, "kubelet").get("containers") or []) and _numas(
+            s, mine.get("cpus", "") if mine.get("exclusive") else "") <= p
     return d["kind"] in ("admission", "reason")
 
 
@@ -966,14 +1005,35 @@ def _numas(s: dict[str, Any], text: str) -> set[int]:
     return _groups(s, text, "numa")
 
 
+def _whole_cores(s: dict[str, Any], cpus: set[int]) -> bool:
+    """A take of a count of CPUs that whole cores can make is whole cores (what the
+    kubelet's packed take gives from free cores): on a machine with SMT, when the count is
+    a multiple of the threads per core, every core touched is in it whole."""
+    core: dict[int, tuple[int, int]] = {int(r["cpu"]): (int(r["socket"]), int(r["core"]))
+                                        for r in s["machine"]["cpus"]}
+    threads: dict[tuple[int, int], set[int]] = collections.defaultdict(set)
+    for c, k in core.items():
+        threads[k].add(c)
+    smt = max(len(v) for v in threads.values())
+    if smt == 1 or len(cpus) % smt:
+        return True
+    return all(threads[core[c]] <= cpus for c in cpus if c in core)
+
+
 def _balanced(s: dict[str, Any], text: str) -> bool:
-    """The CPUs of ``text`` are spread evenly over their NUMA nodes (counts differing by at
-    most a core's threads): what a distributed take gives."""
+    """The CPUs of ``text`` are spread evenly over their NUMA nodes as a distributed take
+    spreads them: whole cores from each node (when the count allows it), the nodes' counts
+    differing by at most a core's threads."""
     of = {int(r["cpu"]): int(r["numa"]) for r in s["machine"]["cpus"]}
-    n = collections.Counter(of[c] for c in _cpus(text) if c in of)
+    cpus = _cpus(text)
+    n = collections.Counter(of[c] for c in cpus if c in of)
     smt = max(collections.Counter((r["socket"], r["core"]) for r in s["machine"]["cpus"])
               .values())
-    return not n or max(n.values()) - min(n.values()) <= smt
+    if not n:
+        return True
+    if len(cpus) % smt == 0 and any(v % smt for v in n.values()):
+        return False
+    return max(n.values()) - min(n.values()) <= smt
 
 
 def _more_numas(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]]) -> bool:
@@ -989,7 +1049,8 @@ def _more_numas(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]
     b = d.get("podCPUs") or {"kubelet": d["kubelet"], "plugin": d["plugin"]}
     if d["kind"] == "shared-cpus" and "podCPUs" not in d:
         return False
-    return (len(_numas(s, b["plugin"])) > len(_numas(s, b["kubelet"]))
+    return (s.get("config", {}).get("topologyManagerPolicy", "none") != "none"
+            and len(_numas(s, b["plugin"])) > len(_numas(s, b["kubelet"]))
             and len(_cpus(b["plugin"])) == len(_cpus(b["kubelet"]))
             and _balanced(s, b["plugin"]))
 
