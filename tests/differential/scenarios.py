@@ -108,19 +108,31 @@ def gen_config(rng: random.Random, m: dict[str, Any]) -> dict[str, Any]:
     for o in CPU_OPTIONS:
         if rng.random() < 0.2:
             opts[o] = "true"
-    if rng.random() < 0.9:  # mostly combinations the kubelet accepts
+    # mostly (97%) combinations the kubelet accepts: a refused config tests only the
+    # config check (the runner counts them apart)
+    valid = rng.random() < 0.97
+    if valid:
         if "prefer-align-cpus-by-uncorecache" in opts:
             opts.pop("distribute-cpus-across-numa", None)
             opts.pop("distribute-cpus-across-cores", None)
-        if "full-pcpus-only" in opts:
+        if "full-pcpus-only" in opts or "distribute-cpus-across-numa" in opts:
             opts.pop("distribute-cpus-across-cores", None)
+        if c["cpuManagerPolicy"] == "none":
+            opts.clear()
     if opts:
         c["cpuManagerPolicyOptions"] = opts
     gates = {}
-    if rng.random() < 0.9 and ({"align-by-socket", "distribute-cpus-across-cores"} & set(opts)):
+    if (rng.random() < 0.9 or valid) and (
+            {"align-by-socket", "distribute-cpus-across-cores"} & set(opts)):
         gates["CPUManagerPolicyAlphaOptions"] = True
     c["topologyManagerPolicy"] = rng.choice(
         ["none", "best-effort", "restricted", "single-numa-node"])
+    sockets = {r["socket"] for r in m["cpus"]}
+    if valid and "align-by-socket" in opts and (
+            c["topologyManagerPolicy"] == "single-numa-node" or len(sockets) > len(numa)):
+        del opts["align-by-socket"]
+        if not opts:
+            del c["cpuManagerPolicyOptions"]
     c["topologyManagerScope"] = rng.choice(["container", "pod"])
     if rng.random() < 0.2:
         c["topologyManagerPolicyOptions"] = {"prefer-closest-numa-nodes": "true"}
@@ -712,6 +724,15 @@ def classify(s: dict[str, Any], diffs: list[dict[str, Any]],
         if kid is None and d.get("diverged") is not None:
             kid = CONSEQUENCE
         out.append(kid)
+    # the shared pool after an event where a documented difference changed what the pod
+    # holds: the plugin's pool is what its allocations leave (pool_inconsistent), so the
+    # pool's difference is that one's
+    for n, d in enumerate(diffs):
+        if out[n] is None and d["kind"] == "shared-pool" and any(
+                c not in (None, CONSEQUENCE) and o.get("event") == d.get("event")
+                and o["kind"] in ("admission", "cpus", "pod-cpus", "exclusive")
+                for o, c in zip(diffs, out, strict=True)):
+            out[n] = CONSEQUENCE
     return out
 
 
@@ -855,8 +876,18 @@ def _pod_scope_later(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str,
     pe = _answer_event(s, d, "plugin")
     p = _cpus(d["plugin"])
     if d["kind"] == "cpus":
-        return (name in later and _numas(s, d["plugin"]) != _numas(s, d["kubelet"])
-                and _whole_cores(s, p))
+        if name not in hinted:
+            return False
+        ke = _answer_event(s, d, "kubelet")
+
+        def pod_cpus(e: dict[str, Any]) -> set[int]:
+            return set().union(*(_cpus(c.get("cpus", "")) for c in e.get("containers") or []
+                                 if c.get("exclusive")))
+
+        # the pod got the same CPUs, split otherwise among its containers; or this one's
+        # on other NUMA nodes (the pod's merged hint against the hints so far), whole cores
+        return pod_cpus(ke) == pod_cpus(pe) or (
+            _numas(s, d["plugin"]) != _numas(s, d["kubelet"]) and _whole_cores(s, p))
     if d["kind"] == "mems":
         mine = next((c for c in pe.get("containers") or [] if c["name"] == name), {})
         return name in later and bool(d["plugin"]) and _numas(
@@ -954,6 +985,24 @@ def _takes_the_last_cpu(s: dict[str, Any], d: dict[str, Any],
     if m:
         return m.group(2) == "0"
     return ke.get("sharedPool", "x") == "" or "[memorymanager]" in str(d["kubelet"])
+
+
+def _refusal_names_the_pod(s: dict[str, Any], d: dict[str, Any],
+                           diffs: list[dict[str, Any]]) -> bool:
+    """The same reason; the plugin's message is the kubelet's with the pod (and container)
+    named after it: `` (pod <uid>)`` or `` (pod <uid>, container <name>)``."""
+    k, p = str(d["kubelet"]), str(d["plugin"])
+    uid = ((_event(s, d).get("pod") or {}).get("metadata") or {}).get("uid", "")
+    rest = p[len(k):] if p.startswith(k) else ""
+    return bool(re.fullmatch(rf" \(pod {re.escape(uid)}(, container [\w-]+)?\)", rest))
+
+
+def _memory_topology(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]]) -> bool:
+    """The Static Memory Manager under restricted or single-numa-node (where a memory
+    request no NUMA set holds is refused at admission by the plugin)."""
+    cfg = s.get("config", {})
+    return cfg.get("memoryManagerPolicy") == "Static" and cfg.get(
+        "topologyManagerPolicy") in ("restricted", "single-numa-node")
 
 
 def _memory_unsatisfiable(s: dict[str, Any], d: dict[str, Any],
@@ -1089,6 +1138,8 @@ EVIDENCE: dict[str, Evidence] = {
     "later-sibling-takes-the-extra": _later_sibling_takes,
     "same-text": _same_text,
     "memory-unsatisfiable": _memory_unsatisfiable,
+    "memory-topology": _memory_topology,
+    "refusal-names-the-pod": _refusal_names_the_pod,
     "takes-the-last-cpu": _takes_the_last_cpu,
     "init-held": _within_init,
     "pod-scope-later-container": _pod_scope_later,
