@@ -125,6 +125,9 @@ def test_a_cpu_handed_out_twice_is_never_documented() -> None:
     """The plugin's answer is checked for CPUs another pod holds (any kind of difference is
     then undocumented); the kubelet's, for the events its double assignment explains."""
     s = S.generate(1)
+    s["machine"] = {"name": "eight", "cpus": [
+        {"cpu": i, "core": i, "socket": 0, "numa": 0, "uncore": 0} for i in range(8)]}
+    s["config"] = {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0"}
     s["events"] = [
         {"op": "add", "pod": {"metadata": {"name": n, "uid": n}, "spec": {"containers": [
             {"name": "c", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}}
@@ -145,5 +148,17 @@ def test_a_cpu_handed_out_twice_is_never_documented() -> None:
     assert d[0]["kind"] == "plugin-double-assign" and S.known_difference(s, d) is None
     d = S.compare(twice, good, s)
     assert d == [{"kind": "cpus", "event": 1, "what": "b/c", "kubelet": "1", "plugin": "2",
-                  "kubeletDoubleAssigned": "b/c got CPUs [1] another pod holds"}]
+                  "kubeletDoubleAssigned": "b/c got CPUs [1] another pod holds"},
+                 {"kind": "shared-pool", "event": 1, "what": "b", "kubelet": "0,2-7",
+                  "plugin": "0,3-7", "kubeletDoubleAssigned": "b/c got CPUs [1] another pod holds"}]
+    assert S.classify(s, d) == ["kubelet-takes-a-held-cpu", S.CONSEQUENCE]
     assert S.known_difference(s, d) == "kubelet-takes-a-held-cpu"
+    # a plugin pool its own allocations do not leave is never documented
+    lost = answer("2", "0,4-7")
+    d = S.compare(twice, lost, s)
+    assert d[0]["kind"] == "plugin-pool-inconsistent" and S.known_difference(s, d) is None
+    # a shared container on another pod's exclusive CPU is a double assignment
+    shared = answer("2", "0,3-7")
+    shared["events"][1]["containers"][0].update(exclusive=False, cpus="0-1,3-7")
+    d = S.compare(good, shared, s)
+    assert d[0]["kind"] == "plugin-double-assign" and S.known_difference(s, d) is None
