@@ -890,11 +890,13 @@ def _pod_scope_later(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str,
             _numas(s, d["plugin"]) != _numas(s, d["kubelet"]) and _whole_cores(s, p))
     if d["kind"] == "mems":
         mine = next((c for c in pe.get("containers") or [] if c["name"] == name), {})
-        return name in later and bool(d["plugin"]) and _numas(
+        return name in hinted and bool(d["plugin"]) and _numas(
             s, mine.get("cpus", "") if mine.get("exclusive") else "") <= _cpus(d["plugin"])
     if d["kind"] in ("shared-cpus", "shared-pool"):
         return any(o["kind"] == "cpus" and o.get("event") == d.get("event")
                    and _pod_scope_later(s, o, diffs) for o in diffs if o is not d)
+    if d["kind"] == "reason" and str(d["kubelet"]).startswith("TopologyAffinityError"):
+        return True  # the pod's merged hint refused; the plugin got further, then refused
     if d["kind"] in ("admission", "reason") and str(d["plugin"]) != "admitted":
         names = re.findall(r"container ([\w-]+)", str(d["plugin"]))
         return bool(names) and names[-1] in later or "[memorymanager]" in str(d["plugin"])
@@ -909,6 +911,8 @@ def _init_held(s: dict[str, Any], d: dict[str, Any]) -> set[int] | None:
     """The exclusive CPUs the pod's regular init containers hold in the kubelet's answer
     (an empty set when they pin memory only), or None when none held anything."""
     e = _answer_event(s, d, "kubelet")
+    if not e.get("admitted"):  # refused: what the plugin's admission gave it
+        e = _answer_event(s, d, "plugin")
     init = _regular_inits(_event(s, d))
     held: set[int] = set()
     pinned = False
@@ -917,6 +921,13 @@ def _init_held(s: dict[str, Any], d: dict[str, Any]) -> set[int] | None:
             if c.get("exclusive"):
                 held |= _cpus(c.get("cpus", ""))
             pinned = pinned or bool(c.get("mems"))
+    if not held and not pinned and d["kind"] in ("admission", "reason"):
+        # refused by both: the pod's spec says what its init containers would hold
+        static_mm = s.get("config", {}).get("memoryManagerPolicy") == "Static"
+        spec = _spec(s, d)
+        pinned = any(c["name"] in init and (_guaranteed_cpus(c) or static_mm and (
+            (c.get("resources") or {}).get("limits") or {}).get("memory"))
+            for c in spec.get("initContainers") or [])
     return held if held or pinned else None
 
 
@@ -944,6 +955,8 @@ def _within_init(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any
         px = set().union(*(_cpus(c.get("cpus", "")) for c in pe.get("containers") or []
                            if c.get("exclusive")))
         return bool(held) and p - k <= held | (kx - px) and k - p <= px - kx
+    if d["kind"] == "shared-cpus":  # a shared container created after the init container
+        return bool(k) and k < p and p - k <= held
     if d["kind"] == "mems":
         name = str(d["what"]).partition("/")[2]
         mine = next((c for c in _answer_event(s, d, "plugin").get("containers") or []
@@ -977,10 +990,15 @@ def _takes_the_last_cpu(s: dict[str, Any], d: dict[str, Any],
                         diffs: list[dict[str, Any]]) -> bool:
     """Under strict-cpu-reservation: the kubelet admitted the pod and left its shared pool
     empty (it gave the last non-reserved CPU away), or its refusal says none was left
-    (``available=0``, or the Memory Manager's after the CPU manager gave them all)."""
+    (``available=0``, or the Memory Manager's after the CPU manager gave them all), or the
+    plugin refused a request of every free CPU but the last (``requested`` = ``available``
+    + 1: it keeps the last one in the pool)."""
     ke = _answer_event(s, d, "kubelet")
     if d["kind"] == "admission" and ke.get("admitted"):
         return ke.get("sharedPool", "x") == ""
+    p = _NOT_ENOUGH.search(str(d["plugin"]))
+    if p and int(p.group(1)) == int(p.group(2)) + 1:
+        return True  # the plugin refused to take the last CPU (it keeps one in the pool)
     m = _NOT_ENOUGH.search(str(d["kubelet"]))
     if m:
         return m.group(2) == "0"
@@ -1080,8 +1098,6 @@ def _balanced(s: dict[str, Any], text: str) -> bool:
               .values())
     if not n:
         return True
-    if len(cpus) % smt == 0 and any(v % smt for v in n.values()):
-        return False
     return max(n.values()) - min(n.values()) <= smt
 
 
