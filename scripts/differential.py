@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         by_class: collections.Counter[str] = collections.Counter()  # differences per class
         kinds: collections.Counter[str] = collections.Counter()  # undocumented, per kind
         undocumented_scenarios = documented_scenarios = config_refused = 0
+        undocumented_seeds: list[Any] = []
         reported: list[dict[str, Any]] = []
         t0 = time.monotonic()
         done = 0
@@ -118,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 verdict = "MISMATCH"
                 undocumented_scenarios += 1
+                undocumented_seeds.append(s.get("seed"))
                 for d, c in zip(diffs, classes, strict=True):
                     if c is None:
                         kinds[d["kind"]] += 1
@@ -137,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             "documented_scenarios": documented_scenarios,
             "undocumented_scenarios": undocumented_scenarios,
             "documented": dict(by_known), "differences_by_class": dict(by_class),
-            "undocumented_by_kind": dict(kinds),
+            "undocumented_by_kind": dict(kinds), "undocumented_seeds": undocumented_seeds,
         }
         if args.json:
             print(json.dumps(summary, indent=1))
