@@ -890,7 +890,10 @@ def _pod_scope_later(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str,
             _numas(s, d["plugin"]) != _numas(s, d["kubelet"]) and _whole_cores(s, p))
     if d["kind"] == "mems":
         mine = next((c for c in pe.get("containers") or [] if c["name"] == name), {})
-        return name in hinted and bool(d["plugin"]) and _numas(
+        first = name in hinted and any(  # the first: with its CPUs on other NUMA nodes
+            o["kind"] == "cpus" and o.get("event") == d.get("event") and o["what"] == d["what"]
+            and _pod_scope_later(s, o, diffs) for o in diffs if o is not d)
+        return (name in later or first) and bool(d["plugin"]) and _numas(
             s, mine.get("cpus", "") if mine.get("exclusive") else "") <= _cpus(d["plugin"])
     if d["kind"] in ("shared-cpus", "shared-pool"):
         return any(o["kind"] == "cpus" and o.get("event") == d.get("event")
@@ -921,7 +924,7 @@ def _init_held(s: dict[str, Any], d: dict[str, Any]) -> set[int] | None:
             if c.get("exclusive"):
                 held |= _cpus(c.get("cpus", ""))
             pinned = pinned or bool(c.get("mems"))
-    if not held and not pinned and d["kind"] in ("admission", "reason"):
+    if not held and not pinned and d["kind"] == "reason":
         # refused by both: the pod's spec says what its init containers would hold
         static_mm = s.get("config", {}).get("memoryManagerPolicy") == "Static"
         spec = _spec(s, d)
@@ -1098,7 +1101,7 @@ def _balanced(s: dict[str, Any], text: str) -> bool:
               .values())
     if not n:
         return True
-    return max(n.values()) - min(n.values()) <= smt
+    return max(n.values()) - min(n.values()) <= smt and min(n.values()) >= 2
 
 
 def _more_numas(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]]) -> bool:
