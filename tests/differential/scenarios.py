@@ -959,7 +959,8 @@ def _within_init(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any
                            if c.get("exclusive")))
         return bool(held) and p - k <= held | (kx - px) and k - p <= px - kx
     if d["kind"] == "shared-cpus":  # a shared container created after the init container
-        return bool(k) and k < p and p - k <= held
+        # (the rest of the extra: CPUs a later exclusive sibling takes, shared-before-exclusive)
+        return bool(k) and k < p and bool((p - k) & held) and p - k <= held | _later_exclusive(d)
     if d["kind"] == "mems":
         name = str(d["what"]).partition("/")[2]
         mine = next((c for c in _answer_event(s, d, "plugin").get("containers") or []
@@ -977,16 +978,19 @@ def _later_sibling_takes(s: dict[str, Any], d: dict[str, Any],
     has it all and more, and every extra CPU is one an exclusive container created after
     it in the same pod takes (the plugin's answer), so the pool shrank after its creation."""
     k, p = _cpus(d["kubelet"]), _cpus(d["plugin"])
-    if not k or not k < p:
-        return False
+    return bool(k) and k < p and p - k <= _later_exclusive(d)
+
+
+def _later_exclusive(d: dict[str, Any]) -> set[int]:
+    """The CPUs of the exclusive containers created after difference ``d``'s container in
+    its pod (the plugin's answer)."""
     name = str(d["what"]).partition("/")[2]
-    cs = _answer_event(s, d, "plugin").get("containers") or []
+    cs = _answer_event({}, d, "plugin").get("containers") or []
     names = [c["name"] for c in cs]
     if name not in names:
-        return False
-    later = set().union(*(_cpus(c.get("cpus", "")) for c in cs[names.index(name) + 1:]
-                          if c.get("exclusive")))
-    return p - k <= later
+        return set()
+    return set().union(*(_cpus(c.get("cpus", "")) for c in cs[names.index(name) + 1:]
+                         if c.get("exclusive")))
 
 
 def _takes_the_last_cpu(s: dict[str, Any], d: dict[str, Any],
