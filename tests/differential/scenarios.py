@@ -108,19 +108,31 @@ def gen_config(rng: random.Random, m: dict[str, Any]) -> dict[str, Any]:
     for o in CPU_OPTIONS:
         if rng.random() < 0.2:
             opts[o] = "true"
-    if rng.random() < 0.9:  # mostly combinations the kubelet accepts
+    # mostly (97%) combinations the kubelet accepts: a refused config tests only the
+    # config check (the runner counts them apart)
+    valid = rng.random() < 0.97
+    if valid:
         if "prefer-align-cpus-by-uncorecache" in opts:
             opts.pop("distribute-cpus-across-numa", None)
             opts.pop("distribute-cpus-across-cores", None)
-        if "full-pcpus-only" in opts:
+        if "full-pcpus-only" in opts or "distribute-cpus-across-numa" in opts:
             opts.pop("distribute-cpus-across-cores", None)
+        if c["cpuManagerPolicy"] == "none":
+            opts.clear()
     if opts:
         c["cpuManagerPolicyOptions"] = opts
     gates = {}
-    if rng.random() < 0.9 and ({"align-by-socket", "distribute-cpus-across-cores"} & set(opts)):
+    if (rng.random() < 0.9 or valid) and (
+            {"align-by-socket", "distribute-cpus-across-cores"} & set(opts)):
         gates["CPUManagerPolicyAlphaOptions"] = True
     c["topologyManagerPolicy"] = rng.choice(
         ["none", "best-effort", "restricted", "single-numa-node"])
+    sockets = {r["socket"] for r in m["cpus"]}
+    if valid and "align-by-socket" in opts and (
+            c["topologyManagerPolicy"] == "single-numa-node" or len(sockets) > len(numa)):
+        del opts["align-by-socket"]
+        if not opts:
+            del c["cpuManagerPolicyOptions"]
     c["topologyManagerScope"] = rng.choice(["container", "pod"])
     if rng.random() < 0.2:
         c["topologyManagerPolicyOptions"] = {"prefer-closest-numa-nodes": "true"}
@@ -407,12 +419,32 @@ def plugin(s: dict[str, Any]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ comparison
+#: kinds of difference no documented class ever explains (an error of the plugin's own)
+NEVER_DOCUMENTED = ("plugin-double-assign", "plugin-pool-inconsistent", "containers")
+#: kinds that leave the two sides' states alike (a refusal's text, a cpuset at creation)
+STATELESS = ("reason", "message", "shared-cpus")
+
+
+class Difference(dict[str, Any]):
+    """One difference (a dict, as JSON shows it) that knows both answers' event (for the
+    evidence :func:`known_difference` asks of a documented class)."""
+
+    answers: dict[str, dict[str, Any]] | None = None
+
+
+def _regular_inits(ev: dict[str, Any]) -> set[str]:
+    spec = (ev.get("pod") or {}).get("spec") or {}
+    return {c["name"] for c in spec.get("initContainers") or []
+            if c.get("restartPolicy") != "Always"}
+
+
 def double_assigned(s: dict[str, Any], answer: dict[str, Any]) -> tuple[int, str] | None:
     """The first event of ``answer`` (either side's) that hands out a CPU another live pod
-    holds: an exclusive container's (or a pod-level pod's) CPUs overlapping those of
-    another pod not deleted or of a sidecar or app container of its own pod, or a shared
-    pool holding such a CPU; ``(event index, what)``, or None. A regular init container's
-    CPUs count as released (the plugin releases a finished init container's:
+    holds: any container's cpuset (exclusive or shared, a pod-level pod's CPUs too)
+    overlapping the exclusive CPUs of another pod not deleted, an exclusive container's
+    overlapping those of a sidecar or app container of its own pod, or a shared pool
+    holding such a CPU; ``(event index, what)``, or None. A regular init container's CPUs
+    count as released (the plugin releases a finished init container's:
     ``finished-init-released``); an exited container keeps its CPUs until its pod is
     deleted, on both sides (the kubelet's state keeps the assignment; the plugin
     releases a stopped container's only when its pod's next container is created)."""
@@ -430,19 +462,17 @@ def double_assigned(s: dict[str, Any], answer: dict[str, Any]) -> tuple[int, str
             if pod != r.get("pod"):
                 for cpus in cs.values():
                     others |= cpus
-        spec = (ev.get("pod") or {}).get("spec") or {}
-        init = {c["name"] for c in spec.get("initContainers") or []
-                if c.get("restartPolicy") != "Always"}
+        init = _regular_inits(ev)
         mine: dict[str, set[int]] = {}
         if r.get("admitted"):
             if r.get("podCPUs"):
                 mine[""] = _cpus(r["podCPUs"])
             for c in r.get("containers") or []:
+                cpus = _cpus(c.get("cpus", ""))
+                if cpus & others:
+                    return i, (f"{r['pod']}/{c['name']} got CPUs "
+                               f"{sorted(cpus & others)} another pod holds")
                 if c.get("exclusive"):
-                    cpus = _cpus(c.get("cpus", ""))
-                    if cpus & others:
-                        return i, (f"{r['pod']}/{c['name']} got CPUs "
-                                   f"{sorted(cpus & others)} another pod holds")
                     # its pod's sidecars and app containers run together: exclusive CPUs
                     # of theirs are no one else's (a regular init container's are reused)
                     siblings = set().union(*(v for k, v in mine.items() if k))
@@ -463,21 +493,91 @@ def double_assigned(s: dict[str, Any], answer: dict[str, Any]) -> tuple[int, str
     return None
 
 
+def _held(s: dict[str, Any], answer: dict[str, Any], with_inits: bool,
+          ) -> list[tuple[dict[str, tuple[Any, ...]], set[int]]]:
+    """Per event of ``answer``: the live admitted pods' allocations (pod -> a tuple of
+    (container, cpus, exclusive, mems, pool) and the pod CPUs) and the CPUs they hold
+    (exclusive containers' and pod CPUs; a regular init container's only ``with_inits``),
+    as they are after the event."""
+    live: dict[str, tuple[Any, ...]] = {}
+    cpus: dict[str, set[int]] = {}
+    out = []
+    for ev, r in zip(s.get("events", []), answer.get("events", []), strict=False):
+        if r.get("op") == "delete":
+            live.pop(r.get("pod"), None)
+            cpus.pop(r.get("pod"), None)
+        elif r.get("op") == "add" and r.get("admitted"):
+            init = set() if with_inits else _regular_inits(ev)
+            cs = r.get("containers") or []
+            live[r["pod"]] = (r.get("podCPUs", ""), *(
+                (c["name"], c.get("cpus", ""), bool(c.get("exclusive")), c.get("mems", ""),
+                 c.get("pool", "")) for c in cs))
+            h = _cpus(r.get("podCPUs", ""))
+            for c in cs:
+                if c.get("exclusive") and c["name"] not in init:
+                    h |= _cpus(c.get("cpus", ""))
+            cpus[r["pod"]] = h
+        out.append((dict(live), set().union(*cpus.values()) if cpus else set()))
+    return out
+
+
+def _reserved_out_of_pool(s: dict[str, Any], kubelet: dict[str, Any]) -> set[int] | None:
+    """The CPUs the kubelet keeps out of its shared pool though no pod holds them (the
+    reserved CPUs under ``strict-cpu-reservation``, else none): from its first admitted or
+    refused pod's event. None when it cannot tell (policy none, no add event)."""
+    cfg = s.get("config", {})
+    if cfg.get("cpuManagerPolicy", "none") != "static":
+        return None
+    if "strict-cpu-reservation" not in (cfg.get("cpuManagerPolicyOptions") or {}):
+        return set()
+    every = {int(r["cpu"]) for r in s["machine"]["cpus"]}
+    for (_, held), r in zip(_held(s, kubelet, True), kubelet.get("events") or [],
+                            strict=False):
+        if r.get("op") == "add":
+            return every - _cpus(r.get("sharedPool", "")) - held
+    return None
+
+
+def pool_inconsistent(s: dict[str, Any], kubelet: dict[str, Any],
+                      ours: dict[str, Any]) -> tuple[int, str] | None:
+    """The first event where the plugin's shared pool is not every CPU but those its live
+    pods hold and the reserved CPUs the kubelet keeps out (``strict-cpu-reservation``):
+    ``(event index, what)``, or None. The plugin releases a finished (regular) init
+    container's CPUs, so they are not counted as held."""
+    r = _reserved_out_of_pool(s, kubelet)
+    if r is None:
+        return None
+    every = {int(c["cpu"]) for c in s["machine"]["cpus"]}
+    for i, ((_, held), e) in enumerate(zip(_held(s, ours, False), ours.get("events") or [],
+                                           strict=False)):
+        if e.get("op") != "add":
+            continue
+        want = every - held - r
+        got = _cpus(e.get("sharedPool", ""))
+        if got != want:
+            return i, (f"the shared pool after {e.get('pod')} lacks {sorted(want - got)}, "
+                       f"has {sorted(got - want)} beyond every CPU no pod holds")
+    return None
+
+
 def compare(kubelet: dict[str, Any], ours: dict[str, Any],
             s: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Where the answers differ: a list of ``{"kind", "event", "what", "kubelet", "plugin"}``
-    (``kind``: config, admission, reason, exclusive, pool (a shared container on the node's
-    or its pod's shared pool), cpus (exclusive CPUs), shared-cpus (a shared container's
-    cpuset when created), mems, pod-cpus (a pod's pod-level CPUs), shared-pool (after an
-    admitted pod, or
-    after a pod both sides rejected)). A ``reason`` difference carries the oracle's
-    ``memoryUnsatisfiable`` (the rejected pod's containers its Memory Manager finds no NUMA
-    node set for).
+    """Where the answers differ, every difference of every event: a list of ``{"kind",
+    "event", "what", "kubelet", "plugin"}`` (``kind``: config, admission, reason (both
+    refused, for another reason), message (the same reason, another text), containers
+    (not the same containers), exclusive, pool (a shared container on the node's or its
+    pod's shared pool), cpus (exclusive CPUs), shared-cpus (a shared container's cpuset
+    when created), mems, pod-cpus (a pod's pod-level CPUs), shared-pool (after the event)).
+    A ``reason`` difference carries the oracle's ``memoryUnsatisfiable`` (the rejected
+    pod's containers its Memory Manager finds no NUMA node set for).
 
     With the scenario ``s``: a plugin answer that hands out a CPU another pod holds comes
-    first, as kind ``plugin-double-assign`` (never a documented difference); a difference
-    at or after the event where the kubelet's answer does (:func:`double_assigned`) carries
-    ``kubeletDoubleAssigned``, what it handed out."""
+    first, as kind ``plugin-double-assign``, and one whose shared pool is not what its own
+    allocations leave, as ``plugin-pool-inconsistent`` (neither is ever a documented
+    difference); a difference at the event where the kubelet's answer hands out a held CPU
+    (:func:`double_assigned`) carries ``kubeletDoubleAssigned``, what it handed out; a
+    difference at an event the two sides enter with different states (an earlier
+    difference changed them) carries ``diverged``: the first event whose difference did."""
     out = _compare(kubelet, ours)
     # the pod-level pod's CPUs (its bubble) of the difference's event, where they differ:
     # every difference of that pod there follows from them
@@ -488,18 +588,49 @@ def compare(kubelet: dict[str, Any], ours: dict[str, Any],
             kp, pp = kev[i].get("podCPUs", ""), pev[i].get("podCPUs", "")
             if kp and pp and kp != pp:
                 d["podCPUs"] = {"kubelet": kp, "plugin": pp}
-    if s is None:
+    for n, d in enumerate(out):  # the events' answers, for the evidence of a class
+        out[n] = Difference(d)
+        i = d.get("event")
+        if i is not None and i < min(len(kev), len(pev)):
+            out[n].answers = {"kubelet": kev[i], "plugin": pev[i]}
+    if s is None or not out and not ours.get("events"):
         return out
+    if ours.get("events") and not kubelet.get("configError"):
+        bad = pool_inconsistent(s, kubelet, ours)
+        if bad is not None:
+            out.insert(0, Difference({"kind": "plugin-pool-inconsistent", "event": bad[0],
+                           "what": bad[1], "kubelet": "", "plugin": bad[1]}))
     mine = double_assigned(s, ours)
     if mine is not None:
-        out.insert(0, {"kind": "plugin-double-assign", "event": mine[0], "what": mine[1],
-                       "kubelet": "", "plugin": mine[1]})
-    theirs = double_assigned(s, kubelet) if out else None
+        out.insert(0, Difference({"kind": "plugin-double-assign", "event": mine[0],
+                                  "what": mine[1], "kubelet": "", "plugin": mine[1]}))
+    if not out:
+        return out
+    theirs = double_assigned(s, kubelet)
     if theirs is not None:
         for d in out:
-            if d.get("event") is not None and d["event"] >= theirs[0]:
+            if d.get("event") == theirs[0]:
                 d["kubeletDoubleAssigned"] = theirs[1]
+    # the states the two sides enter each event with
+    ks, ps = _held(s, kubelet, True), _held(s, ours, True)
+    first: int | None = None  # the first event with a difference that changes the state
+    for i in range(min(len(ks), len(ps))):
+        here = [d for d in out if d.get("event") == i]
+        if first is not None and i > 0 and (
+                ks[i - 1][0] != ps[i - 1][0] or _pool_at(kev, i) != _pool_at(pev, i)):
+            for d in here:
+                d["diverged"] = first
+        if first is None and any(d["kind"] not in STATELESS for d in here):
+            first = i
     return out
+
+
+def _pool_at(events: list[dict[str, Any]], i: int) -> str:
+    """The shared pool a side enters event ``i`` with (after its last add event before)."""
+    for e in reversed(events[:i]):
+        if e.get("op") == "add":
+            return str(e.get("sharedPool", ""))
+    return ""
 
 
 def _compare(kubelet: dict[str, Any], ours: dict[str, Any]) -> list[dict[str, Any]]:
@@ -516,47 +647,49 @@ def _compare(kubelet: dict[str, Any], ours: dict[str, Any]) -> list[dict[str, An
         if bool(k.get("admitted")) != bool(p.get("admitted")):
             out.append({"kind": "admission", "event": i, "what": k["pod"],
                         "kubelet": _verdict(k), "plugin": _verdict(p)})
-            break  # the states part here: what follows is a consequence
-        if not k.get("admitted"):
+        elif not k.get("admitted"):
             if k.get("reason") != p.get("reason"):
                 d = {"kind": "reason", "event": i, "what": k["pod"],
                      "kubelet": _verdict(k), "plugin": _verdict(p)}
                 if k.get("memoryUnsatisfiable"):
                     d["memoryUnsatisfiable"] = k["memoryUnsatisfiable"]
                 out.append(d)
-            # the pool after the rejection (the oracle's: once the managers' stale-state
-            # collection released what the rejected pod's admission took before it failed)
-            if k.get("sharedPool", "") != p.get("sharedPool", ""):
-                out.append({"kind": "shared-pool", "event": i, "what": k["pod"],
-                            "kubelet": k.get("sharedPool", ""),
-                            "plugin": p.get("sharedPool", "")})
-                break
-            continue
-        for kc, pc in zip(k["containers"], p["containers"], strict=True):
-            what = f"{k['pod']}/{kc['name']}"
-            if kc.get("exclusive") != pc.get("exclusive"):
-                out.append({"kind": "exclusive", "event": i, "what": what,
-                            "kubelet": kc.get("exclusive"), "plugin": pc.get("exclusive")})
-            elif kc.get("pool", "") != pc.get("pool", ""):  # the node's or its pod's
-                out.append({"kind": "pool", "event": i, "what": what,
-                            "kubelet": kc.get("pool", "") or "node",
-                            "plugin": pc.get("pool", "") or "node"})
-            for f in ("cpus", "mems"):
-                if kc.get(f, "") != pc.get(f, ""):
-                    kind = f if f == "mems" or kc.get("exclusive") else "shared-cpus"
-                    out.append({"kind": kind, "event": i, "what": what,
-                                "kubelet": kc.get(f, ""), "plugin": pc.get(f, "")})
-            if any(d["kind"] != "shared-cpus" for d in out):
-                return out  # the states part here: what follows is a consequence
-        if k.get("podCPUs", "") != p.get("podCPUs", ""):
-            out.append({"kind": "pod-cpus", "event": i, "what": k["pod"],
-                        "kubelet": k.get("podCPUs", ""), "plugin": p.get("podCPUs", "")})
+            elif k.get("message") != p.get("message"):
+                out.append({"kind": "message", "event": i, "what": k["pod"],
+                            "kubelet": _verdict(k), "plugin": _verdict(p)})
+        else:
+            out += _compare_containers(i, k, p)
+            if k.get("podCPUs", "") != p.get("podCPUs", ""):
+                out.append({"kind": "pod-cpus", "event": i, "what": k["pod"],
+                            "kubelet": k.get("podCPUs", ""), "plugin": p.get("podCPUs", "")})
+        # the pool after the event (after a rejection: the oracle's once the managers'
+        # stale-state collection released what the rejected pod's admission took)
         if k.get("sharedPool", "") != p.get("sharedPool", ""):
             out.append({"kind": "shared-pool", "event": i, "what": k["pod"],
                         "kubelet": k.get("sharedPool", ""), "plugin": p.get("sharedPool", "")})
-        # a shared container's cpuset when created leaves the two states alike: go on
-        if any(d["kind"] != "shared-cpus" for d in out):
-            break
+    return out
+
+
+def _compare_containers(i: int, k: dict[str, Any], p: dict[str, Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    kcs, pcs = k.get("containers") or [], p.get("containers") or []
+    if [c["name"] for c in kcs] != [c["name"] for c in pcs]:
+        return [{"kind": "containers", "event": i, "what": k["pod"],
+                 "kubelet": [c["name"] for c in kcs], "plugin": [c["name"] for c in pcs]}]
+    for kc, pc in zip(kcs, pcs, strict=True):
+        what = f"{k['pod']}/{kc['name']}"
+        if kc.get("exclusive") != pc.get("exclusive"):
+            out.append({"kind": "exclusive", "event": i, "what": what,
+                        "kubelet": kc.get("exclusive"), "plugin": pc.get("exclusive")})
+        elif kc.get("pool", "") != pc.get("pool", ""):  # the node's or its pod's
+            out.append({"kind": "pool", "event": i, "what": what,
+                        "kubelet": kc.get("pool", "") or "node",
+                        "plugin": pc.get("pool", "") or "node"})
+        for f in ("cpus", "mems"):
+            if kc.get(f, "") != pc.get(f, ""):
+                kind = f if f == "mems" or kc.get("exclusive") else "shared-cpus"
+                out.append({"kind": kind, "event": i, "what": what,
+                            "kubelet": kc.get(f, ""), "plugin": pc.get(f, "")})
     return out
 
 
@@ -571,32 +704,77 @@ def load_known() -> list[dict[str, Any]]:
     return json.loads(KNOWN.read_text())["differences"]
 
 
+#: what :func:`classify` files a difference under that follows from an earlier documented one
+CONSEQUENCE = "consequence"
+
+
+def classify(s: dict[str, Any], diffs: list[dict[str, Any]],
+             known: list[dict[str, Any]] | None = None) -> list[str | None]:
+    """Per difference of ``diffs`` (:func:`compare`'s, with the scenario): the id of the
+    documented difference whose evidence it shows, :data:`CONSEQUENCE` for one at an event
+    the sides entered with different states (``diverged``) after documented ones, or None.
+    Nothing is documented in an answer where the plugin hands out a held CPU or keeps a
+    shared pool its own allocations do not leave (:data:`NEVER_DOCUMENTED`)."""
+    known = known if known is not None else load_known()
+    if any(d["kind"] in NEVER_DOCUMENTED for d in diffs):
+        return [None] * len(diffs)
+    out: list[str | None] = []
+    for d in diffs:
+        kid = _explained(s, d, known, diffs)
+        if kid is None and d.get("diverged") is not None:
+            kid = CONSEQUENCE
+        out.append(kid)
+    # the shared pool after an event where a documented difference changed what the pod
+    # holds: the plugin's pool is what its allocations leave (pool_inconsistent), so the
+    # pool's difference is that one's
+    for n, d in enumerate(diffs):
+        if out[n] is None and d["kind"] == "shared-pool" and any(
+                c not in (None, CONSEQUENCE) and o.get("event") == d.get("event")
+                and o["kind"] in ("admission", "cpus", "pod-cpus", "exclusive")
+                for o, c in zip(diffs, out, strict=True)):
+            out[n] = CONSEQUENCE
+    return out
+
+
 def known_difference(s: dict[str, Any], diffs: list[dict[str, Any]],
                      known: list[dict[str, Any]] | None = None) -> str | None:
     """The ids of the documented differences that explain every one of ``diffs`` (joined
-    with ``+``), or None when one of them is not documented. Each entry of
-    known_differences.json has ``match``: ``kind`` and optional substrings ``kubelet`` /
-    ``plugin`` of the two answers, config values, a policy option, a relation
-    (``plugin-superset``, ``same-text``, ``plugin-fewer-sockets``,
-    ``kubelet-counts-a-held-cpu``, ``plugin-more-numas``), what the
-    scenario needs (``init``, ``multi-container``, ``memory-unsatisfiable``,
-    ``kubelet-double-assigned``), ``podLevel``
-    (whether the mismatch's pod is handled by the pod-level resource managers)."""
+    with ``+``; a consequence of an earlier one adds no id), or None when one of them is not
+    documented (:func:`classify`). Each entry of known_differences.json has ``match``:
+    ``kind`` and optional substrings ``kubelet`` / ``plugin`` of the two answers, config
+    values, a policy option, ``relation`` and ``needs``: the evidence the scenario and the
+    two answers must show (:data:`EVIDENCE`); ``podLevel`` (whether the mismatch's pod is
+    handled by the pod-level resource managers)."""
     if not diffs:
         return None
-    known = known if known is not None else load_known()
     ids: list[str] = []
-    for d in diffs:
-        kid = _explained(s, d, known, diffs)
+    for kid in classify(s, diffs, known):
         if kid is None:
             return None
-        if kid not in ids:
+        if kid != CONSEQUENCE and kid not in ids:
             ids.append(kid)
-    return "+".join(ids)
+    return "+".join(ids) if ids else None
+
+
+def _possible_refusal(cfg: dict[str, Any], text: str) -> bool:
+    """Whether the plugin's refusal ``text`` ("Reason: message") is one its config can give:
+    the Memory Manager's needs its Static policy, an SMT alignment error full-pcpus-only,
+    a topology affinity error a Topology Manager policy other than none."""
+    if "[memorymanager]" in text and cfg.get("memoryManagerPolicy") != "Static":
+        return False
+    if text.startswith("SMTAlignmentError") and "full-pcpus-only" not in (
+            cfg.get("cpuManagerPolicyOptions") or {}):
+        return False
+    return not (text.startswith("TopologyAffinityError")
+                and cfg.get("topologyManagerPolicy", "none") == "none")
 
 
 def _explained(s: dict[str, Any], d: dict[str, Any], known: list[dict[str, Any]],
                diffs: list[dict[str, Any]] | None = None) -> str | None:
+    cfg = s.get("config", {})
+    if d["kind"] in ("admission", "reason", "message") and not _possible_refusal(
+            cfg, str(d["plugin"])):
+        return None
     for k in known:
         m = k["match"]
         if m.get("kind") and m["kind"] != d["kind"]:
@@ -605,43 +783,276 @@ def _explained(s: dict[str, Any], d: dict[str, Any], known: list[dict[str, Any]]
             continue
         if m.get("plugin") and m["plugin"] not in str(d["plugin"]):
             continue
-        cfg = s.get("config", {})
         if any(cfg.get(key) != val for key, val in (m.get("config") or {}).items()):
             continue
         if m.get("option") and m["option"] not in (cfg.get("cpuManagerPolicyOptions") or {}):
             continue
-        if m.get("needs") == "init" and not _regular_init(s, d):
-            continue
-        if m.get("needs") == "multi-container" and not _multi(s, d):
-            continue
         if "podLevel" in m and _pod_level_managed(s, d) != m["podLevel"]:
             continue
-        if m.get("needs") == "kubelet-double-assigned" and not d.get("kubeletDoubleAssigned"):
-            continue
-        if m.get("needs") == "memory-unsatisfiable" and not (
-                d.get("memoryUnsatisfiable")
-                and cfg.get("topologyManagerPolicy") in ("restricted", "single-numa-node")):
-            continue
-        rel = m.get("relation")
-        if rel == "plugin-superset" and not _cpus(d["kubelet"]) <= _cpus(d["plugin"]):
-            continue
-        if rel == "same-text" and str(d["plugin"]).partition(": ")[2] not in str(d["kubelet"]):
-            continue
-        if rel == "kubelet-counts-a-held-cpu" and not _counts_a_held_cpu(s, d):
-            continue
-        if rel == "plugin-more-numas" and not _more_numas(s, d, diffs or [d]):
-            continue
-        if rel == "plugin-fewer-sockets" and not (
-                len(_sockets(s, d["plugin"])) < len(_sockets(s, d["kubelet"]))):
+        if any(not EVIDENCE[e](s, d, diffs or [d])
+               for e in (m.get("needs"), m.get("relation")) if e):
             continue
         return str(k["id"])
     return None
 
 
 _NOT_ENOUGH = re.compile(r"requested=(\d+), available=(\d+)")
+_TYPED = ("TopologyAffinityError", "SMTAlignmentError", "UnexpectedAdmissionError",
+          "NUMAAllocationViolationError")
+Evidence = Callable[[dict[str, Any], dict[str, Any], list[dict[str, Any]]], bool]
 
 
-def _counts_a_held_cpu(s: dict[str, Any], d: dict[str, Any]) -> bool:
+def _event(s: dict[str, Any], d: dict[str, Any]) -> dict[str, Any]:
+    return s["events"][d["event"]] if d.get("event") is not None else {}
+
+
+def _spec(s: dict[str, Any], d: dict[str, Any]) -> dict[str, Any]:
+    return (_event(s, d).get("pod") or {}).get("spec") or {}
+
+
+def _container_names(spec: dict[str, Any]) -> list[str]:
+    """The pod's containers in the kubelet's allocation order (init, then app)."""
+    return [c["name"] for c in (spec.get("initContainers") or []) + spec.get("containers", [])]
+
+
+def _answer_event(s: dict[str, Any], d: dict[str, Any], side: str) -> dict[str, Any]:
+    """The event of difference ``d`` in the ``side`` ("kubelet", "plugin") answer."""
+    return (getattr(d, "answers", None) or {}).get(side) or {}
+
+
+def _same_text(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]]) -> bool:
+    """The plugin names the error's kind (not one of the kubelet's admission reasons) and
+    its message, at least a few words, is inside the kubelet's."""
+    reason, _, msg = str(d["plugin"]).partition(": ")
+    return (reason.endswith("Error") and reason not in _TYPED and len(msg) >= 16
+            and msg in str(d["kubelet"]))
+
+
+def _guaranteed_cpus(c: dict[str, Any]) -> int:
+    """A container's whole CPUs if it is a Guaranteed one's request of whole CPUs, else 0."""
+    res = c.get("resources") or {}
+    lim = res.get("limits") or {}
+    req = res.get("requests") or lim
+    cpu = str(lim.get("cpu", ""))
+    if not cpu or str(req.get("cpu", cpu)) != cpu:
+        return 0
+    try:
+        milli = int(cpu[:-1]) if cpu.endswith("m") else int(float(cpu) * 1000)
+    except ValueError:
+        return 0
+    return milli // 1000 if milli % 1000 == 0 else 0
+
+
+def _hinted(s: dict[str, Any], spec: dict[str, Any]) -> list[str]:
+    """The pod's containers that give the Topology Manager hints (whole CPUs of a
+    Guaranteed pod's container, or its memory under the Static Memory Manager), in order."""
+    static_mm = s.get("config", {}).get("memoryManagerPolicy") == "Static"
+    cs = (spec.get("initContainers") or []) + spec.get("containers", [])
+    guaranteed = all(_guaranteed_cpus(c) or (c.get("resources") or {}).get("limits")
+                     for c in cs)
+    return [c["name"] for c in cs
+            if _guaranteed_cpus(c) or (static_mm and guaranteed and (
+                (c.get("resources") or {}).get("limits") or {}).get("memory"))]
+
+
+def _pod_scope_later(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]]) -> bool:
+    """``topologyManagerScope: pod`` does something (a policy other than none) and the pod
+    has two or more containers that give hints (:func:`_hinted`); then, by kind: a
+    container's CPUs, at one after the first of them, on other NUMA nodes than the
+    kubelet's; its mems, at one after the first, holding its own CPUs' NUMA nodes (the
+    affinity it was given); a shared container's cpuset or the pool, when such a CPU
+    difference of the pod is there too; a refusal of the plugin's naming such a container
+    (or the Memory Manager's); a pod the kubelet refused and the plugin admitted with its
+    containers that give hints on different NUMA nodes (each fitted alone, the pod's
+    totals did not)."""
+    cfg = s.get("config", {})
+    if cfg.get("topologyManagerPolicy", "none") == "none":
+        return False
+    hinted = _hinted(s, _spec(s, d))
+    if len(hinted) < 2:
+        return False
+    later = hinted[1:]
+    name = str(d.get("what", "")).partition("/")[2]
+    pe = _answer_event(s, d, "plugin")
+    p = _cpus(d["plugin"])
+    if d["kind"] == "cpus":
+        if name not in hinted:
+            return False
+        ke = _answer_event(s, d, "kubelet")
+
+        def pod_cpus(e: dict[str, Any]) -> set[int]:
+            return set().union(*(_cpus(c.get("cpus", "")) for c in e.get("containers") or []
+                                 if c.get("exclusive")))
+
+        # the pod got the same CPUs, split otherwise among its containers; or this one's
+        # on other NUMA nodes (the pod's merged hint against the hints so far), whole cores
+        return pod_cpus(ke) == pod_cpus(pe) or (
+            _numas(s, d["plugin"]) != _numas(s, d["kubelet"]) and _whole_cores(s, p))
+    if d["kind"] == "mems":
+        mine = next((c for c in pe.get("containers") or [] if c["name"] == name), {})
+        first = name in hinted and any(  # the first: with its CPUs on other NUMA nodes
+            o["kind"] == "cpus" and o.get("event") == d.get("event") and o["what"] == d["what"]
+            and _pod_scope_later(s, o, diffs) for o in diffs if o is not d)
+        return (name in later or first) and bool(d["plugin"]) and _numas(
+            s, mine.get("cpus", "") if mine.get("exclusive") else "") <= _cpus(d["plugin"])
+    if d["kind"] in ("shared-cpus", "shared-pool"):
+        return any(o["kind"] == "cpus" and o.get("event") == d.get("event")
+                   and _pod_scope_later(s, o, diffs) for o in diffs if o is not d)
+    if d["kind"] == "reason" and str(d["kubelet"]).startswith("TopologyAffinityError"):
+        return True  # the pod's merged hint refused; the plugin got further, then refused
+    if d["kind"] in ("admission", "reason") and str(d["plugin"]) != "admitted":
+        names = re.findall(r"container ([\w-]+)", str(d["plugin"]))
+        return bool(names) and names[-1] in later or "[memorymanager]" in str(d["plugin"])
+    if d["kind"] == "admission":
+        sets = [frozenset(_numas(s, c.get("cpus", ""))) for c in pe.get("containers") or []
+                if c["name"] in hinted and c.get("exclusive")]
+        return len(set(sets)) > 1
+    return False
+
+
+def _init_held(s: dict[str, Any], d: dict[str, Any]) -> set[int] | None:
+    """The exclusive CPUs the pod's regular init containers hold in the kubelet's answer
+    (an empty set when they pin memory only), or None when none held anything."""
+    e = _answer_event(s, d, "kubelet")
+    if not e.get("admitted"):  # refused: what the plugin's admission gave it
+        e = _answer_event(s, d, "plugin")
+    init = _regular_inits(_event(s, d))
+    held: set[int] = set()
+    pinned = False
+    for c in e.get("containers") or []:
+        if c["name"] in init:
+            if c.get("exclusive"):
+                held |= _cpus(c.get("cpus", ""))
+            pinned = pinned or bool(c.get("mems"))
+    if not held and not pinned and d["kind"] == "reason":
+        # refused by both: the pod's spec says what its init containers would hold
+        static_mm = s.get("config", {}).get("memoryManagerPolicy") == "Static"
+        spec = _spec(s, d)
+        pinned = any(c["name"] in init and (_guaranteed_cpus(c) or static_mm and (
+            (c.get("resources") or {}).get("limits") or {}).get("memory"))
+            for c in spec.get("initContainers") or [])
+    return held if held or pinned else None
+
+
+def _within_init(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]]) -> bool:
+    """A regular init container of the pod held exclusive CPUs or pinned memory (in the
+    kubelet's answer) and the difference is within what it held: for a later container's
+    CPUs, the kubelet reused some of the init container's and every CPU only the kubelet
+    gives is one of them; for the shared pool, every CPU only the plugin's has is one of
+    them (the kubelet keeps them out) and every CPU only the kubelet's has is one a
+    container of the pod got from the plugin only; for mems, the init container pinned
+    memory; a refusal or admission, when it held any."""
+    held = _init_held(s, d)
+    if held is None:
+        return False
+    init = _regular_inits(_event(s, d))
+    k, p = _cpus(d["kubelet"]), _cpus(d["plugin"])
+    if d["kind"] == "cpus":
+        name = str(d["what"]).partition("/")[2]
+        return (name not in init and bool(k & held) and bool(k - p) and k - p <= held
+                and _whole_cores(s, p))
+    if d["kind"] == "shared-pool":
+        ke, pe = _answer_event(s, d, "kubelet"), _answer_event(s, d, "plugin")
+        kx = set().union(*(_cpus(c.get("cpus", "")) for c in ke.get("containers") or []
+                           if c.get("exclusive")))
+        px = set().union(*(_cpus(c.get("cpus", "")) for c in pe.get("containers") or []
+                           if c.get("exclusive")))
+        return bool(held) and p - k <= held | (kx - px) and k - p <= px - kx
+    if d["kind"] == "shared-cpus":  # a shared container created after the init container
+        # (the rest of the extra: CPUs a later exclusive sibling takes, shared-before-exclusive)
+        return bool(k) and k < p and bool((p - k) & held) and p - k <= held | _later_exclusive(d)
+    if d["kind"] == "mems":
+        name = str(d["what"]).partition("/")[2]
+        mine = next((c for c in _answer_event(s, d, "plugin").get("containers") or []
+                     if c["name"] == name), {})
+        return name not in init and bool(p) and bool(mine.get("exclusive")) and any(
+            c["name"] in init and c.get("mems")
+            for c in _answer_event(s, d, "kubelet").get("containers") or []) and _numas(
+            s, mine.get("cpus", "") if mine.get("exclusive") else "") <= p
+    return d["kind"] in ("admission", "reason")
+
+
+def _later_sibling_takes(s: dict[str, Any], d: dict[str, Any],
+                         diffs: list[dict[str, Any]]) -> bool:
+    """A shared container's cpuset at creation: the kubelet's is not empty, the plugin's
+    has it all and more, and every extra CPU is one an exclusive container created after
+    it in the same pod takes (the plugin's answer), so the pool shrank after its creation."""
+    k, p = _cpus(d["kubelet"]), _cpus(d["plugin"])
+    return bool(k) and k < p and p - k <= _later_exclusive(d)
+
+
+def _later_exclusive(d: dict[str, Any]) -> set[int]:
+    """The CPUs of the exclusive containers created after difference ``d``'s container in
+    its pod (the plugin's answer)."""
+    name = str(d["what"]).partition("/")[2]
+    cs = _answer_event({}, d, "plugin").get("containers") or []
+    names = [c["name"] for c in cs]
+    if name not in names:
+        return set()
+    return set().union(*(_cpus(c.get("cpus", "")) for c in cs[names.index(name) + 1:]
+                         if c.get("exclusive")))
+
+
+def _takes_the_last_cpu(s: dict[str, Any], d: dict[str, Any],
+                        diffs: list[dict[str, Any]]) -> bool:
+    """Under strict-cpu-reservation: the kubelet admitted the pod and left its shared pool
+    empty (it gave the last non-reserved CPU away), or its refusal says none was left
+    (``available=0``, or the Memory Manager's after the CPU manager gave them all), or the
+    plugin refused a request of every free CPU but the last (``requested`` = ``available``
+    + 1: it keeps the last one in the pool)."""
+    ke = _answer_event(s, d, "kubelet")
+    if d["kind"] == "admission" and ke.get("admitted"):
+        return ke.get("sharedPool", "x") == ""
+    p = _NOT_ENOUGH.search(str(d["plugin"]))
+    if p and int(p.group(1)) == int(p.group(2)) + 1:
+        return True  # the plugin refused to take the last CPU (it keeps one in the pool)
+    m = _NOT_ENOUGH.search(str(d["kubelet"]))
+    if m:
+        return m.group(2) == "0"
+    return ke.get("sharedPool", "x") == "" or "[memorymanager]" in str(d["kubelet"])
+
+
+def _refusal_names_the_pod(s: dict[str, Any], d: dict[str, Any],
+                           diffs: list[dict[str, Any]]) -> bool:
+    """The same reason; the plugin's message is the kubelet's with the pod (and container)
+    named after it: `` (pod <uid>)`` or `` (pod <uid>, container <name>)``."""
+    k, p = str(d["kubelet"]), str(d["plugin"])
+    uid = ((_event(s, d).get("pod") or {}).get("metadata") or {}).get("uid", "")
+    rest = p[len(k):] if p.startswith(k) else ""
+    return bool(re.fullmatch(rf" \(pod {re.escape(uid)}(, container [\w-]+)?\)", rest))
+
+
+def _memory_topology(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]]) -> bool:
+    """The Static Memory Manager under restricted or single-numa-node (where a memory
+    request no NUMA set holds is refused at admission by the plugin)."""
+    cfg = s.get("config", {})
+    return cfg.get("memoryManagerPolicy") == "Static" and cfg.get(
+        "topologyManagerPolicy") in ("restricted", "single-numa-node")
+
+
+def _memory_unsatisfiable(s: dict[str, Any], d: dict[str, Any],
+                          diffs: list[dict[str, Any]]) -> bool:
+    return bool(d.get("memoryUnsatisfiable")) and s.get("config", {}).get(
+        "topologyManagerPolicy") in ("restricted", "single-numa-node")
+
+
+def _kubelet_double_assigned(s: dict[str, Any], d: dict[str, Any],
+                             diffs: list[dict[str, Any]]) -> bool:
+    """At the event where the kubelet's answer hands out a CPU another container holds
+    (later events are its consequences): a CPU difference there involving those CPUs, or
+    the refusal or admission that follows from it."""
+    held = d.get("kubeletDoubleAssigned")
+    if not held:
+        return False
+    m = re.search(r"\[([\d, ]+)\]", str(held))
+    cpus = {int(x) for x in m.group(1).split(",")} if m else set()
+    if d["kind"] in ("cpus", "shared-cpus", "pod-cpus", "shared-pool"):
+        return bool(cpus & (_cpus(d["kubelet"]) ^ _cpus(d["plugin"])))
+    return d["kind"] in ("admission", "reason", "message")
+
+
+def _counts_a_held_cpu(s: dict[str, Any], d: dict[str, Any],
+                       diffs: list[dict[str, Any]] | None = None) -> bool:
     """Both refused for want of CPUs, the same request, the kubelet counting more CPUs
     available than the plugin, on a hybrid machine (cores of unequal thread counts): its
     takeFullCores put a CPU held by another container in the partial result, so one free
@@ -654,31 +1065,13 @@ def _counts_a_held_cpu(s: dict[str, Any], d: dict[str, Any]) -> bool:
     return len(set(threads.values())) > 1
 
 
-def _regular_init(s: dict[str, Any], d: dict[str, Any]) -> bool:
-    """The pod of mismatch ``d`` has a regular (not restartable) init container: where a
-    finished init container's resources are kept (kubelet) or released (plugin), the states
-    part at that pod, which the comparison reports (it stops at the first difference that
-    changes the state), so a difference of a later pod is another one."""
-    ev = s["events"][d["event"]] if d.get("event") is not None else {}
-    spec = (ev.get("pod") or {}).get("spec") or {}
-    return any(c.get("restartPolicy") != "Always" for c in spec.get("initContainers") or [])
-
-
 def _pod_level_managed(s: dict[str, Any], d: dict[str, Any]) -> bool:
     """The pod of mismatch ``d`` is one the pod-level resource managers handle: it sets
     ``.spec.resources`` and both gates are on."""
     gates = s.get("config", {}).get("featureGates") or {}
     if not all(gates.get(g) for g in POD_LEVEL_GATES):
         return False
-    ev = s["events"][d["event"]] if d.get("event") is not None else {}
-    return bool(((ev.get("pod") or {}).get("spec") or {}).get("resources"))
-
-
-def _multi(s: dict[str, Any], d: dict[str, Any]) -> bool:
-    """The pod of mismatch ``d`` has more than one container."""
-    ev = s["events"][d["event"]] if d.get("event") is not None else {}
-    spec = (ev.get("pod") or {}).get("spec") or {}
-    return len(spec.get("initContainers") or []) + len(spec.get("containers") or []) > 1
+    return bool(_spec(s, d).get("resources"))
 
 
 def _numas(s: dict[str, Any], text: str) -> set[int]:
@@ -686,20 +1079,58 @@ def _numas(s: dict[str, Any], text: str) -> set[int]:
     return _groups(s, text, "numa")
 
 
+def _whole_cores(s: dict[str, Any], cpus: set[int]) -> bool:
+    """A take of a count of CPUs that whole cores can make is whole cores (what the
+    kubelet's packed take gives from free cores): on a machine with SMT, when the count is
+    a multiple of the threads per core, every core touched is in it whole."""
+    core: dict[int, tuple[int, int]] = {int(r["cpu"]): (int(r["socket"]), int(r["core"]))
+                                        for r in s["machine"]["cpus"]}
+    threads: dict[tuple[int, int], set[int]] = collections.defaultdict(set)
+    for c, k in core.items():
+        threads[k].add(c)
+    smt = max(len(v) for v in threads.values())
+    if smt == 1 or len(cpus) % smt:
+        return True
+    return all(threads[core[c]] <= cpus for c in cpus if c in core)
+
+
+def _balanced(s: dict[str, Any], text: str) -> bool:
+    """The CPUs of ``text`` are spread evenly over their NUMA nodes as a distributed take
+    spreads them: whole cores from each node (when the count allows it), the nodes' counts
+    differing by at most a core's threads."""
+    of = {int(r["cpu"]): int(r["numa"]) for r in s["machine"]["cpus"]}
+    cpus = _cpus(text)
+    n = collections.Counter(of[c] for c in cpus if c in of)
+    smt = max(collections.Counter((r["socket"], r["core"]) for r in s["machine"]["cpus"])
+              .values())
+    if not n:
+        return True
+    return max(n.values()) - min(n.values()) <= smt and min(n.values()) >= 2
+
+
 def _more_numas(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]]) -> bool:
     """The plugin's CPUs of difference ``d`` span more NUMA nodes than the kubelet's (the
-    distributed take's floor), or, for a pod-level pod, its pod CPUs do (its slices and pod
-    shared pool follow from them); a shared-pool difference, when a CPU difference of the
-    same event does."""
+    distributed take's floor), as many CPUs, spread evenly; or, for a pod-level pod, its
+    pod CPUs do (its slices and pod shared pool follow from them); a shared-pool
+    difference, when a CPU difference of the same event does."""
     if d["kind"] == "shared-pool":
         return any(_more_numas(s, o, diffs) for o in diffs if o is not d
                    and o.get("event") == d.get("event") and o["kind"] != "shared-pool")
     if d["kind"] not in ("cpus", "pod-cpus", "shared-cpus"):
         return False
-    if "podCPUs" in d:  # a pod-level pod: its bubble's NUMA nodes decide (and the slices in it)
-        b = d["podCPUs"]
-        return len(_numas(s, b["plugin"])) > len(_numas(s, b["kubelet"]))
-    return len(_numas(s, d["plugin"])) > len(_numas(s, d["kubelet"]))
+    b = d.get("podCPUs") or {"kubelet": d["kubelet"], "plugin": d["plugin"]}
+    if d["kind"] == "shared-cpus" and "podCPUs" not in d:
+        return False
+    return (s.get("config", {}).get("topologyManagerPolicy", "none") != "none"
+            and len(_numas(s, b["plugin"])) > len(_numas(s, b["kubelet"]))
+            and len(_cpus(b["plugin"])) == len(_cpus(b["kubelet"]))
+            and _balanced(s, b["plugin"]))
+
+
+def _fewer_sockets(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]]) -> bool:
+    """The plugin's CPUs span fewer sockets than the kubelet's, as many CPUs."""
+    return (len(_sockets(s, d["plugin"])) < len(_sockets(s, d["kubelet"]))
+            and len(_cpus(d["plugin"])) == len(_cpus(d["kubelet"])))
 
 
 def _sockets(s: dict[str, Any], text: str) -> set[int]:
@@ -713,12 +1144,33 @@ def _groups(s: dict[str, Any], text: str, field: str) -> set[int]:
     return {of[c] for c in _cpus(text) if c in of}
 
 
-def _cpus(text: str) -> set[int]:
+def _cpus(text: Any) -> set[int]:
     out: set[int] = set()
-    for part in filter(None, str(text).split(",")):
+    if not isinstance(text, str):
+        return out
+    for part in filter(None, text.split(",")):
         a, _, b = part.partition("-")
+        if not a.strip().isdigit():
+            return set()
         out.update(range(int(a), int(b or a) + 1))
     return out
+
+
+#: the evidence a documented difference's ``needs`` / ``relation`` names
+EVIDENCE: dict[str, Evidence] = {
+    "later-sibling-takes-the-extra": _later_sibling_takes,
+    "same-text": _same_text,
+    "memory-unsatisfiable": _memory_unsatisfiable,
+    "memory-topology": _memory_topology,
+    "refusal-names-the-pod": _refusal_names_the_pod,
+    "takes-the-last-cpu": _takes_the_last_cpu,
+    "init-held": _within_init,
+    "pod-scope-later-container": _pod_scope_later,
+    "kubelet-double-assigned": _kubelet_double_assigned,
+    "kubelet-counts-a-held-cpu": _counts_a_held_cpu,
+    "plugin-more-numas": _more_numas,
+    "plugin-fewer-sockets": _fewer_sockets,
+}
 
 
 # ------------------------------------------------------------------ shrinking

@@ -71,12 +71,25 @@ def test_oracle_answers_a_known_case(oracle: S.Oracle) -> None:
     assert S.compare(k, S.plugin(s), s) == []
 
 
-@pytest.mark.parametrize("seed", list(SEEDS))
+#: seeds of the subset with an undocumented difference found once the documented classes
+#: required their evidence (docs/development/differential.md, "Open"): real differences
+#: between the plugin's NRI-alone path and the kubelet, for whole-pod admission to remove;
+#: strict, so a fix shows (the seed then passes and must leave this list)
+OPEN = {
+    88: "finished init container's CPUs reused by another app container than the kubelet's",
+    94: "pod scope + full-pcpus-only: the SMT alignment error counts the pod's CPUs",
+    110: "pod scope + restricted + align-by-socket: the plugin refuses a pod the kubelet admits",
+}
+
+
+@pytest.mark.parametrize("seed", [pytest.param(s, marks=pytest.mark.xfail(
+    reason=OPEN[s], strict=True)) if s in OPEN else s for s in SEEDS])
 def test_seeded_scenario(oracle: S.Oracle, seed: int) -> None:
     s = S.generate(seed)
     diffs, known, k, p = _check(oracle, s)
     if diffs and known is None:
-        pytest.fail(f"seed {seed}: the plugin differs from the kubelet: {diffs[0]}\n"
+        first = next(d for d, c in zip(diffs, S.classify(s, diffs), strict=True) if c is None)
+        pytest.fail(f"seed {seed}: the plugin differs from the kubelet: {first}\n"
                     f"(scripts/differential.py -n 1 --seed {seed} shrinks it)\n"
                     f"kubelet: {json.dumps(k)}\nplugin: {json.dumps(p)}")
 
@@ -125,6 +138,9 @@ def test_a_cpu_handed_out_twice_is_never_documented() -> None:
     """The plugin's answer is checked for CPUs another pod holds (any kind of difference is
     then undocumented); the kubelet's, for the events its double assignment explains."""
     s = S.generate(1)
+    s["machine"] = {"name": "eight", "cpus": [
+        {"cpu": i, "core": i, "socket": 0, "numa": 0, "uncore": 0} for i in range(8)]}
+    s["config"] = {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0"}
     s["events"] = [
         {"op": "add", "pod": {"metadata": {"name": n, "uid": n}, "spec": {"containers": [
             {"name": "c", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}}
@@ -145,5 +161,17 @@ def test_a_cpu_handed_out_twice_is_never_documented() -> None:
     assert d[0]["kind"] == "plugin-double-assign" and S.known_difference(s, d) is None
     d = S.compare(twice, good, s)
     assert d == [{"kind": "cpus", "event": 1, "what": "b/c", "kubelet": "1", "plugin": "2",
-                  "kubeletDoubleAssigned": "b/c got CPUs [1] another pod holds"}]
+                  "kubeletDoubleAssigned": "b/c got CPUs [1] another pod holds"},
+                 {"kind": "shared-pool", "event": 1, "what": "b", "kubelet": "0,2-7",
+                  "plugin": "0,3-7", "kubeletDoubleAssigned": "b/c got CPUs [1] another pod holds"}]
+    assert S.classify(s, d) == ["kubelet-takes-a-held-cpu", S.CONSEQUENCE]
     assert S.known_difference(s, d) == "kubelet-takes-a-held-cpu"
+    # a plugin pool its own allocations do not leave is never documented
+    lost = answer("2", "0,4-7")
+    d = S.compare(twice, lost, s)
+    assert d[0]["kind"] == "plugin-pool-inconsistent" and S.known_difference(s, d) is None
+    # a shared container on another pod's exclusive CPU is a double assignment
+    shared = answer("2", "0,3-7")
+    shared["events"][1]["containers"][0].update(exclusive=False, cpus="0-1,3-7")
+    d = S.compare(good, shared, s)
+    assert d[0]["kind"] == "plugin-double-assign" and S.known_difference(s, d) is None
