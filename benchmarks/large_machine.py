@@ -161,7 +161,7 @@ async def run(args: argparse.Namespace, root: Path, work: Path) -> None:
             print(f"create {SIZES[i % len(SIZES)]:2d} CPUs: {creates[-1]:9.3f} ms, merge "
                   f"{sum(TIMES['merge'][n0:]):9.3f} ms, live {len(live)}", file=sys.stderr)
         await settle()
-        if len(live) > 200:
+        if len(live) > args.live:
             p, c = live.pop(0)
             plugin.state_change(nri_pb2.StateChangeEvent(
                 event=nri_pb2.REMOVE_CONTAINER, pod=p, container=c))
@@ -212,6 +212,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--creates", type=int, default=600)
     ap.add_argument("--syncs", type=int, default=5)
+    ap.add_argument("--live", type=int, default=20,
+                    help="Guaranteed containers kept before the oldest is removed")
     ap.add_argument("--memory-static", action="store_true",
                     help="memoryManagerPolicy Static (its hints: every NUMA mask, 65,535)")
     ap.add_argument("-v", "--verbose", action="store_true", help="every create on stderr")
