@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import logging
 import os
 import signal
@@ -332,6 +331,8 @@ def cmd_topology(args: argparse.Namespace) -> int:
 
     machine = _discover(args.sysfs_root)
     if args.json:
+        import json
+
         name = args.name or ("host" if args.sysfs_root == "/" else Path(args.sysfs_root).name)
         print(json.dumps(to_json(machine, name), indent=1))
     else:
@@ -350,6 +351,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if body is None:
         return 1
     if args.json:
+        import json
+
         print(json.dumps(body, indent=1))
         return 0
     print(f"policy:        {body.get('policyName')}")

@@ -23,6 +23,8 @@ Fixtures:
 * ``multi-l3``: 1 socket, 2 NUMA nodes (NPS2-like), 16 cores x 2 threads = 32 CPUs (CPU n and
   n+16 are siblings), 4 L3 caches of 4 cores each (2 per NUMA node), ``core_id`` values with
   gaps (0-3, 8-11, 16-19, 24-27), no ``die_id`` files (older kernel), 1 GiB huge pages.
+* ``large-768`` (written only when named, not committed): 768 CPUs, 16 NUMA nodes, 64 L3
+  caches, SMT 2 (:func:`large_768`; benchmarks/large_machine.py).
 """
 
 from __future__ import annotations
@@ -466,7 +468,32 @@ def multi_l3() -> MachineSpec:
     )
 
 
+def large_768() -> MachineSpec:
+    """The largest machine users run (issue 34): 2 sockets x 8 NUMA nodes x 4 L3 caches x 6
+    cores x 2 threads = 768 CPUs, 16 NUMA nodes, 64 L3 (CPU n and n+384 are siblings; the
+    kernel numbers a core's first threads 0-383, then the second ones), distances 10 local,
+    12 same socket, 32 remote, 64 GiB per node. Written on demand (benchmarks/
+    large_machine.py), not committed: ~20,000 files."""
+    cores = 384
+    cpus = []
+    for cpu in range(2 * cores):
+        core = cpu % cores
+        llc = core // 6
+        node = llc // 4
+        package = node // 8
+        cpus.append(CPUSpec(cpu=cpu, package=package, die=0, core_id=core % 192, node=node,
+                            llc=llc))
+    gib_kb = 1024 * 1024
+    nodes = tuple(
+        NodeSpec(n, 64 * gib_kb, {2048: 0, 1048576: 0},
+                 tuple(10 if n == m else 12 if n // 8 == m // 8 else 32 for m in range(16)))
+        for n in range(16))
+    return MachineSpec(name="large-768", cpus=tuple(cpus), nodes=nodes, nr_cpu_ids=768)
+
+
 FIXTURES = {f().name: f for f in (this_machine, dual_socket_smt, multi_l3)}
+#: Written only when named (too large to commit): ``make_sysfs_fixtures.py --out DIR large-768``.
+ON_DEMAND = {f().name: f for f in (large_768,)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -475,11 +502,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("names", nargs="*", help=f"fixtures to write (default all: {list(FIXTURES)})")
     args = ap.parse_args(argv)
     names = args.names or list(FIXTURES)
+    known = {**FIXTURES, **ON_DEMAND}
     for name in names:
-        if name not in FIXTURES:
-            print(f"unknown fixture {name!r}; known: {', '.join(FIXTURES)}", file=sys.stderr)
+        if name not in known:
+            print(f"unknown fixture {name!r}; known: {', '.join(known)}", file=sys.stderr)
             return 2
-        root = write_machine(FIXTURES[name](), args.out)
+        root = write_machine(known[name](), args.out)
         print(root)
     return 0
 

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nri_cpumgr.adopt import CPU_STATE  # noqa: F401 - re-exported
 from nri_cpumgr.adopt.kubelet import (
     KubeletCheckpointError,
     KubeletCPUState,
@@ -55,7 +56,6 @@ from nri_cpumgr.podmodel.nri import ContainerInfo
 
 log = logging.getLogger("nri_cpumgr.adopt")
 
-CPU_STATE = "cpu_manager_state"
 MEMORY_STATE = "memory_manager_state"
 
 

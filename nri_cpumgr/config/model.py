@@ -22,9 +22,12 @@ import math
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from nri_cpumgr.cpuset import CPUSet, CPUSetError
+
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing)
+if TYPE_CHECKING:  # (typing is not loaded before the plugin registers)
+    from typing import Any
 
 
 class ConfigError(ValueError):
@@ -515,12 +518,70 @@ def _yaml_error(e: Exception, source: str) -> str:
     return f"invalid config {where}: not YAML: {problem}" + (f" ({context})" if context else "")
 
 
+# The flat documents :func:`_flat_yaml` reads without PyYAML: ``key: scalar`` lines at
+# column 0, comments and blank lines. A scalar is a quoted string without escapes, a decimal
+# int without sign or leading zero, a duration ("500ms", "1m30s": a string, as PyYAML reads
+# it), or a plain word that starts with a letter, '/' or '_'.
+_FLAT_LINE = re.compile(
+    r"""(?:[a-z][A-Za-z0-9]*):(?: +(?:"[^"\\]*"|'[^']*'|0|[1-9][0-9]*"""
+    r"|(?:[0-9]+(?:\.[0-9]+)?(?:ns|us|ms|s|m|h))+"
+    r"|[A-Za-z/_](?:[A-Za-z0-9_./:-]*[A-Za-z0-9_./-])?))? *(?: #.*)?")
+_FLAT_UNSAFE = re.compile(r"[^\n\x20-\x7e]")
+_FLAT_VALUE = re.compile(r"""([a-z][A-Za-z0-9]*): *("[^"]*"|'[^']*'|[^ ]*)""")
+# YAML 1.1 plain scalars PyYAML's SafeLoader resolves to bool or None (resolver.py): exact
+# spellings only ("tRue" is a string)
+_YAML_WORDS: dict[str, Any] = {
+    **dict.fromkeys(("yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"), True),
+    **dict.fromkeys(("no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"), False),
+    **dict.fromkeys(("null", "Null", "NULL"), None),
+}
+
+
+def _flat_yaml(text: str) -> dict[str, Any] | None:
+    """``text`` as PyYAML's SafeLoader reads it when it is a flat mapping of plain keys to
+    scalars (the usual config: ``cpuManagerPolicy: static``, ``reservedSystemCPUs: "0"``,
+    comments, blank lines); None for anything else (nesting, lists, flow style, anchors,
+    escapes, tabs, duplicate keys, a number that is not a plain decimal, a key PyYAML would
+    not read as a string), which PyYAML then reads. Its import (~10-15 ms) is the largest
+    part of reading a config before the plugin registers (issue 34)."""
+    if _FLAT_UNSAFE.search(text):  # tabs, CR, control and non-ASCII characters
+        return None
+    doc: dict[str, Any] = {}
+    for line in text.split("\n"):
+        stripped = line.lstrip(" ")
+        if not stripped or stripped.startswith("#"):
+            continue
+        if not _FLAT_LINE.fullmatch(line):
+            return None
+        m = _FLAT_VALUE.match(line)
+        assert m is not None  # (the line matched _FLAT_LINE)
+        key, raw = m.group(1), m.group(2)
+        if key in doc or key in _YAML_WORDS:
+            return None
+        if raw[:1] in ("'", '"'):
+            value: Any = raw[1:-1]
+        elif raw.isdigit():
+            value = int(raw)
+        elif raw == "" or raw.startswith("#"):
+            value = None
+        else:
+            value = _YAML_WORDS.get(raw, raw)
+        doc[key] = value
+    return doc
+
+
 def parse_config(text: str, source: str = "<config>") -> Config:
     """Parse YAML text into a :class:`Config`. Raises :class:`ConfigError` (one line, naming
     the key, or the line:column of a YAML error) for YAML errors, unknown keys and invalid
-    values."""
+    values. A flat document is read without PyYAML (:func:`_flat_yaml`, same result)."""
     if not text.strip():
         return Config.model_validate({})
+    flat = _flat_yaml(text)
+    if flat is not None:
+        try:
+            return Config.model_validate(flat)
+        except ConfigError as e:
+            raise with_source(e, source) from None
     import yaml
 
     try:

@@ -25,8 +25,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from nri_cpumgr.adopt.adopt import adopt_memory
-from nri_cpumgr.adopt.adopt import seed as adopt_seed
+from nri_cpumgr.adopt import kubelet_state_absent
 from nri_cpumgr.api import nri_pb2
 from nri_cpumgr.checkpoint import BackgroundWriter, Checkpoint, CheckpointError
 from nri_cpumgr.cm.container_manager import AdmissionError, Decision
@@ -159,6 +158,8 @@ class Plugin:
             if provisional:
                 memory.start(MemoryState())
             elif kubelet_memory is not None:
+                from nri_cpumgr.adopt.adopt import adopt_memory
+
                 adopt_memory(memory, kubelet_memory)
             else:
                 restore_memory_state(memory, self.memory_checkpoint)
@@ -777,6 +778,17 @@ def _contradicts_guaranteed(info: ContainerInfo) -> bool:
 
 
 _TRIM_AFTER = 200  # containers in a Synchronize worth giving the request's memory back for
+
+
+def adopt_seed(directory: str, cpu_policy: str,
+               memory_policy: str) -> tuple[Any, Any, Any]:
+    """:func:`nri_cpumgr.adopt.adopt.seed`, imported only when ``directory`` holds a kubelet
+    checkpoint (issue 34: a node without one starts without the adoption code)."""
+    if kubelet_state_absent(directory):
+        return None, None, None
+    from nri_cpumgr.adopt.adopt import seed
+
+    return seed(directory, cpu_policy, memory_policy)
 
 
 def _after_large_request(containers: int) -> None:

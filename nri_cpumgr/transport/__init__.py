@@ -10,7 +10,10 @@ The names below are loaded on first use: importing :mod:`.wire` must not import 
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing)
+
+if TYPE_CHECKING:  # (typing's names only: the plugin registers before typing is loaded)
+    from typing import Any
 
 __all__ = ["DEFAULT_EVENTS", "Handlers", "PluginError", "Stub", "event_mask"]
 

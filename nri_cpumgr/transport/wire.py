@@ -1,10 +1,11 @@
 """The NRI wire format without an event loop: mux frames, ttrpc request messages, event masks,
 and the first registration sent on a blocking socket.
 
-Everything here imports only the standard library's ``socket``/``struct`` and the generated
-API, never asyncio (~50 ms of imports on a small node): :func:`register_early` lets the plugin
-send its RegisterPlugin before the event loop, the managers and the libraries they use are
-loaded (issue 9, launch -> registered). The asyncio transport (:mod:`.mux`, :mod:`.ttrpc`,
+Everything here imports only the standard library's ``socket``/``struct``, never asyncio (~50
+ms of imports on a small node) nor, until a message other than the registration is framed, the
+generated API and protobuf (~15 ms): :func:`register_early` lets the plugin send its
+RegisterPlugin before the event loop, protobuf, the managers and the libraries they use are
+loaded (issues 9 and 34, launch -> registered). The asyncio transport (:mod:`.mux`, :mod:`.ttrpc`,
 :mod:`.stub`) frames its messages with the same functions.
 
 Wire rules (containerd/nri pkg/net/multiplex, containerd/ttrpc; ../shared/docs/nri-protocol.md):
@@ -19,8 +20,6 @@ import os
 import socket
 import struct
 from dataclasses import dataclass
-
-from nri_cpumgr.api import nri_pb2, ttrpc_pb2
 
 MUX_HEADER = struct.Struct(">II")
 MUX_HEADER_LEN = MUX_HEADER.size
@@ -78,6 +77,8 @@ def ttrpc_request(service: str, method: str, payload: bytes, *, timeout: float |
                   metadata: dict[str, str] | None = None) -> bytes:
     """A serialized ``ttrpc.Request`` (``timeout`` in seconds, sent as ``timeout_nano``).
     Raises ValueError when it is over :data:`MAX_MESSAGE_OUT` bytes."""
+    from nri_cpumgr.api import ttrpc_pb2  # (after the registration: see the module doc)
+
     req = ttrpc_pb2.Request(service=service, method=method, payload=payload)
     if timeout is not None:
         req.timeout_nano = int(timeout * 1e9)
@@ -87,6 +88,37 @@ def ttrpc_request(service: str, method: str, payload: bytes, *, timeout: float |
     if len(data) > MAX_MESSAGE_OUT:
         raise ValueError(f"ttrpc request of {len(data)} bytes exceeds the 4 MiB limit")
     return data
+
+
+def _pb_varint(n: int) -> bytes:
+    """``n`` (>= 0) as a protobuf base-128 varint."""
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _pb_field(number: int, value: str | bytes | int) -> bytes:
+    """One protobuf field in proto3 encoding: ``value`` a string or bytes (wire type 2) or a
+    non-negative int (wire type 0); nothing for the default ("", b"", 0), as protobuf writes
+    proto3 scalars."""
+    if isinstance(value, int):
+        return _pb_varint(number << 3) + _pb_varint(value) if value else b""
+    data = value.encode() if isinstance(value, str) else value
+    return _pb_varint(number << 3 | 2) + _pb_varint(len(data)) + data if data else b""
+
+
+def register_request(name: str, idx: str, timeout: float) -> bytes:
+    """The serialized ``ttrpc.Request`` carrying ``RegisterPluginRequest(plugin_name=name,
+    plugin_idx=idx)`` to the Runtime service, ``timeout`` seconds as its ``timeout_nano``:
+    byte for byte what protobuf serializes (proto/nri.proto, proto/ttrpc.proto field
+    numbers; tests/unit/test_early_registration.py compares them), encoded here so that the
+    plugin registers before protobuf is imported."""
+    payload = _pb_field(1, name) + _pb_field(2, idx)
+    return (_pb_field(1, RUNTIME_SERVICE) + _pb_field(2, "RegisterPlugin")
+            + _pb_field(3, payload) + _pb_field(4, int(timeout * 1e9)))
 
 
 @dataclass
@@ -123,9 +155,7 @@ def register_early(name: str, idx: str, *, socket_path: str | None = None,
         sock.settimeout(connect_timeout)
         if socket_path is not None:
             sock.connect(socket_path)
-        payload = nri_pb2.RegisterPluginRequest(plugin_name=name,
-                                                plugin_idx=idx).SerializeToString()
-        req = ttrpc_request(RUNTIME_SERVICE, "RegisterPlugin", payload, timeout=timeout)
+        req = register_request(name, idx, timeout)
         sid = 1  # a ttrpc client's first stream on a new connection
         sock.sendall(b"".join(mux_frames(RUNTIME_SERVICE_CONN,
                                          ttrpc_message(sid, TYPE_REQUEST, req))))

@@ -238,8 +238,34 @@ def test_the_plugin_registers_before_loading_asyncio_and_the_managers(tmp_path: 
     finally:
         sock.close()
         os.unlink(path)
-    assert "nri_cpumgr.transport.wire" in out and "nri_cpumgr.api.nri_pb2" in out
+    assert "nri_cpumgr.transport.wire" in out
+    # issue 34: the registration is encoded without protobuf, a flat config read without
+    # PyYAML, and neither is imported before the RegisterPlugin is sent
     for heavy in ("asyncio", "nri_cpumgr.transport.stub", "nri_cpumgr.runtime.plugin",
                   "nri_cpumgr.cm.cpumanager", "nri_cpumgr.metrics", "nri_cpumgr.sysfs",
-                  "nri_cpumgr.podmodel", "prometheus_client", "tenacity"):
+                  "nri_cpumgr.podmodel", "prometheus_client", "tenacity",
+                  "nri_cpumgr.api.nri_pb2", "nri_cpumgr.api.ttrpc_pb2", "google.protobuf",
+                  "yaml"):
         assert heavy not in out, heavy
+
+
+@pytest.mark.parametrize(("name", "idx", "timeout"), [
+    ("cpumgr", "90", 10.0), ("x", "00", 0.0), ("a" * 300, "07", 2.5), ("", "", 1e-9)])
+def test_register_request_is_what_protobuf_serializes(name: str, idx: str,
+                                                      timeout: float) -> None:
+    """The hand-encoded registration (no protobuf import before it is sent) is byte for
+    byte protobuf's, and parses back to the same fields (a name over 127 bytes: a two-byte
+    length)."""
+    from nri_cpumgr.api import ttrpc_pb2
+    from nri_cpumgr.transport.wire import RUNTIME_SERVICE, register_request, ttrpc_request
+
+    payload = nri_pb2.RegisterPluginRequest(plugin_name=name,
+                                            plugin_idx=idx).SerializeToString()
+    want = ttrpc_request(RUNTIME_SERVICE, "RegisterPlugin", payload, timeout=timeout)
+    got = register_request(name, idx, timeout)
+    assert got == want
+    req = ttrpc_pb2.Request.FromString(got)
+    assert (req.service, req.method, req.timeout_nano) == (
+        RUNTIME_SERVICE, "RegisterPlugin", int(timeout * 1e9))
+    back = nri_pb2.RegisterPluginRequest.FromString(req.payload)
+    assert (back.plugin_name, back.plugin_idx) == (name, idx)

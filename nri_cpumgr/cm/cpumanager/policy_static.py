@@ -381,7 +381,61 @@ class StaticPolicy:
         ``request`` CPUs of ``reusable`` + ``available``; preferred are those of the minimal
         size that could hold the request on an empty machine (kubelet
         generateCPUTopologyHints), or, under align-by-socket, those spanning the minimal number
-        of sockets. Order: by size, then node ids."""
+        of sockets. Order: by size, then node ids.
+
+        The kubelet visits every combination (2**16 - 1 on a 16-node machine); here the
+        minimal size comes from the nodes' sizes (a combination of k nodes can hold the
+        request on an empty machine iff the k largest can), only combinations that hold the
+        reusable CPUs' nodes are visited, and each hint is made once (issue 34: 768 CPUs, 16
+        NUMA nodes). Same hints, same order: :meth:`_generate_hints_reference` is the
+        literal loop, tests/unit/test_cpu_hints_fast.py compares them."""
+        topo = self.topology
+        nodes = sorted(topo.numa_nodes())
+        per_node_total = {n: 0 for n in nodes}
+        for info in topo.details.values():
+            per_node_total[info.numa] += 1
+        per_node_avail = {n: 0 for n in nodes}
+        details = topo.details
+        for c in available:
+            info = details.get(c)
+            if info is not None:
+                per_node_avail[info.numa] += 1
+        reusable_nodes = set()
+        for c in reusable:
+            info = details.get(c)
+            reusable_nodes.add(info.numa if info is not None else None)
+
+        min_size, reach = len(nodes), 0
+        for k, total in enumerate(sorted(per_node_total.values(), reverse=True), 1):
+            reach += total
+            if reach >= request:
+                min_size = min(k, min_size)
+                break
+        if not reusable_nodes <= per_node_avail.keys():
+            return []  # a reusable CPU off every node (or on none listed): no combination
+        # supersets of the required nodes, in the order of the full combinations: two sets
+        # with the same required nodes compare as their other nodes do
+        required = tuple(sorted(reusable_nodes))
+        free = [n for n in nodes if n not in reusable_nodes]
+        short = request - len(reusable) - sum(per_node_avail[n] for n in required)
+        avail = per_node_avail.__getitem__
+        align = self.options.align_by_socket
+        out: list[TopologyHint] = []
+        for size in range(max(1, len(required)), len(nodes) + 1):
+            preferred = size == min_size
+            for pick in itertools.combinations(free, size - len(required)):
+                if short > 0 and sum(map(avail, pick)) < short:
+                    continue
+                numa = frozenset(required + pick if required else pick)
+                out.append(TopologyHint(numa, preferred or (
+                    align and self._socket_aligned(numa, min_size))))
+        return out
+
+    def _generate_hints_reference(
+        self, available: CPUSet, reusable: CPUSet, request: int
+    ) -> list[TopologyHint]:
+        """:meth:`generate_hints` as the kubelet's loop reads (generateCPUTopologyHints): every
+        combination visited. For the tests."""
         topo = self.topology
         nodes = sorted(topo.numa_nodes())
         per_node_total = {n: 0 for n in nodes}
