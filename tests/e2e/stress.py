@@ -368,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="containerd version (2.4: the modern build's), or crio (repeatable; "
                          "default 1.7 and 2.1)")
     ap.add_argument("--minutes", type=float, default=10.0, help="churn time per version")
-    ap.add_argument("--mode", choices=["auto", "async", "reply"],
+    ap.add_argument("--mode", choices=["auto", "async", "cri", "reply"],
                     help="sharedPoolUpdateMode (default: none in the config, the shipped one)")
     ap.add_argument("--shared", type=int, default=20, help="running BestEffort containers")
     ap.add_argument("--churners", type=int, default=2, help="BestEffort churn threads")
