@@ -15,10 +15,10 @@ under test.
 The plugin counts a container updated before its PostStartContainer as stale again at that
 event and sends its update once more: in ``cri`` and ``async`` mode with the next pass (the
 test passes), in ``reply`` mode only in the reply to the runtime's next CreateContainer,
-UpdateContainer or StopContainer on the node (an UpdateContainers of its own is what deadlocks containerd 1.7 and
-2.1), so until then the container stays on the exclusive CPU: the test marks itself xfail
-when it sees exactly that, after asserting every step before it and that the next
-CreateContainer's reply moves the container.
+UpdateContainer or StopContainer on the node (an UpdateContainers of its own is what
+deadlocks containerd 1.7 and 2.1), so until then the container stays on the exclusive CPU:
+the test marks itself xfail when it sees exactly that, after asserting every step before it
+and that the next CreateContainer's reply moves the container.
 """
 
 from __future__ import annotations
