@@ -15,8 +15,9 @@ runtime shows the call to the plugin as an NRI UpdateContainer, which the plugin
 once from its own state, on its event loop: the calls themselves run on one worker thread of
 their own (:class:`CRIUpdater`), never on the event loop, so that answer never waits for them.
 
-gRPC is grpcio, imported on the worker thread at the first call: a plugin in another mode
-never loads it (its cost: docs/concepts/shared-pool.md, "The CRI path").
+gRPC is grpcio, imported on the worker thread when the mode is chosen (:meth:`CRIUpdater.warm`,
+off the event loop): a plugin in another mode never loads it (its cost:
+docs/concepts/shared-pool.md, "The CRI path").
 """
 
 from __future__ import annotations
@@ -150,6 +151,17 @@ class CRIUpdater:
                 else:
                     out.failed[cid] = f"{code.name if code is not None else '?'}: {text}"
         return out
+
+    def warm(self) -> None:
+        """Import grpcio and open the channel on the worker thread now (returns at once), so
+        that the first pass does not pay for them; errors surface at the first call."""
+        def connect() -> None:
+            try:
+                self._connect()
+            except Exception:  # noqa: BLE001 - said by the first call's outcome
+                pass
+
+        self._executor.submit(connect)
 
     # ------------------------------------------------------------------ event loop
     async def send(self, cpus: str, items: list[tuple[str, str]]) -> Outcome:

@@ -420,6 +420,7 @@ class Plugin:
             from nri_cpumgr.poolsync.cri import CRIUpdater
 
             self.cri = CRIUpdater(endpoint)
+            self.cri.warm()  # grpcio's import and the channel, on the worker thread
         self.pool_sync.set_mode(choice.mode)
         where = f" on {endpoint}" if choice.mode == "cri" else ""
         if choice.overruled:
