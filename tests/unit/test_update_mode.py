@@ -277,3 +277,34 @@ def test_update_container_caused_by_a_cri_pass_carries_that_container_only(tmp_p
 
 async def _never_called(payload: bytes) -> set[str]:
     raise AssertionError("no NRI UpdateContainers in this mode")
+
+
+def test_grpcio_is_imported_only_in_cri_mode(tmp_path):
+    """grpcio (~11 MiB RSS) is loaded only once cri is chosen, on the worker thread."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, time\n"
+        "from nri_cpumgr.api import nri_pb2\n"
+        "from nri_cpumgr.config import parse_config\n"
+        "from nri_cpumgr.runtime.plugin import Plugin\n"
+        "from nri_cpumgr.topology import CPUInfo, CPUTopology, Machine\n"
+        "m = Machine(CPUTopology.from_details({0: CPUInfo(0, 0, 0), 1: CPUInfo(0, 0, 1)}))\n"
+        "def plugin(extra, version):\n"
+        f"    p = Plugin(parse_config({STATIC!r} + extra + 'stateDirectory: {tmp_path}\\n'), m)\n"
+        "    p.cri_probe = lambda path: None\n"
+        "    p.configure(nri_pb2.ConfigureRequest(runtime_name='containerd',\n"
+        "                                         runtime_version=version))\n"
+        "    return p\n"
+        "plugin('', 'v2.4.2'); plugin('sharedPoolUpdateMode: reply\\n', '1.7.24')\n"
+        "print('grpc' in sys.modules)\n"
+        "p = plugin('', '1.7.24')\n"
+        "for _ in range(200):\n"
+        "    if 'grpc' in sys.modules: break\n"
+        "    time.sleep(0.05)\n"
+        "print(p.pool_sync.mode, 'grpc' in sys.modules)\n"
+        "p.close()\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.split() == ["False", "cri", "True"], out.stderr[-2000:]
