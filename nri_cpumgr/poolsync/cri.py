@@ -29,6 +29,7 @@ import logging
 import os
 import socket
 import stat
+from pathlib import Path
 from typing import Any
 
 from nri_cpumgr.api import cri_pb2
@@ -86,14 +87,36 @@ class Outcome:
     error: str = ""  # why the rest was unanswered (the first transport error)
 
 
+def take_in_flight(journal: Path) -> set[str]:
+    """The container ids of a batch whose calls had not all ended when the plugin died (the
+    journal :class:`CRIUpdater` keeps), and the journal removed; empty when there is none.
+
+    Why: a client that dies during an ``UpdateContainerResources`` cancels it, and containerd
+    2.1.9 can then answer ``context canceled`` with the cgroup already changed and the spec
+    reset to the old cpuset (seen in tests/e2e/test_kill_churn.py): the next Synchronize
+    shows the spec, so these containers are sent again whatever it shows."""
+    try:
+        text = journal.read_text()
+    except OSError:
+        return set()
+    try:
+        journal.unlink()
+    except OSError:
+        pass
+    return {line for line in text.split() if line}
+
+
 class CRIUpdater:
     """One CRI client on ``endpoint`` (a unix socket path) and the worker thread that makes
     its calls. :meth:`send` is awaited on the event loop; the calls run on the worker, one
-    container after the other."""
+    container after the other. ``journal``: a file holding the ids of the batch under way
+    (written before its first call, removed after its last: :func:`take_in_flight`)."""
 
-    def __init__(self, endpoint: str, timeout: float = CALL_TIMEOUT) -> None:
+    def __init__(self, endpoint: str, timeout: float = CALL_TIMEOUT,
+                 journal: Path | None = None) -> None:
         self.endpoint = endpoint
         self.timeout = timeout
+        self.journal = journal
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="cri-shared-pool")
         self._channel: Any = None
@@ -128,6 +151,29 @@ class CRIUpdater:
             out.unanswered.update(cid for cid, _ in items)
             out.error = f"no CRI client: {e}"
             return out
+        self._journal([cid for cid, _ in items])
+        try:
+            return self._update_all(call, cpus, items, out)
+        finally:
+            self._journal(None)
+
+    def _journal(self, ids: list[str] | None) -> None:
+        """Worker thread: record the batch under way (None: none). No fsync: it guards
+        against the death of this process, whose writes the page cache keeps."""
+        if self.journal is None:
+            return
+        try:
+            if ids is None:
+                self.journal.unlink(missing_ok=True)
+            else:
+                tmp = self.journal.with_name(self.journal.name + ".tmp")
+                tmp.write_text("\n".join(ids) + "\n")
+                os.replace(tmp, self.journal)
+        except OSError as e:
+            log.warning("shared pool: cannot write %s: %s", self.journal, e)
+
+    def _update_all(self, call: Any, cpus: str, items: list[tuple[str, str]],
+                    out: Outcome) -> Outcome:
         grpc = self._grpc
         for i, (cid, mems) in enumerate(items):
             req = cri_pb2.UpdateContainerResourcesRequest(container_id=cid)

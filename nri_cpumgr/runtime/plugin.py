@@ -62,6 +62,8 @@ log = logging.getLogger("nri_cpumgr.plugin")
 
 CHECKPOINT_NAME = "cpu_manager_state"
 MEMORY_CHECKPOINT_NAME = "memory_manager_state"
+#: the shared containers of a CRI batch under way (nri_cpumgr.poolsync.cri.take_in_flight)
+CRI_JOURNAL_NAME = "shared_pool_cri_in_flight"
 # seconds a checkpoint write waits to gather a burst of decisions (lost on a crash in that
 # window: the runtime's Synchronize restores the truth on restart)
 CHECKPOINT_LINGER = 0.2
@@ -419,7 +421,7 @@ class Plugin:
         if choice.mode == "cri" and self.cri is None:
             from nri_cpumgr.poolsync.cri import CRIUpdater
 
-            self.cri = CRIUpdater(endpoint)
+            self.cri = CRIUpdater(endpoint, journal=self.config.state_path(CRI_JOURNAL_NAME))
             self.cri.warm()  # grpcio's import and the channel, on the worker thread
         self.pool_sync.set_mode(choice.mode)
         where = f" on {endpoint}" if choice.mode == "cri" else ""
@@ -551,6 +553,19 @@ class Plugin:
             for cid, t in self.manager.containers.items()
             if t.shared and not t.stopped
         }
+        if self.pool_sync.mode == "cri" and self.cri is not None \
+                and self.cri.journal is not None:
+            from nri_cpumgr.poolsync.cri import take_in_flight
+
+            # a batch a dead instance left unfinished: the runtime may show a cpuset its
+            # cgroup does not have (a canceled call), so they are sent again, as a shrink
+            unknown = CPUSet.from_mask(pool.mask | 1 << 4095)
+            again = [cid for cid in take_in_flight(self.cri.journal) if cid in shared]
+            for cid in again:
+                shared[cid] = (unknown, shared[cid][1])
+            if again:
+                log.info("shared pool: %d containers of an interrupted CRI batch are sent "
+                         "again", len(again))
         self.pool_sync.connected(send, pool, shared)
 
     def _pool_changed(self) -> None:

@@ -188,3 +188,22 @@ def test_not_found_before_the_start_is_retried(runtime):
         sync.close()
 
     asyncio.run(asyncio.wait_for(main(), 20))
+
+
+def test_the_batch_under_way_is_journaled(runtime, tmp_path):
+    """While a batch's calls run its ids are on disk (a plugin killed then leaves them for
+    the next instance to send again, take_in_flight); after its last call they are not."""
+    from nri_cpumgr.poolsync.cri import take_in_flight
+
+    journal = tmp_path / "in-flight"
+    seen: list[str] = []
+    runtime.on_call = lambda raw: seen.append(journal.read_text())
+    cri = CRIUpdater(str(runtime.path), journal=journal)
+    try:
+        cri.update_all("0", [("a", ""), ("b", "")])
+    finally:
+        cri.close()
+    assert seen == ["a\nb\n", "a\nb\n"]
+    assert not journal.exists() and take_in_flight(journal) == set()
+    journal.write_text("a\nb\n")  # what a SIGKILL in the middle leaves
+    assert take_in_flight(journal) == {"a", "b"} and not journal.exists()

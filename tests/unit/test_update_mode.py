@@ -308,3 +308,25 @@ def test_grpcio_is_imported_only_in_cri_mode(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.split() == ["False", "cri", "True"], out.stderr[-2000:]
+
+
+def test_an_interrupted_cri_batch_is_sent_again_after_the_synchronize(tmp_path, caplog):
+    """The containers a killed instance left in its CRI journal are stale after the next
+    Synchronize whatever cpuset the runtime shows for them (a canceled call can leave the
+    cgroup and the spec apart), and sent again as a shrink (soon)."""
+    from nri_cpumgr.runtime.plugin import CRI_JOURNAL_NAME
+    from tests.unit.nri_peer import nri_container, nri_pod
+
+    caplog.set_level(logging.INFO, logger="nri_cpumgr")
+    p = _configured(tmp_path, "", "containerd", "1.7.24")
+    assert p.pool_sync is not None and p.pool_sync.mode == "cri"
+    journal = tmp_path / CRI_JOURNAL_NAME
+    journal.write_text("c-a\nc-gone\n")
+    p.synchronize([nri_pod(u, "besteffort") for u in ("a", "b")],
+                  [nri_container(u, cpus="0-1") for u in ("a", "b")])
+    planner = p.pool_sync.planner
+    assert planner.stale_count() == 1 and "c-a" in planner.overlapping(CPUSet.parse("4095"))
+    assert planner.shrink_since is not None  # urgent: after the quiet period
+    assert not journal.exists()
+    assert "1 containers of an interrupted CRI batch are sent again" in caplog.text
+    p.close()
