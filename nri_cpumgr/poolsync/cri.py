@@ -44,11 +44,13 @@ VERSION_METHOD = "/runtime.v1.RuntimeService/Version"
 #: then one ``runc update``: ~10 ms on an idle node)
 CALL_TIMEOUT = 10.0
 
-# what the runtimes answer for a container that is gone or being removed (containerd:
-# NotFound "an error occurred when try to find container"; "container is in removing state";
-# CRI-O: "could not find container", "container ... is not running")
+# what the runtimes answer for a container that is gone, stopping or being removed
+# (containerd: NotFound "an error occurred when try to find container"; "container is in
+# removing state"; "cannot update a stopped container", "cannot update a deleted process",
+# runc's "container not running" (all seen under churn: tests/e2e/stress.py); CRI-O: "could
+# not find container", "container ... is not running")
 _GONE_WORDS = ("not found", "notfound", "could not find", "removing", "does not exist",
-               "no such container")
+               "no such container", "stopped container", "deleted process", "not running")
 
 
 def probe(path: str, timeout: float = 0.2) -> str | None:

@@ -106,11 +106,17 @@ def test_gone_failed_and_unanswered(runtime):
         "gone": (grpc.StatusCode.NOT_FOUND, "an error occurred when try to find container"),
         "removing": (grpc.StatusCode.UNKNOWN, "container \"removing\" is in removing state"),
         "bad": (grpc.StatusCode.INVALID_ARGUMENT, "invalid cpuset"),
+        "stopped": (grpc.StatusCode.UNKNOWN, "failed to update resources: failed to update "
+                    "resources: cannot update a stopped container"),
+        "exited": (grpc.StatusCode.UNKNOWN, "failed to update resources: runc did not "
+                   "terminate successfully: exit status 1: container not running"),
     }
     cri = CRIUpdater(str(runtime.path), timeout=0.5)
     try:
-        out = cri.update_all("1", [("gone", ""), ("ok", ""), ("removing", ""), ("bad", "")])
-        assert out.gone == {"gone", "removing"} and out.unanswered == set()
+        out = cri.update_all("1", [("gone", ""), ("ok", ""), ("removing", ""), ("bad", ""),
+                                   ("stopped", ""), ("exited", "")])
+        assert out.gone == {"gone", "removing", "stopped", "exited"}
+        assert out.unanswered == set()
         assert out.failed == {"bad": "INVALID_ARGUMENT: invalid cpuset"}
         # no answer in time: that one and the rest of the batch are unanswered
         runtime.on_call = lambda raw: runtime.block.wait(2)
