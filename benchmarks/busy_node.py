@@ -17,8 +17,8 @@ are handled one after the other, kubelet-like:
   (``sharedPoolGrowDelay``, 10 s, and the pass; in ``reply`` mode the poke below);
 * runc updates: ``runc update`` calls from CreateContainer until the CPUs are back.
 
-With ``--mode`` (repeatable: ``async``, ``reply``, ``auto``) each round runs the plugin once
-per ``sharedPoolUpdateMode`` given, on the same daemon. In ``reply`` mode nothing carries the
+With ``--mode`` (repeatable: ``async``, ``cri``, ``reply``, ``auto``) each round runs the plugin
+once per ``sharedPoolUpdateMode`` given, on the same daemon. In ``reply`` mode nothing carries the
 growth until a runtime call has a reply after ``sharedPoolGrowDelay``: "back" is then measured
 with one UpdateContainerResources (the BestEffort container's own resources, unchanged) sent
 to a shared container once the delay has passed, as the next container operation of a node.
@@ -142,7 +142,10 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
     cfgs = {}
     for m in modes:
         cfgs[m] = workdir / f"cpumgr-{labels[m]}.yaml"
-        cfgs[m].write_text(CONFIG + extra + (f"sharedPoolUpdateMode: {m}\n" if m else ""))
+        # the daemon's CRI socket (Containerd.cri_socket): sharedPoolUpdateMode cri, what the
+        # shipped auto takes before containerd 2.4
+        cfgs[m].write_text(CONFIG + extra + f"containerRuntimeEndpoint: {workdir}/containerd.sock\n"
+                           + (f"sharedPoolUpdateMode: {m}\n" if m else ""))
     c = CountingContainerd(version, workdir, runc)
     plugin_log = workdir / "plugin.log"
     plugin: PluginProcess | None = None
@@ -279,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plugin-src", type=Path,
                     help="run nri_cpumgr from this source tree (e.g. `git archive REV nri_cpumgr "
                          "| tar -x -C DIR`) instead of this checkout, to compare revisions")
-    ap.add_argument("--mode", action="append", choices=["async", "reply", "auto"],
+    ap.add_argument("--mode", action="append", choices=["async", "cri", "reply", "auto"],
                     help="sharedPoolUpdateMode of the plugin's runs (repeatable: one plugin "
                          "run per mode and round; default: the shipped one)")
     ap.add_argument("--quick", action="store_true", help="40 shared, 2 rounds of 2 pods")

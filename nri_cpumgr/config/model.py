@@ -174,10 +174,15 @@ class Config:
     # --- the plugin's own: record why each container got its CPUs (nri_cpumgr.explain;
     # `nri-cpumgr explain`); also on at debug level (-v) ---
     explainDecisions: bool = False
-    # "async": the plugin's own UpdateContainers calls; "reply": only in replies; "auto":
-    # "async" only on a runtime known to be free of the NRI lock-order inversion
-    # (containerd >= 2.4.0), "reply" elsewhere (nri_cpumgr.poolsync.runtimes; README)
+    # "async": the plugin's own UpdateContainers calls; "cri": CRI UpdateContainerResources
+    # calls on the runtime's CRI socket, from a worker thread; "reply": only in replies;
+    # "auto": "async" on a runtime known to be free of the NRI lock-order inversion
+    # (containerd >= 2.4.0), "cri" elsewhere, "reply" when the CRI socket cannot be reached
+    # (nri_cpumgr.poolsync.runtimes; README)
     sharedPoolUpdateMode: str = "auto"
+    # the runtime's CRI socket for "cri" ("" = the runtime's default: containerd
+    # /run/containerd/containerd.sock, CRI-O /var/run/crio/crio.sock; "unix://" optional)
+    containerRuntimeEndpoint: str = ""
     # --- the plugin's own: where the pod spec facts NRI cannot show come from
     # (nri_cpumgr.podsource; README "Pod spec facts"): "none" = NRI alone, "apiServer" = a
     # watch of this node's pods. apiServerURL "" = in-cluster; nodeName "" = $NODE_NAME;
@@ -303,6 +308,16 @@ def _type_name(v: Any) -> str:
 def _string(key: str, v: Any) -> str:
     if not isinstance(v, str):
         raise _Invalid(key, f"expected a string, got {_type_name(v)} ({v!r}); quote it")
+    return v
+
+
+def _cri_endpoint(key: str, v: Any) -> str:
+    """A unix socket: ``""`` (the runtime's default), an absolute path, or ``unix://`` and
+    one (as the kubelet's ``containerRuntimeEndpoint``)."""
+    v = _string(key, v)
+    path = v.strip().removeprefix("unix://")
+    if v.strip() and not path.startswith("/"):
+        raise _Invalid(key, f"expected \"\", an absolute path or unix:///path, got {v!r}")
     return v
 
 
@@ -501,7 +516,8 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "sharedPoolUpdateBatchSize": _positive_int,
     "kubeletStateDirectory": _string,
     "explainDecisions": _boolean,
-    "sharedPoolUpdateMode": _one_of("auto", "async", "reply"),
+    "sharedPoolUpdateMode": _one_of("auto", "async", "cri", "reply"),
+    "containerRuntimeEndpoint": _cri_endpoint,
     "podSpecSource": _one_of("none", "apiServer"),
     "apiServerURL": _string,
     "nodeName": _string,

@@ -170,14 +170,27 @@ KEYS: dict[str, KeyDoc] = {
         "Record why each container got its CPUs (`nri-cpumgr explain`); also on with `-v`. "
         "Costs about 0.13 ms per Guaranteed CreateContainer."),
     "sharedPoolUpdateMode": KeyDoc(
-        "`auto` (default): decided at Configure from the runtime's name and version, `async` "
+        "`auto` (default): decided at Configure from the runtime's name and version: `async` "
         "on containerd 2.4.0 and later (NRI v0.12.1+, without the lock-order inversion), "
-        "`reply` on every other runtime, including one it cannot identify; "
-        "`async`: the plugin moves shared containers with its own UpdateContainers calls "
-        "after the replies; `reply`: only in replies, never a call of its own (closes the "
-        "containerd lock-order hang, at the cost of slower Guaranteed creations). See "
-        "[the shared pool on a busy node](../concepts/shared-pool.md) and "
+        "`cri` on every other runtime when its CRI socket (`containerRuntimeEndpoint`) "
+        "answers a connect, `reply` when it does not (logged as a warning, with why); "
+        "`cri`: the plugin moves shared containers with CRI `UpdateContainerResources` calls "
+        "carrying only the cpuset, from a worker thread, as the kubelet's CPU manager does "
+        "(the lock order of every CRI call: cannot hang the runtime); "
+        "`async`: with its own NRI UpdateContainers calls after the replies (not honoured on "
+        "a runtime known to have the inversion: `cri` or `reply` instead, logged as an "
+        "error); `reply`: only in replies, never a call of its own (slower Guaranteed "
+        "creations; released CPUs come back only with the next container operation of the "
+        "node). See [the shared pool on a busy node](../concepts/shared-pool.md) and "
         "[the NRI lock order](../concepts/nri-lock-order.md)."),
+    "containerRuntimeEndpoint": KeyDoc(
+        "The runtime's CRI socket for `sharedPoolUpdateMode` `cri` (and `auto`), as seen in "
+        "the plugin's container: a path or `unix:///path`; `\"\"`: the runtime's default by "
+        "the name it sends at Configure (containerd `/run/containerd/containerd.sock`, CRI-O "
+        "`/var/run/crio/crio.sock`). The deploy mounts it; access to it is access to every "
+        "container of the node, as the NRI socket already is.",
+        kubelet="containerRuntimeEndpoint",
+        refused="a relative path or another scheme (`tcp://`, `npipe://`)"),
     "podSpecSource": KeyDoc(
         "Where the plugin learns the pod spec facts NRI cannot show (whether `.spec.resources` "
         "is set, each container's own requests and limits, sidecars): `none` decides from "
@@ -220,6 +233,7 @@ _REFUSALS: dict[str, str] = {
     "_duration": "a number without a unit (`1` for `1s`); anything Go's duration parser "
                  "refuses",
     "_positive_int": "anything but a whole number of at least 1",
+    "_cri_endpoint": "not a string; a relative path, another scheme than `unix://`",
 }
 
 _TYPES = {

@@ -21,7 +21,15 @@ inversion. Earlier CRI-O releases vendor older NRIs (before v0.12.1, all with it
 release was read with a fixed NRI, so a later CRI-O is "not known". Other runtimes are not
 known either: they get the path that is safe whatever their NRI does.
 
-The decision is pure (strings in, a :class:`ModeChoice` out); the runtime glue logs it.
+Where the inversion is (or may be), the shared containers are moved the way the kubelet's CPU
+manager moves them: CRI ``UpdateContainerResources`` calls on the runtime's CRI socket
+(``cri``, :mod:`nri_cpumgr.poolsync.cri`). A CRI call takes containerd's NRI lock first and
+the Adaptation's second, as every other CRI call does, so it cannot invert; the ``runc
+update`` runs after both are released. CRI-O's ``UpdateContainerResources`` takes its locks
+in the same order. Only without a reachable CRI socket is ``reply`` left.
+
+The decision is pure (strings and a socket check's answer in, a :class:`ModeChoice` out); the
+runtime glue checks the socket and logs the choice.
 """
 
 from __future__ import annotations
@@ -38,8 +46,15 @@ ISSUE = "containerd/containerd#13733"
 #: earlier CRI-O have the inversion; later ones are not known here.
 LAST_READ_CRIO = (1, 34)
 
-#: ``sharedPoolUpdateMode`` values: ``auto`` picks ``async`` or ``reply`` per runtime.
-CONFIG_MODES = ("auto", "async", "reply")
+#: ``sharedPoolUpdateMode`` values: ``auto`` picks ``async``, ``cri`` or ``reply`` per runtime.
+CONFIG_MODES = ("auto", "async", "cri", "reply")
+
+#: The CRI socket each runtime listens on by default (``containerRuntimeEndpoint: ""``):
+#: containerd's ``[grpc] address``, CRI-O's ``listen``.
+DEFAULT_CRI_ENDPOINTS = {
+    "containerd": "/run/containerd/containerd.sock",
+    "cri-o": "/var/run/crio/crio.sock",
+}
 
 # "1.7.24", "v2.1.9", "2.1.9+unknown", "1.7.24~ds1", "v2.4.0-rc.1", "v2.4.0-12-gabcdef0"
 _VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(.*)")
@@ -48,13 +63,33 @@ _PRERELEASE = re.compile(r"[-~.]?(alpha|beta|rc|pre|dev)", re.IGNORECASE)
 
 @dataclasses.dataclass(frozen=True)
 class ModeChoice:
-    """``mode``: ``async`` or ``reply``; ``reason``: one line for the log; ``hazard``: True
-    when the runtime's NRI has (or may have) the lock-order inversion and the mode is
-    ``async`` (an explicit choice: logged as a WARNING)."""
+    """``mode``: ``async``, ``cri`` or ``reply``; ``reason``: one line for the log;
+    ``hazard``: True when the mode is ``async`` and the runtime's NRI may have the lock-order
+    inversion (an explicit choice on a runtime not known: logged as a WARNING);
+    ``overruled``: the configured mode was not honoured (an explicit ``async`` on a runtime
+    known to have the inversion, ``cri`` without a reachable socket: logged as an ERROR);
+    ``degraded``: ``auto`` had to take ``reply`` (no CRI socket: logged as a WARNING)."""
 
     mode: str
     reason: str
     hazard: bool = False
+    overruled: bool = False
+    degraded: bool = False
+
+
+def cri_endpoint(configured: str, runtime_name: str) -> str | None:
+    """The CRI socket path: ``configured`` (``containerRuntimeEndpoint``: a path, or
+    ``unix://`` and a path as the kubelet writes it) or, when it is ``""``, the runtime's
+    default (:data:`DEFAULT_CRI_ENDPOINTS`); None when neither names one (another runtime, or
+    an endpoint that is not a unix socket)."""
+    text = configured.strip()
+    if not text:
+        return DEFAULT_CRI_ENDPOINTS.get(runtime_name.strip().lower())
+    if text.startswith("unix://"):
+        text = text[len("unix://"):]
+    if not text.startswith("/"):
+        return None
+    return text
 
 
 def parse_version(text: str) -> tuple[int, int, int, bool] | None:
@@ -95,12 +130,17 @@ def nri_lock_inversion(runtime_name: str, runtime_version: str) -> bool | None:
     return True
 
 
-def choose_update_mode(configured: str, runtime_name: str, runtime_version: str) -> ModeChoice:
+def choose_update_mode(configured: str, runtime_name: str, runtime_version: str,
+                       no_cri: str | None = "not checked") -> ModeChoice:
     """The shared-pool update path for ``configured`` (one of :data:`CONFIG_MODES`) on the
-    runtime that sent Configure. ``auto``: ``async`` only where the runtime is known to be
-    without the inversion, ``reply`` everywhere else. ``async`` and ``reply`` are kept as
-    given; ``async`` on a runtime with the inversion, or one not known, is flagged
-    (``hazard``). Raises ValueError for any other ``configured``."""
+    runtime that sent Configure; ``no_cri``: why the runtime's CRI socket cannot be used,
+    None when it is reachable (the default: not checked, so not used).
+
+    ``auto``: ``async`` only where the runtime is known to be without the inversion, else
+    ``cri``, else (no CRI socket) ``reply``. ``reply`` and ``cri`` are kept as given (``cri``
+    without a socket: ``reply``, overruled). ``async`` on a runtime known to have the
+    inversion is not honoured (``cri``, else ``reply``; overruled); on a runtime not known it
+    is kept and flagged (``hazard``). Raises ValueError for any other ``configured``."""
     if configured not in CONFIG_MODES:
         raise ValueError(f"sharedPoolUpdateMode {configured!r}: expected one of {CONFIG_MODES}")
     runtime = f"{runtime_name or '?'} {runtime_version or '?'}"
@@ -116,10 +156,21 @@ def choose_update_mode(configured: str, runtime_name: str, runtime_version: str)
     else:
         why = (f"{runtime} is not known to be free of the NRI lock-order inversion "
                f"({ISSUE})")
+    cri = no_cri
+    safe = "cri" if cri is None else "reply"
+    no_cri = f"; no CRI socket: {cri}" if cri is not None else ""
     if configured == "reply":
         return ModeChoice("reply", f"configured; {why}")
+    if configured == "cri":
+        if cri is None:
+            return ModeChoice("cri", f"configured; {why}")
+        return ModeChoice("reply", f"configured cri, but no CRI socket: {cri}; {why}",
+                          overruled=True)
     if configured == "async":
-        return ModeChoice("async", f"configured; {why}", hazard=inverted is not False)
+        if inverted is True:
+            return ModeChoice(safe, f"configured async is not honoured: {why}{no_cri}",
+                              overruled=True)
+        return ModeChoice("async", f"configured; {why}", hazard=inverted is None)
     if inverted is False:
         return ModeChoice("async", f"auto: {why}")
-    return ModeChoice("reply", f"auto: {why}")
+    return ModeChoice(safe, f"auto: {why}{no_cri}", degraded=cri is not None)

@@ -1,4 +1,5 @@
-"""Sends the shared-pool updates after the replies: the plugin's own UpdateContainers calls.
+"""Sends the shared-pool updates after the replies: the plugin's own UpdateContainers calls,
+or CRI UpdateContainerResources calls on a worker thread (``cri``, :mod:`.cri`).
 
 :class:`SharedPoolSync` drives a :class:`~nri_cpumgr.poolsync.planner.PoolPlanner` on the
 event loop. The runtime glue tells it what happened (a shared container created, a container
@@ -72,13 +73,17 @@ def encode_updates(items: list[tuple[str, bytes]], tag: bytes = _UPDATE_TAG) -> 
 
 
 #: Update paths: ``async``, the plugin's own UpdateContainers calls after the replies;
-#: ``reply``, only in replies to the runtime's calls (see :meth:`SharedPoolSync.into_reply`).
+#: ``cri``, CRI UpdateContainerResources calls after the replies, made by a worker thread
+#: (:class:`nri_cpumgr.poolsync.cri.CRIUpdater`); ``reply``, only in replies to the
+#: runtime's calls (see :meth:`SharedPoolSync.into_reply`).
 #: ``sharedPoolUpdateMode: auto`` (the default) picks one per runtime at Configure
 #: (:func:`nri_cpumgr.poolsync.runtimes.choose_update_mode`).
-MODES = ("async", "reply")
+MODES = ("async", "cri", "reply")
 
 
 Sender = Callable[[bytes], Awaitable[set[str]]]
+#: ``cri`` mode: ``async (cpus, [(container id, mems)]) -> Outcome`` (CRIUpdater.send).
+CRISender = Callable[[str, list[tuple[str, str]]], Awaitable[Any]]
 
 
 class SharedPoolSync:
@@ -87,8 +92,9 @@ class SharedPoolSync:
     ``shrink_delay``, ``grow_delay`` (seconds) and ``batch_size`` as in
     :class:`PoolPlanner`; ``batch_gap`` (seconds) between two UpdateContainers calls of a
     pass. ``mode`` (one of :data:`MODES`): ``reply`` never calls UpdateContainers; the
-    runtime glue adds the due updates to its replies with :meth:`into_reply`. Call
-    everything on the event loop thread.
+    runtime glue adds the due updates to its replies with :meth:`into_reply`; ``cri``
+    sends each batch through a :data:`CRISender` (given to :meth:`connected`) instead of
+    UpdateContainers. Call everything on the event loop thread.
     """
 
     def __init__(
@@ -110,7 +116,7 @@ class SharedPoolSync:
         self.planner = PoolPlanner(shrink_delay=shrink_delay, grow_delay=grow_delay,
                                    batch_size=batch_size, quiet=min(quiet, shrink_delay))
         self._clock = clock
-        self._send: Sender | None = None
+        self._send: Any = None  # Sender, or CRISender in cri mode
         self._task: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._soon = False
@@ -120,10 +126,11 @@ class SharedPoolSync:
         self._pass_calls = 0
 
     # ------------------------------------------------------------------ connection
-    def connected(self, send: Sender, target: CPUSet,
+    def connected(self, send: Sender | CRISender, target: CPUSet,
                   shared: dict[str, tuple[CPUSet, str]]) -> None:
         """The runtime synchronized: ``shared`` = container id -> (cpuset the runtime has
-        after the Synchronize reply, mems). Starts the sender task (needs a running loop)."""
+        after the Synchronize reply, mems); ``send``: a :data:`Sender`, a :data:`CRISender`
+        in ``cri`` mode. Starts the sender task (needs a running loop)."""
         self.planner.reset(target, shared, self._clock())
         self._connected = True
         self._soon = False
@@ -251,7 +258,7 @@ class SharedPoolSync:
     async def _run(self, batch: Batch | None) -> None:
         while batch is not None and self._send is not None:
             await self._send_batch(batch)
-            if self._batch_gap > 0:
+            if self._batch_gap > 0 and self.mode == "async":
                 # containerd 1.7.24 / 2.1.9 (NRI v0.6.1 / v0.8.0): a CRI call that waited for
                 # that batch takes containerd's local NRI lock as the batch ends and the
                 # Adaptation lock right after; an UpdateContainers taking the Adaptation lock
@@ -270,6 +277,9 @@ class SharedPoolSync:
             return
         if self._pass_t0 is None:
             self._pass_t0, self._pass_n, self._pass_calls = self._clock(), 0, 0
+        if self.mode == "cri":
+            await self._send_cri(send, batch)
+            return
         items = self._items(batch)
         try:
             failed = await send(encode_updates(items))
@@ -304,9 +314,60 @@ class SharedPoolSync:
             log.warning("shared pool: giving up on %s after repeated failures (gone?)",
                         sorted(dropped))
 
+    async def _send_cri(self, send: CRISender, batch: Batch) -> None:
+        """``cri`` mode: one CRI UpdateContainerResources per container of ``batch``, on the
+        worker thread. Gone containers leave the plan (not an error); unanswered ones stay
+        stale for the next pass and are never dropped for it; refused ones count as the
+        runtime's failures (dropped after ``max_failures``)."""
+        cpus = str(batch.cpus)
+        try:
+            out = await send(cpus, [(cid, batch.mems.get(cid, "")) for cid in batch.ids])
+        except Exception as e:  # noqa: BLE001 - the worker itself failed: retried next pass
+            log.error("shared pool: CRI UpdateContainerResources of %d containers not sent: "
+                      "%s", len(batch.ids), e)
+            self.planner.done(batch, set(batch.ids), self._clock(), answered=False)
+            self._pass_calls += 1
+            return
+        if self._send is not send:
+            return  # disconnected (or reconnected) meanwhile: a Synchronize started over
+        self._pass_calls += len(batch.ids) - len(out.unanswered) + (1 if out.error else 0)
+        gone = set(out.gone)
+        for cid in out.gone:
+            if cid in self.planner.unstarted:
+                # created but maybe not yet in the runtime's store: a failure (retried),
+                # not gone; its RemoveContainer or its start settles it
+                out.failed[cid] = "not found (not started yet)"
+                gone.discard(cid)
+            else:
+                self.planner.discard(cid)
+        answered = [cid for cid in batch.ids if cid not in out.unanswered and cid not in gone]
+        now = self._clock()
+        if out.unanswered:
+            log.error("shared pool: CRI UpdateContainerResources on %s got no answer for %d "
+                      "containers (%s); retried by the next pass", self._cri_where(send),
+                      len(out.unanswered), out.error)
+        if gone:
+            log.debug("shared pool: %d containers gone or being removed: %s", len(gone),
+                      sorted(gone))
+        sub = Batch(batch.cpus, answered, batch.mems, batch.shrink)
+        dropped = self.planner.done(sub, set(out.failed), now)
+        self._pass_n += len(answered) - len(out.failed)
+        if out.failed:
+            log.warning("shared pool: the runtime could not update %s",
+                        "; ".join(f"{cid}: {why}" for cid, why in sorted(out.failed.items())))
+        if dropped:
+            log.warning("shared pool: giving up on %s after repeated failures (gone?)",
+                        sorted(dropped))
+
+    @staticmethod
+    def _cri_where(send: Any) -> str:
+        owner = getattr(send, "__self__", None)
+        return getattr(owner, "endpoint", "the CRI socket")
+
     def _log_pass(self) -> None:
         assert self._pass_t0 is not None
-        log.info("shared pool: %d containers moved to %s in %d UpdateContainers calls "
-                 "(%.0f ms)", self._pass_n, self.planner.target, self._pass_calls,
+        what = ("CRI UpdateContainerResources" if self.mode == "cri" else "UpdateContainers")
+        log.info("shared pool: %d containers moved to %s in %d %s calls "
+                 "(%.0f ms)", self._pass_n, self.planner.target, self._pass_calls, what,
                  (self._clock() - self._pass_t0) * 1e3)
         self._pass_t0 = None

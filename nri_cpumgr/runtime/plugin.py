@@ -9,8 +9,10 @@ path), except for a release, which the runtime cannot show: written before its r
 
 A reply carries what the container being created needs, never updates of other containers:
 when the shared pool changes, :class:`~nri_cpumgr.poolsync.SharedPoolSync` moves the
-shared-pool containers later, coalesced, through the plugin's own UpdateContainers calls
-(``sharedPoolShrinkDelay``, ``sharedPoolGrowDelay``, ``sharedPoolUpdateBatchSize``).
+shared-pool containers later, coalesced, through CRI UpdateContainerResources calls on a
+worker thread (``cri``) or the plugin's own UpdateContainers calls (``async``), as
+``sharedPoolUpdateMode`` and the runtime decide (``sharedPoolShrinkDelay``,
+``sharedPoolGrowDelay``, ``sharedPoolUpdateBatchSize``; ``reply``: in replies).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from nri_cpumgr.podmodel.nri import (
     plain_shared,
     qos_from_resources,
 )
-from nri_cpumgr.poolsync import SharedPoolSync, choose_update_mode
+from nri_cpumgr.poolsync import SharedPoolSync, choose_update_mode, cri_endpoint
 from nri_cpumgr.runtime.events import EVENTS  # noqa: F401 - re-exported
 from nri_cpumgr.sysfs import device_numa_node
 from nri_cpumgr.topology import Machine
@@ -59,6 +61,8 @@ log = logging.getLogger("nri_cpumgr.plugin")
 
 CHECKPOINT_NAME = "cpu_manager_state"
 MEMORY_CHECKPOINT_NAME = "memory_manager_state"
+#: the shared containers of a CRI batch under way (nri_cpumgr.poolsync.cri.take_in_flight)
+CRI_JOURNAL_NAME = "shared_pool_cri_in_flight"
 # seconds a checkpoint write waits to gather a burst of decisions (lost on a crash in that
 # window: the runtime's Synchronize restores the truth on restart)
 CHECKPOINT_LINGER = 0.2
@@ -102,6 +106,11 @@ class Plugin:
         #: How shared-pool updates reach the runtime (set by whoever owns the connection).
         self.sender: Sender | None = None
         self.pool_sync: SharedPoolSync | None = None
+        #: The CRI client of ``cri`` mode (nri_cpumgr.poolsync.cri), else None.
+        self.cri: Any = None
+        #: ``(socket path) -> why it cannot be used, or None`` (nri_cpumgr.poolsync.cri.probe;
+        #: tests replace it)
+        self.cri_probe: Callable[[str], str | None] | None = None
         self._save_scheduled = False
         #: (pod, container) messages of the last Synchronize's plain shared containers whose
         #: records are still to be built (see _finish_synchronize)
@@ -315,6 +324,9 @@ class Plugin:
         """Write the final state and stop the background writer."""
         self._stop_pod_source()
         self.save()
+        if self.cri is not None:
+            self.cri.close()
+            self.cri = None
         if self._writer is not None:
             self._writer.close()
             self._writer = None
@@ -386,18 +398,49 @@ class Plugin:
         self.metrics.connection(True, False)
 
     def _choose_update_mode(self, runtime_name: str, runtime_version: str) -> None:
-        """The shared-pool update path for this runtime (nri_cpumgr.poolsync.runtimes)."""
+        """The shared-pool update path for this runtime (nri_cpumgr.poolsync.runtimes): the
+        CRI socket (``containerRuntimeEndpoint``, else the runtime's default) is checked
+        with one ``connect`` unless the mode is ``reply``."""
         if self.pool_sync is None or self.refused is not None or not self.manager.static:
             return
-        choice = choose_update_mode(self.config.sharedPoolUpdateMode, runtime_name,
-                                    runtime_version)
+        configured = self.config.sharedPoolUpdateMode
+        endpoint = cri_endpoint(self.config.containerRuntimeEndpoint, runtime_name)
+        why_not: str | None = "not checked (reply)"
+        if configured != "reply":
+            if endpoint is None:
+                why_not = (f"no CRI socket known for runtime {runtime_name or '?'} "
+                           f"(containerRuntimeEndpoint {self.config.containerRuntimeEndpoint!r})")
+            else:
+                probe = self.cri_probe
+                if probe is None:
+                    from nri_cpumgr.poolsync.cri import probe
+                why_not = probe(endpoint)
+        choice = choose_update_mode(configured, runtime_name, runtime_version, why_not)
+        if self.cri is not None and (choice.mode != "cri" or self.cri.endpoint != endpoint):
+            self.cri.close()
+            self.cri = None
+        if choice.mode == "cri" and self.cri is None:
+            from nri_cpumgr.poolsync.cri import CRIUpdater
+
+            self.cri = CRIUpdater(endpoint, journal=self.config.state_path(CRI_JOURNAL_NAME))
+            self.cri.warm()  # grpcio's import and the channel, on the worker thread
         self.pool_sync.set_mode(choice.mode)
-        if choice.hazard:
+        where = f" on {endpoint}" if choice.mode == "cri" else ""
+        if choice.overruled:
+            log.error("shared pool update mode %s%s, not %s as configured (%s)", choice.mode,
+                      where, configured, choice.reason)
+        elif choice.hazard:
             log.warning("shared pool update mode async (%s): under container churn this "
                         "runtime can hang for good, every container operation of the node "
-                        "with it; use sharedPoolUpdateMode auto or reply", choice.reason)
+                        "with it; use sharedPoolUpdateMode auto, cri or reply", choice.reason)
+        elif choice.degraded:
+            log.warning("shared pool update mode reply (%s): every shared container's update "
+                        "rides in a Guaranteed container's creation, and released CPUs come "
+                        "back only with the next container operation of the node; mount the "
+                        "runtime's CRI socket (or set containerRuntimeEndpoint) for the cri "
+                        "path", choice.reason)
         else:
-            log.info("shared pool update mode %s (%s)", choice.mode, choice.reason)
+            log.info("shared pool update mode %s%s (%s)", choice.mode, where, choice.reason)
 
     def synchronize(
         self, pods: Sequence[nri_pb2.PodSandbox], containers: Sequence[nri_pb2.Container]
@@ -497,7 +540,12 @@ class Plugin:
 
     def _connect_pool_sync(self) -> None:
         """After a Synchronize reply every shared container is on the shared pool."""
-        if self.pool_sync is None or self.sender is None or not self.manager.static:
+        if self.pool_sync is None or not self.manager.static:
+            return
+        send: Any = self.sender
+        if self.pool_sync.mode == "cri":  # (its client exists once a runtime configured us)
+            send = self.cri.send if self.cri is not None else None
+        if send is None:
             return
         pool = self.manager.shared_pool()
         entry = (pool, "")  # most shared containers: the pool's cpuset, mems left alone
@@ -506,7 +554,20 @@ class Plugin:
             for cid, t in self.manager.containers.items()
             if t.shared and not t.stopped
         }
-        self.pool_sync.connected(self.sender, pool, shared)
+        if self.pool_sync.mode == "cri" and self.cri is not None \
+                and self.cri.journal is not None:
+            from nri_cpumgr.poolsync.cri import take_in_flight
+
+            # a batch a dead instance left unfinished: the runtime may show a cpuset its
+            # cgroup does not have (a canceled call), so they are sent again, as a shrink
+            unknown = CPUSet.from_mask(pool.mask | 1 << 4095)
+            again = [cid for cid in take_in_flight(self.cri.journal) if cid in shared]
+            for cid in again:
+                shared[cid] = (unknown, shared[cid][1])
+            if again:
+                log.info("shared pool: %d containers of an interrupted CRI batch are sent "
+                         "again", len(again))
+        self.pool_sync.connected(send, pool, shared)
 
     def _pool_changed(self) -> None:
         if self.pool_sync is not None and self.manager.static:

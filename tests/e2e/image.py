@@ -142,7 +142,8 @@ def run_plugin_pod(cri: CRIClient, containerd: Containerd, workdir: Path,
     Mounts (as deploy/base/daemonset.yaml): the test containerd's NRI socket directory at the
     directory of the ConfigMap's ``socketPath``, the host's /sys read-only at /host/sys
     (``--sysfs-root /host``), ``workdir/state`` at ``stateDirectory``, ``workdir/etc`` (the
-    ConfigMap's config.yaml plus ``config_overrides``) read-only at /etc/nri-cpumgr, a /tmp.
+    ConfigMap's config.yaml plus ``config_overrides``) read-only at /etc/nri-cpumgr, a /tmp,
+    the test containerd's CRI socket read-only at /run/containerd/containerd.sock.
     Security (as the DaemonSet): not privileged, every capability dropped, no_new_privs,
     read-only root filesystem, uid 0; host network, so ``metricsAddress`` becomes
     127.0.0.1:<free port>. Resources: Burstable (50m/64Mi requests, 1 CPU/256Mi limits).
@@ -176,6 +177,11 @@ def run_plugin_pod(cri: CRIClient, containerd: Containerd, workdir: Path,
         pb.Mount(container_path=cfg["stateDirectory"], host_path=str(state)),
         pb.Mount(container_path="/etc/nri-cpumgr", host_path=str(etc), readonly=True),
         pb.Mount(container_path="/tmp", host_path=str(tmp)),
+        # the runtime's CRI socket at containerd's default path, read-only (the DaemonSet
+        # mounts /run/containerd; the test daemon's socket is in its work dir): the
+        # shipped sharedPoolUpdateMode (auto) takes cri through it before containerd 2.4
+        pb.Mount(container_path="/run/containerd/containerd.sock",
+                 host_path=str(containerd.cri_socket), readonly=True),
     ])
     sc = config.linux.security_context
     sc.privileged = False

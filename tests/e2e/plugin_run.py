@@ -21,6 +21,9 @@ def write_config(workdir: Path, containerd: Containerd, **keys: Any) -> Path:
         "pluginName": PLUGIN_NAME,
         "pluginIndex": PLUGIN_INDEX,
         "socketPath": str(containerd.nri_socket),
+        # this containerd's CRI socket, for sharedPoolUpdateMode cri (what auto takes before
+        # containerd 2.4): the DaemonSet mounts the runtime's, at its default path
+        "containerRuntimeEndpoint": str(containerd.cri_socket),
         "stateDirectory": str(workdir / "state"),
         "cpuManagerPolicy": "static",
         "reservedSystemCPUs": "0",

@@ -107,7 +107,7 @@ class Result:
 
     def lines(self) -> list[str]:
         """A human summary, one fact per line."""
-        total = sum(self.cycles.values())
+        total = sum(v for k, v in self.cycles.items() if k != "UpdateContainerResources")
         what = "CRI-O" if self.version == "crio" else f"containerd {self.version}"
         out = [f"{what}, sharedPoolUpdateMode {self.mode}: "
                f"{self.seconds:.0f} s, {total} pod cycles "
@@ -202,6 +202,25 @@ class Churn:
                 self.call(thread, "StopPodSandbox", cri.stop_pod, pod)
                 self.call(thread, "RemovePodSandbox", cri.remove_pod, pod)
 
+    def storm(self, thread: str, ids: list[str]) -> None:
+        """A second client's UpdateContainerResources on the shared containers, one after the
+        other as fast as the runtime answers, each with the container's own (BestEffort)
+        resources: the kubelet-like storm that triggered containerd/containerd#13733."""
+        cri = self.client()
+        n = 0
+        while not self.stop.is_set():
+            cid = ids[n % len(ids)]
+            n += 1
+            try:
+                self.call(thread, "UpdateContainerResources", cri.update_container_resources,
+                          cid, None, None, "BestEffort")
+            except grpc.RpcError:
+                if self.hang is not None:
+                    return
+                time.sleep(0.1)
+                continue
+            self.count("UpdateContainerResources")
+
     def loop(self, thread: str, qos: str) -> None:
         cri = self.client()
         n = 0
@@ -267,11 +286,13 @@ def _dump_stacks(c: Containerd, since: int, out: Path) -> tuple[Path | None, lis
 
 
 def run(version: str, *, minutes: float, mode: str | None, shared: int = 20,
-        churners: int = 2, deadline: float = 20.0, max_cycles: int = 1_000_000,
+        churners: int = 2, storm: int = 0, deadline: float = 20.0, max_cycles: int = 1_000_000,
         shrink_delay: str = "100ms", grow_delay: str = "0s", out: Path | None = None,
         log: Any = None) -> Result:
     """One bounded churn (see the module docstring); ``mode`` None = the shipped default
-    (no ``sharedPoolUpdateMode`` in the config). ``out``: where the logs and the dump of a
+    (no ``sharedPoolUpdateMode`` in the config); ``storm``: threads of a second client
+    sending UpdateContainerResources to the shared containers (:meth:`Churn.storm`). ``out``:
+    where the logs and the dump of a
     hang are kept (a fresh /tmp directory when None). Raises what the setup raises
     (containerd or the plugin not starting); a hang is a :class:`Result`, not an error."""
     say = log or (lambda s: print(s, file=sys.stderr, flush=True))
@@ -293,20 +314,25 @@ def run(version: str, *, minutes: float, mode: str | None, shared: int = 20,
         plugin = start_plugin(c, workdir, **keys)
         setup = c.cri_client(timeout=deadline)
         churn.clients.append(setup)
+        shared_ids = []
         for i in range(shared):
             pod = setup.run_pod(f"shared-{i}", "BestEffort")
-            setup.start_container(setup.create_container(pod, "c"))
+            shared_ids.append(setup.create_container(pod, "c"))
+            setup.start_container(shared_ids[-1])
         m = re.search(r"shared pool update mode (\S+)", plugin.log_text())
         effective = m.group(1) if m else (mode or "default")
         say(f"{'CRI-O' if version == 'crio' else 'containerd ' + version}: {shared} shared "
             f"containers running; churn for "
             f"{minutes:g} min (mode {effective}, shrink {shrink_delay}, grow {grow_delay}, "
-            f"deadline {deadline:g} s)")
+            f"deadline {deadline:g} s" + (f", {storm} UpdateContainerResources storm "
+                                           "thread(s)" if storm else "") + ")")
         churn.t0 = time.monotonic()
         threads = [threading.Thread(target=churn.loop, args=("guaranteed", "Guaranteed"),
                                     daemon=True)]
         threads += [threading.Thread(target=churn.loop, args=(f"besteffort{i}", "BestEffort"),
                                      daemon=True) for i in range(churners)]
+        threads += [threading.Thread(target=churn.storm, args=(f"storm{i}", shared_ids),
+                                     daemon=True) for i in range(storm)]
         for t in threads:
             t.start()
         end = churn.t0 + minutes * 60
@@ -368,10 +394,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="containerd version (2.4: the modern build's), or crio (repeatable; "
                          "default 1.7 and 2.1)")
     ap.add_argument("--minutes", type=float, default=10.0, help="churn time per version")
-    ap.add_argument("--mode", choices=["auto", "async", "reply"],
+    ap.add_argument("--mode", choices=["auto", "async", "cri", "reply"],
                     help="sharedPoolUpdateMode (default: none in the config, the shipped one)")
     ap.add_argument("--shared", type=int, default=20, help="running BestEffort containers")
     ap.add_argument("--churners", type=int, default=2, help="BestEffort churn threads")
+    ap.add_argument("--storm", type=int, default=0,
+                    help="threads of a second client sending UpdateContainerResources to the "
+                         "shared containers, kubelet-like (containerd/containerd#13733)")
     ap.add_argument("--deadline", type=float, default=20.0, help="seconds per CRI call")
     ap.add_argument("--max-cycles", type=int, default=1_000_000,
                     help="stop after this many pod cycles (all threads)")
@@ -389,7 +418,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         out = args.out / v if args.out else None
         r = run(v, minutes=args.minutes, mode=args.mode, shared=args.shared,
-                churners=args.churners, deadline=args.deadline, max_cycles=args.max_cycles,
+                churners=args.churners, storm=args.storm, deadline=args.deadline,
+                max_cycles=args.max_cycles,
                 shrink_delay=args.shrink_delay, grow_delay=args.grow_delay, out=out)
         print("\n".join(r.lines()), flush=True)
         if r.hang is not None:

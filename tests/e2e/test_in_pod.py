@@ -103,3 +103,13 @@ def test_plugin_as_a_pod_pins_containers(containerd, cri, e2e_workdir, plugin_im
     assert m["cpu_manager_shared_pool_size_millicores"] == 1000
     assert m["nri_cpumgr_nri_connected"] == 1 and m["nri_cpumgr_nri_registered"] == 1
     assert "nri_cpumgr_nri_request_duration_seconds_bucket" in text
+
+    # the shared-pool path the DaemonSet's mounts give the shipped default: cri through the
+    # runtime's CRI socket (read-only mount) before containerd 2.4, async from 2.4 on
+    log = plugin.log_text()
+    if containerd.version < "2.4":
+        assert "shared pool update mode cri on /run/containerd/containerd.sock" in log, \
+            log[-3000:]
+    else:
+        assert "shared pool update mode async" in log, log[-3000:]
+    assert "in the reply" not in log

@@ -171,7 +171,8 @@ def test_plugin_sigkilled_during_churn_recovers_every_cpuset(containerd_version,
             while (bad := _wrong(cri, g_cid, g_uid, plugin.state)) and \
                     time.monotonic() - t0 < SETTLE:
                 time.sleep(0.05)
-            assert not bad, f"round {r}, {SETTLE} s after the relaunch: {bad}"
+            assert not bad, (f"round {r}, {SETTLE} s after the relaunch: {bad}\nplugin log:\n"
+                             + plugin.log.read_text(errors="replace")[-6000:])
             settled.append(time.monotonic() - t0)
             assert plugin.p is not None and plugin.p.running
         cycles = sum(sum(ch.cycles.values()) for ch in churns)

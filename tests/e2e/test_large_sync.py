@@ -64,8 +64,8 @@ def test_synchronize_over_4mib(containerd, cri, e2e_workdir):
 
     since = containerd.log_offset()
     t1 = time.monotonic()
-    # the plugin's own UpdateContainers path (explicit: "auto" takes it on containerd >= 2.4.0)
-    plugin = start_plugin(containerd, e2e_workdir, sharedPoolUpdateMode="async")
+    # the shipped sharedPoolUpdateMode (auto: cri before containerd 2.4.0, async from it on)
+    plugin = start_plugin(containerd, e2e_workdir)
     t_sync = time.monotonic() - t1
     try:
         log = plugin.log_text()
@@ -98,8 +98,9 @@ def test_synchronize_over_4mib(containerd, cri, e2e_workdir):
         assert [cri.spec_cpus(c) for c in ours] == ["0-1"] * PODS
 
         # still connected: the next containers are placed; the shared containers then move
-        # off the Guaranteed container's CPU through the plugin's own UpdateContainers calls
-        # (batches of sharedPoolUpdateBatchSize, after its start), never in its reply
+        # off the Guaranteed container's CPU through CRI UpdateContainerResources calls (cri)
+        # or the plugin's own UpdateContainers calls (async; batches of
+        # sharedPoolUpdateBatchSize), after its start, never in its reply
         gid = cri.create_container(cri.run_pod("g", "Guaranteed"), "app", requests=G1,
                                    limits=G1)
         cri.start_container(gid)
@@ -112,8 +113,10 @@ def test_synchronize_over_4mib(containerd, cri, e2e_workdir):
         # the synchronized containers left CPU 1 soon after (1 s bound + about 10 ms each)
         assert eventually(lambda: [cri.spec_cpus(c) for c in ours], ["0"] * PODS,
                           timeout=15) == ["0"] * PODS
-        assert re.search(r"shared pool: \d+ containers moved to 0 in \d+ UpdateContainers",
+        assert re.search(r"shared pool: \d+ containers moved to 0 in \d+ "
+                         r"(CRI UpdateContainerResources|UpdateContainers) calls",
                          plugin.log_text())
+        assert "in the reply" not in plugin.log_text()
         assert plugin.running
         assert "connection to the runtime lost" not in plugin.log_text()
     finally:

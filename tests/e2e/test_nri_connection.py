@@ -197,19 +197,21 @@ def test_launched_with_no_arguments_as_the_runtime_starts_it(containerd_version)
 
 def test_auto_update_mode_follows_the_runtime_name_and_version(containerd, cri, e2e_workdir):
     """``sharedPoolUpdateMode: auto`` (the default) decides from what the runtime sends in
-    Configure: reply on containerd 1.7 / 2.1 and CRI-O 1.34.0 (NRI before v0.12.1: the
-    lock-order inversion), async on containerd 2.4.2 (nri_cpumgr/poolsync/runtimes.py)."""
+    Configure: cri on containerd 1.7 / 2.1 and CRI-O 1.34.0 (NRI before v0.12.1: the
+    lock-order inversion; the harness gives the plugin the runtime's CRI socket), async on
+    containerd 2.4.2 (nri_cpumgr/poolsync/runtimes.py)."""
     from nri_cpumgr.poolsync.runtimes import choose_update_mode
 
     plugin = start_plugin(containerd, e2e_workdir)
     try:
-        m = plugin.wait_for_log(r"shared pool update mode (\S+) \((auto: [^\n]*)\)", timeout=5)
+        m = plugin.wait_for_log(r"shared pool update mode (\S+)(?: on \S+)? \((auto: [^\n]*)\)",
+                                timeout=5)
         v = cri.version()
-        want = choose_update_mode("auto", v.runtime_name, v.runtime_version)
+        want = choose_update_mode("auto", v.runtime_name, v.runtime_version, None)
         assert (m.group(1), m.group(2)) == (want.mode, want.reason)
         # the runtime told the plugin the same name and version as its CRI Version
         assert f"{v.runtime_name} {v.runtime_version} " in m.group(2)
-        expected = {"1.7": "reply", "2.1": "reply", "2.4": "async", "crio": "reply"}
+        expected = {"1.7": "cri", "2.1": "cri", "2.4": "async", "crio": "cri"}
         assert m.group(1) == expected[containerd.version]
     finally:
         plugin.stop()

@@ -165,12 +165,10 @@ def test_container_scope_docs_example(containerd, cri, e2e_workdir, api):
 
 # ------------------------------------------------------------------------------ resize
 def test_resize_2_4_2_keeps_the_first_two_cpus(containerd, cri, e2e_workdir):
-    # the growth on an idle node comes from the plugin's own UpdateContainers (async, explicit:
-    # "auto" takes "reply" on containerd 1.7.24 / 2.1.9, where released CPUs wait for the next
-    # container operation's reply; issue 21, docs/concepts/nri-lock-order.md)
+    # the shipped sharedPoolUpdateMode (auto: cri on containerd 1.7.24 / 2.1.9, async on
+    # 2.4.2) grows the pool back on this idle node (issue 31)
     plugin = plugin_for(containerd, e2e_workdir, "container",
-                        gates={"InPlacePodVerticalScalingExclusiveCPUs": True},
-                        sharedPoolUpdateMode="async")
+                        gates={"InPlacePodVerticalScalingExclusiveCPUs": True})
     try:
         pod = cri.run_pod("resize", "Guaranteed")
         cid = cri.create_container(pod, "app", requests=g("2", "256Mi"), limits=g("2", "256Mi"))
@@ -224,7 +222,7 @@ def test_pod_shared_pool_on_this_host_in_cgroup_and_proc(containerd, cri, e2e_wo
     plugin = start_plugin(containerd, e2e_workdir, topologyManagerPolicy="best-effort",
                           topologyManagerScope="pod",
                           featureGates=GATES, sharedPoolGrowDelay="1s",
-                          sharedPoolUpdateMode="async", **pod_spec_keys(api))
+                          **pod_spec_keys(api))
     try:
         budget = {"requests": {"cpu": "1", "memory": "256Mi"},
                   "limits": {"cpu": "1", "memory": "256Mi"}}

@@ -22,11 +22,18 @@ MEM = "100Mi"
 G1 = {"cpu": "1", "memory": MEM}
 SHARED = 8
 SHRINK, GROW = 1.0, 2.0
-# the plugin's own UpdateContainers path, chosen explicitly: "auto" (the default) takes it on
-# containerd >= 2.4.0 only, the tested 1.7.24 / 2.1.9 get "reply" (issue 21); these tests
-# are short and sequential, far from the churn that deadlocks those versions
-ASYNC = "async"
-_MOVED = re.compile(r"shared pool: (\d+) containers moved to (\S+) in (\d+) UpdateContainers")
+# the shipped default (sharedPoolUpdateMode auto): CRI UpdateContainerResources calls ("cri")
+# on containerd < 2.4.0, the plugin's own UpdateContainers ("async") from 2.4.0 on (issue 31)
+_MOVED = re.compile(r"shared pool: (\d+) containers moved to (\S+) in (\d+) "
+                    r"(?:CRI UpdateContainerResources|UpdateContainers) calls")
+_MODE = re.compile(r"shared pool update mode (\w+)")
+
+
+def _mode(plugin) -> str:
+    """The path auto took, from the plugin's log."""
+    m = _MODE.search(plugin.log_text())
+    assert m is not None, plugin.log_text()[-2000:]
+    return m.group(1)
 
 
 def _moved(log: str) -> list[tuple[int, str]]:
@@ -57,8 +64,7 @@ def _delete_pod(cri, pod: str, cid: str) -> None:
 
 def test_shared_containers_follow_within_the_bounds(containerd, cri, e2e_workdir):
     plugin = start_plugin(containerd, e2e_workdir, sharedPoolShrinkDelay=f"{SHRINK:g}s",
-                          sharedPoolGrowDelay=f"{GROW:g}s", sharedPoolUpdateBatchSize=3,
-                          sharedPoolUpdateMode=ASYNC)
+                          sharedPoolGrowDelay=f"{GROW:g}s", sharedPoolUpdateBatchSize=3)
     try:
         shared = []
         for i in range(SHARED):
@@ -79,8 +85,15 @@ def test_shared_containers_follow_within_the_bounds(containerd, cri, e2e_workdir
         assert eventually(lambda: _moved(plugin.log_text()), [(SHARED, "0")]) == \
             [(SHARED, "0")]
         log = plugin.log_text()
-        assert re.search(rf"shared pool: {SHARED} containers moved to 0 in 3 UpdateContainers",
+        mode = _mode(plugin)
+        # the default's path: cri before containerd 2.4 (one CRI call per container, the
+        # Guaranteed container's reply carries none), async from 2.4 (batches of 3)
+        assert mode == ("async" if containerd.version >= "2.4" else "cri"), mode
+        calls = "3 UpdateContainers" if mode == "async" else \
+            f"{SHARED} CRI UpdateContainerResources"
+        assert re.search(rf"shared pool: {SHARED} containers moved to 0 in {calls} calls",
                          log), log[-2000:]
+        assert "in the reply" not in log
 
         t1 = time.monotonic()
         _delete_pod(cri, gpod, gid)
@@ -100,7 +113,7 @@ def test_shared_containers_follow_within_the_bounds(containerd, cri, e2e_workdir
 def test_release_and_reallocation_within_the_grow_delay_cost_no_update(containerd, cri,
                                                                           e2e_workdir):
     plugin = start_plugin(containerd, e2e_workdir, sharedPoolShrinkDelay="500ms",
-                          sharedPoolGrowDelay="30s", sharedPoolUpdateMode=ASYNC)
+                          sharedPoolGrowDelay="30s")
     try:
         be = cri.create_container(cri.run_pod("be", "BestEffort"), "app")
         cri.start_container(be)

@@ -5,7 +5,9 @@ per shared container").
 The runtime counts for us: containerd logs every container update it applies, whatever
 carried it (a reply's ``update`` list, a Synchronize reply, the plugin's own UpdateContainers),
 at trace level: ``NRI update of k8s.io container <id> successful`` (containerd 1.7.24
-``pkg/nri/domain.go`` and 2.1.9 ``internal/nri/domain.go``, ``updateContainers``). The daemon
+``pkg/nri/domain.go`` and 2.1.9 ``internal/nri/domain.go``, ``updateContainers``), and every
+CRI UpdateContainerResources (the ``cri`` path the default takes before 2.4) at info level:
+``UpdateContainerResources for "<id>" returns successfully``. The daemon
 runs with ``log_level = "trace"`` and the test counts those lines per shared container.
 
 The plugin runs on the ``dual-socket-smt`` sysfs fixture (16 CPUs, CPU 0 reserved) so that ten
@@ -31,30 +33,37 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs" / "dual-soc
 G1 = {"cpu": "1", "memory": "64Mi"}
 SHRINK = 3.0  # s: a burst here takes 1-2 s (about 0.15 s per pod on this 2-CPU host)
 _APPLIED = re.compile(r"NRI update of \S+ container (\S+?)\\?\"? successful")
+# a CRI UpdateContainerResources (cri mode, as the kubelet's reconcile): containerd's
+# instrumented CRI service logs each answered one
+_CRI_UPDATED = re.compile(r"UpdateContainerResources for \\?\"(\w+)\\?\" returns successfully")
 
 
 def applied_updates(log: str) -> dict[str, int]:
-    """Container id -> updates containerd applied, from its trace log."""
+    """Container id -> updates containerd applied, from its trace log (NRI updates and CRI
+    UpdateContainerResources calls)."""
     out: dict[str, int] = {}
-    for m in _APPLIED.finditer(log):
-        out[m.group(1)] = out.get(m.group(1), 0) + 1
+    for rx in (_APPLIED, _CRI_UPDATED):
+        for m in rx.finditer(log):
+            out[m.group(1)] = out.get(m.group(1), 0) + 1
     return out
 
 
 def burst_update_counts(containerd: Containerd, cri: CRIClient, workdir: Path, *,
                         shared: int = 8, burst: int = 10, shrink_delay: float = 1.0,
                         timeout: float = 30.0,
-                        mode: str = "async") -> tuple[list[int], float, float]:
+                        mode: str | None = None) -> tuple[list[int], float, float]:
     """Run ``shared`` BestEffort containers, then create ``burst`` Guaranteed 1-CPU pods back
     to back (as fast as CRI answers), and wait until no shared container's cpuset holds an
     exclusive CPU. Returns (updates containerd applied per shared container from the start
     of the burst, seconds the burst took, seconds from its end until every shared container
     was off). ``containerd`` must log at trace level. ``mode``: ``sharedPoolUpdateMode``
-    (``async``, explicit: ``auto`` takes it on containerd >= 2.4.0 only; in ``reply`` mode
-    every Guaranteed pod's reply moves every shared container, one update each)."""
+    (None: the shipped ``auto``, which takes ``cri`` before containerd 2.4.0 and ``async``
+    from it on; in ``reply`` mode every Guaranteed pod's reply moves every shared container,
+    one update each)."""
     plugin = start_plugin(containerd, workdir, sysfs_root=FIXTURE,
                           sharedPoolShrinkDelay=f"{shrink_delay:g}s",
-                          sharedPoolGrowDelay="60s", sharedPoolUpdateMode=mode)
+                          sharedPoolGrowDelay="60s",
+                          **({"sharedPoolUpdateMode": mode} if mode else {}))
     try:
         ids = [cri.create_container(cri.run_pod(f"be{i}", "BestEffort"), "app")
                for i in range(shared)]

@@ -71,11 +71,11 @@ def test_docs_static_policy_scenario(containerd, cri, e2e_workdir):
     port = free_port()
     # CPUs released by an exclusive container come back to the shared containers after
     # sharedPoolGrowDelay (default 10 s): 1 s here
-    # the growth on an idle node comes from the plugin's own UpdateContainers (async, explicit:
-    # "auto" takes "reply" on containerd 1.7.24 / 2.1.9, where released CPUs wait for the next
-    # container operation's reply; issue 21, docs/concepts/nri-lock-order.md)
+    # the growth on an idle node comes with the shipped sharedPoolUpdateMode (auto: CRI
+    # UpdateContainerResources calls on containerd 1.7.24 / 2.1.9, the plugin's own
+    # UpdateContainers on 2.4.2; issue 31, docs/concepts/nri-lock-order.md)
     plugin = start_plugin(containerd, e2e_workdir, metricsAddress=f"127.0.0.1:{port}",
-                          sharedPoolGrowDelay="1s", sharedPoolUpdateMode="async")
+                          sharedPoolGrowDelay="1s")
     ready = urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5)
     assert ready.status == 200
     try:

@@ -162,3 +162,50 @@ def test_ttrpc_envelope_wire_layout() -> None:
     details = ttrpc_pb2.Status.DESCRIPTOR.fields_by_name["details"]
     assert (details.number, details.message_type.full_name) == (3, "google.protobuf.Any")
     assert details.is_repeated
+
+
+CRI_API = SCHEMA / "cri/usr/share/gocode/src/k8s.io/cri-api/pkg/apis/runtime/v1/api.proto"
+
+
+def test_cri_subset_matches_upstream(tmp_path) -> None:
+    """proto/cri.proto (the CRI calls the plugin makes itself, sharedPoolUpdateMode cri):
+    every declared field has upstream runtime.v1's number, type and label; each RPC has
+    upstream's name and its messages' names (the package differs on purpose)."""
+    import importlib.util
+
+    from nri_cpumgr.api import cri_pb2
+
+    if not CRI_API.is_file():
+        pytest.fail(f"upstream CRI schema {CRI_API} is missing: run `make runtime`")
+    spec = importlib.util.spec_from_file_location("gen_cri", TOP / "scripts" / "gen_cri.py")
+    gen_cri = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(gen_cri)
+    (tmp_path / "api.proto").write_text(gen_cri.strip_gogo(CRI_API.read_text()))
+    out = tmp_path / "cri.pb"
+    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{tmp_path}",
+                    f"--descriptor_set_out={out}", "api.proto"], check=True,
+                   capture_output=True)
+    (up,) = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file
+    assert up.package == "runtime.v1"
+    mine = descriptor_pb2.FileDescriptorProto()
+    cri_pb2.DESCRIPTOR.CopyToProto(mine)
+    ups = _messages(up)
+    compared = 0
+    for name, msg in _messages(mine).items():
+        ref = ups[name]
+        for f in msg.field:
+            u = next(x for x in ref.field if x.name == f.name)
+            assert _sig(f)[:3] == _sig(u)[:3], f"{name}.{f.name}: {_sig(f)} vs {_sig(u)}"
+            assert f.type_name.rsplit(".", 1)[-1] == u.type_name.rsplit(".", 1)[-1]
+            compared += 1
+    assert compared >= 14
+    svc = {m.name: (m.input_type, m.output_type) for s in up.service for m in s.method
+           if s.name == "RuntimeService"}
+    for m in mine.service[0].method:
+        assert tuple(t.rsplit(".", 1)[-1] for t in svc[m.name]) == (
+            m.input_type.rsplit(".", 1)[-1], m.output_type.rsplit(".", 1)[-1])
+    from nri_cpumgr.poolsync.cri import UPDATE_METHOD, VERSION_METHOD
+
+    assert UPDATE_METHOD == f"/{up.package}.RuntimeService/UpdateContainerResources"
+    assert VERSION_METHOD == f"/{up.package}.RuntimeService/Version"

@@ -179,8 +179,7 @@ class Node:
         wd = self.work / "plugin"
         wd.mkdir(exist_ok=True)
         self.plugin = start_plugin(
-            self.ctrd, wd, ready_timeout=120, sharedPoolGrowDelay="1s",
-            sharedPoolUpdateMode="async", featureGates=GATES,
+            self.ctrd, wd, ready_timeout=120, sharedPoolGrowDelay="1s", featureGates=GATES,
             topologyManagerPolicy="single-numa-node", topologyManagerScope=scope,
             podSpecSource="apiServer", apiServerURL=self.job["server"], nodeName=NODE)
         self.plugin.wait_for_log(re.compile(r"pod spec source: \d+ pods of node"), timeout=90)
