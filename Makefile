@@ -8,7 +8,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup venv runtime proto proto-check lint docs test unit e2e e2e-vm cluster cluster-e2e \
+.PHONY: setup venv runtime proto proto-check lint docs docs-serve test unit e2e e2e-vm cluster \
+        cluster-e2e \
         demo bench stress clean clean-cache kubelet-cri modern modern-tools e2e-2.4 e2e-crio \
         cluster-modern oracle differential
 
@@ -38,6 +39,12 @@ lint: venv
 # mkdocs-material's banner about its successor, printed on every build otherwise.
 docs: venv
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
+# the built site over HTTP on 127.0.0.1:$(DOCS_PORT) (search needs it: from file:// the browser
+# refuses the search index request and search hangs at "Initializing search")
+DOCS_PORT ?= 8000
+docs-serve: docs
+	$(PY) -m http.server --bind 127.0.0.1 --directory build/site $(DOCS_PORT)
 
 unit: setup
 	$(PY) -m pytest -q tests/unit tests/conformance
