@@ -10,7 +10,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 .PHONY: setup venv runtime proto proto-check lint docs docs-serve test unit e2e e2e-vm cluster \
         cluster-e2e \
-        demo bench stress clean clean-cache kubelet-cri modern modern-tools e2e-2.4 e2e-crio \
+        demo bench stress clean clean-cache kubelet-cri modern modern-tools chart e2e-2.4 e2e-crio \
         cluster-modern oracle differential
 
 venv: $(VENV)/.installed
@@ -83,6 +83,11 @@ differential: venv oracle
 # /var/cache/nri-cpumgr/modern (figures: docs/development/modern-node.md), nothing when built
 modern:
 	bash scripts/modern/build.sh >/dev/null
+
+# the chart as a chart repository in build/charts (helm package + helm repo index; CHART_URL=
+# for absolute URLs in index.yaml): serve the directory and `helm repo add` it (scripts/chart.sh)
+chart:
+	bash scripts/chart.sh
 
 # helm alone (the chart tests in tests/unit; `make test` builds all of `make modern`)
 modern-tools:

@@ -29,7 +29,9 @@ through the real kubelet, each in the OCI spec, the cgroup and /proc:
   (tests/cluster/kustomize.py, what the 1.20.2 cluster checks): the docs' pods pinned, seen
   with crictl as a user on the node sees them (the transcript kept in tests/data/kubelet-1.37/,
   shown in the deploy docs), a rolling restart of the DaemonSet under the running pods moving
-  nothing, their deletion giving the CPU back, the metrics through the API server.
+  nothing, their deletion giving the CPU back, the metrics through the API server;
+* last, ``make chart``'s chart repository served on 127.0.0.1: ``helm repo add`` and ``helm
+  install`` from it.
 
 A recording NRI plugin (tests/e2e/harness/nullplugin.py ``--record``, index 10, before the
 plugin) keeps every request the runtime sent while the tests ran; what the kubelet sends for
@@ -600,6 +602,54 @@ def test_kustomize_apply_restart_under_pods_and_crictl(deployed) -> None:
     restart_keeps_and_delete_returns(c, cri, ids)
     metrics_through_the_api_server(c)
     cri.close()
+
+
+def test_install_from_the_chart_repository(deployed) -> None:
+    """``make chart``'s repository (scripts/chart.sh: helm package + helm repo index) served
+    over HTTP on 127.0.0.1 in the cluster's network namespace (where helm runs): after the
+    kustomize deployment is deleted, ``helm repo add`` and ``helm install`` from it; the
+    DaemonSet of the packaged chart rolls out and the plugin registers."""
+    c, helm, _ = deployed
+    charts = c.work / "charts"
+    r = subprocess.run(["bash", str(REPO / "scripts/chart.sh")], capture_output=True,
+                       text=True, timeout=300, cwd=REPO,
+                       env=dict(os.environ, HELM=str(helm), OUT=str(charts)))
+    assert r.returncode == 0, r.stdout + r.stderr
+    c.kubectl("delete", "-k", str(c.work / "overlay"), "--wait=true", timeout=300)
+    port = 18879
+    assert port not in c.ports.values()
+    assert c.proc is not None
+    log = open(c.work / "chart-server.log", "ab")  # noqa: SIM115 - closed below
+    server = subprocess.Popen(
+        ["nsenter", f"--net=/proc/{c.proc.pid}/ns/net", "--", sys.executable, "-m",
+         "http.server", "--bind", "127.0.0.1", "--directory", str(charts), str(port)],
+        stdout=log, stderr=subprocess.STDOUT)
+    try:
+        def added() -> bool:
+            try:
+                c.helm(helm, "repo", "add", "local", f"http://127.0.0.1:{port}/")
+            except ClusterError:
+                return False
+            return True
+
+        wait_for(added, 30, "helm repo add of the chart repository",
+                 on_timeout=lambda: (c.work / "chart-server.log").read_text()[-2000:])
+        assert "local/nri-cpumgr" in c.helm(helm, "search", "repo", "nri-cpumgr")
+        c.kubectl("create", "namespace", NS)
+        c.kubectl("label", "namespace", NS, "pod-security.kubernetes.io/enforce=privileged")
+        ctx = operator_context(c, "repo")
+        c.helm(helm, "install", "nri-cpumgr", "local/nri-cpumgr", "--namespace", NS,
+               "--values", str(ctx.values_file))
+        wait_rollout(c, NS, "nri-cpumgr")
+        ds = c.get_json("daemonset", "nri-cpumgr", "-n", NS)
+        version = yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
+        assert ds["metadata"]["labels"]["helm.sh/chart"] == f"nri-cpumgr-{version}"
+        wait_for(lambda: "registered" in plugin_log(c), 60, "the plugin registered")
+        c.helm(helm, "uninstall", "nri-cpumgr", "--namespace", NS)
+    finally:
+        server.terminate()
+        server.wait(10)
+        log.close()
 
 
 CRICTL_CHECKS = [

@@ -218,3 +218,25 @@ def test_paths_and_port_follow_the_config(helm: Path) -> None:
     assert r.returncode != 0 and "expected host:port" in r.stderr
     r = _run(helm, "template", "x", str(CHART), "--set", "config.metricsAddress=")
     assert r.returncode != 0 and "config.metricsAddress must be set" in r.stderr
+
+
+def test_make_chart_builds_a_chart_repository(helm: Path, tmp_path: Path) -> None:
+    """``make chart`` (scripts/chart.sh): the packaged chart and an index.yaml that lists it
+    with its version and digest, what ``helm repo add`` reads (the cluster test installs from
+    it over HTTP: tests/cluster/test_modern.py)."""
+    import hashlib
+
+    r = subprocess.run(["bash", str(REPO / "scripts/chart.sh")], capture_output=True,
+                       text=True, timeout=300, cwd=REPO,
+                       env=dict(os.environ, HELM=str(helm), OUT=str(tmp_path)))
+    assert r.returncode == 0, r.stdout + r.stderr
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    tgz = tmp_path / f"nri-cpumgr-{chart['version']}.tgz"
+    assert tgz.is_file(), sorted(tmp_path.iterdir())
+    index = yaml.safe_load((tmp_path / "index.yaml").read_text())
+    (entry,) = index["entries"]["nri-cpumgr"]
+    assert entry["version"] == chart["version"] and entry["appVersion"] == chart["appVersion"]
+    assert entry["urls"] == [tgz.name]
+    assert entry["digest"] == hashlib.sha256(tgz.read_bytes()).hexdigest()
+    shown = _run(helm, "show", "chart", str(tgz))
+    assert shown.returncode == 0 and "name: nri-cpumgr" in shown.stdout, shown.stderr
