@@ -186,7 +186,8 @@ def operator_context(c: Cluster, name: str, **config: Any) -> operator_steps.Con
     test node's paths, 2 CPUs with CPU 0 reserved where the example reserves 0,1, the image
     imported as nri-cpumgr:dev where the example names a registry), written to
     ``values-<name>.yaml``; the example Guaranteed pod with the test's local busybox."""
-    values = helm_values(c, **config)
+    values = helm_values(c)
+    values["config"].update(config)  # over helm_values' own (e.g. sharedPoolGrowDelay)
     values["namespace"]["create"] = False  # the page creates and labels it
     values["image"] = {"repository": "nri-cpumgr", "tag": "dev", "pullPolicy": "Never"}
     merged = operator_steps.merge(operator_steps.page_values(), values)
