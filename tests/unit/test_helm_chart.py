@@ -240,3 +240,37 @@ def test_make_chart_builds_a_chart_repository(helm: Path, tmp_path: Path) -> Non
     assert entry["digest"] == hashlib.sha256(tgz.read_bytes()).hexdigest()
     shown = _run(helm, "show", "chart", str(tgz))
     assert shown.returncode == 0 and "name: nri-cpumgr" in shown.stdout, shown.stderr
+
+
+def _ds(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(d for d in docs if d["kind"] == "DaemonSet")
+
+
+def test_node_preparation_is_opt_in(helm: Path) -> None:
+    """``nodePreparation`` (off by default: no init container, no hostPID, no privilege);
+    on, an init container runs ``nri-cpumgr enable-nri`` for the runtime's config with the
+    host's config directory mounted under /host, privileged, in the host's PID namespace;
+    ``dryRun`` adds ``--dry-run``; CRI-O's drop-in directory; an unknown runtime is refused."""
+    spec = _ds(render(helm))["spec"]["template"]["spec"]
+    assert "initContainers" not in spec and "hostPID" not in spec
+    assert "runtime-config" not in {v["name"] for v in spec["volumes"]}
+    spec = _ds(render(helm, "nodePreparation.enabled=true",
+                      "nodePreparation.dryRun=true"))["spec"]["template"]["spec"]
+    (init,) = spec["initContainers"]
+    assert spec["hostPID"] is True and init["securityContext"] == {"privileged": True}
+    assert init["command"] == ["nri-cpumgr"]
+    assert init["args"] == ["enable-nri", "--runtime", "containerd", "--config",
+                            "/etc/containerd/config.toml", "--host-root", "/host", "--dry-run"]
+    assert init["image"] == spec["containers"][0]["image"]
+    assert init["volumeMounts"] == [{"name": "runtime-config", "mountPath": "/host/etc/containerd"}]
+    vol = next(v for v in spec["volumes"] if v["name"] == "runtime-config")
+    assert vol["hostPath"] == {"path": "/etc/containerd", "type": "DirectoryOrCreate"}
+    spec = _ds(render(helm, "nodePreparation.enabled=true",
+                      "nodePreparation.runtime=crio"))["spec"]["template"]["spec"]
+    (init,) = spec["initContainers"]
+    assert init["args"][:5] == ["enable-nri", "--runtime", "crio", "--config",
+                                "/etc/crio/crio.conf.d/90-nri.conf"]
+    assert "--dry-run" not in init["args"]
+    r = _run(helm, "template", "nri-cpumgr", str(CHART), "--namespace", NS,
+             "--set", "nodePreparation.enabled=true", "--set", "nodePreparation.runtime=docker")
+    assert r.returncode != 0 and "containerd or crio, not docker" in r.stderr
