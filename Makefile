@@ -8,8 +8,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup venv runtime proto proto-check lint docs test unit e2e e2e-vm cluster cluster-e2e \
-        demo bench stress clean clean-cache kubelet-cri modern modern-tools e2e-2.4 e2e-crio \
+.PHONY: setup venv runtime proto proto-check lint docs docs-serve test unit e2e e2e-vm cluster \
+        cluster-e2e \
+        demo bench stress clean clean-cache kubelet-cri modern modern-tools chart e2e-2.4 e2e-crio \
         cluster-modern cluster-adopt oracle differential
 
 venv: $(VENV)/.installed
@@ -38,6 +39,12 @@ lint: venv
 # mkdocs-material's banner about its successor, printed on every build otherwise.
 docs: venv
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
+# the built site over HTTP on 127.0.0.1:$(DOCS_PORT) (search needs it: from file:// the browser
+# refuses the search index request and search hangs at "Initializing search")
+DOCS_PORT ?= 8000
+docs-serve: docs
+	$(PY) -m http.server --bind 127.0.0.1 --directory build/site $(DOCS_PORT)
 
 unit: setup
 	$(PY) -m pytest -q tests/unit tests/conformance
@@ -79,6 +86,11 @@ differential: venv oracle
 # /var/cache/nri-cpumgr/modern (figures: docs/development/modern-node.md), nothing when built
 modern:
 	bash scripts/modern/build.sh >/dev/null
+
+# the chart as a chart repository in build/charts (helm package + helm repo index; CHART_URL=
+# for absolute URLs in index.yaml): serve the directory and `helm repo add` it (scripts/chart.sh)
+chart:
+	bash scripts/chart.sh
 
 # helm alone (the chart tests in tests/unit; `make test` builds all of `make modern`)
 modern-tools:

@@ -509,6 +509,9 @@ def build_parser(only_run: bool = False) -> argparse.ArgumentParser:
     from nri_cpumgr.explain.cli import add_parser as add_explain  # explain (issue 12)
 
     add_explain(sub)
+    from nri_cpumgr.nodeprep.cli import add_parser as add_enable_nri  # enable-nri (issue 33)
+
+    add_enable_nri(sub)
     return p
 
 

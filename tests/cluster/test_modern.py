@@ -19,11 +19,19 @@ through the real kubelet, each in the OCI spec, the cgroup and /proc:
   checksum); then a pod with ``.spec.resources`` (PodLevelResources, on by default in 1.37)
   and containers without resources runs on its pod's bubble (CPU 1);
 * the NodeResourceTopology object follows the exclusive CPU;
+* the operator's pages run as written (tests/cluster/operator_steps.py): the quick start's
+  install (steps 3-4: the namespace, its Pod Security label, ``helm install`` with the
+  example values file; the fixture) and its check (step 5: the plugin's log, the example
+  Guaranteed pod's ``Cpus_allowed_list``, ``nri-cpumgr status`` in the plugin pod); then the
+  Helm upgrade, rollback and uninstall of docs/operations/upgrade.md, with a Guaranteed pod
+  running through all three on its CPU and the CRD left behind;
 * last, the Helm release uninstalled and ``deploy/`` applied with ``kubectl apply -k``
   (tests/cluster/kustomize.py, what the 1.20.2 cluster checks): the docs' pods pinned, seen
   with crictl as a user on the node sees them (the transcript kept in tests/data/kubelet-1.37/,
   shown in the deploy docs), a rolling restart of the DaemonSet under the running pods moving
-  nothing, their deletion giving the CPU back, the metrics through the API server.
+  nothing, their deletion giving the CPU back, the metrics through the API server;
+* last, ``make chart``'s chart repository served on 127.0.0.1: ``helm repo add`` and ``helm
+  install`` from it.
 
 A recording NRI plugin (tests/e2e/harness/nullplugin.py ``--record``, index 10, before the
 plugin) keeps every request the runtime sent while the tests ran; what the kubelet sends for
@@ -47,6 +55,7 @@ import yaml
 from google.protobuf.json_format import MessageToDict
 
 from nri_cpumgr.api import nri_pb2
+from tests.cluster import operator_steps
 from tests.cluster.harness import (
     NODE_NAME,
     Cluster,
@@ -171,6 +180,39 @@ def helm_values(c: Cluster, **config: Any) -> dict[str, Any]:
     }
 
 
+def operator_context(c: Cluster, name: str, **config: Any) -> operator_steps.Context:
+    """The operator pages' commands on the test node: the page's example values
+    (deploy/examples/values.yaml) with the test's values over them (:func:`helm_values`: the
+    test node's paths, 2 CPUs with CPU 0 reserved where the example reserves 0,1, the image
+    imported as nri-cpumgr:dev where the example names a registry), written to
+    ``values-<name>.yaml``; the example Guaranteed pod with the test's local busybox."""
+    values = helm_values(c)
+    values["config"].update(config)  # over helm_values' own (e.g. sharedPoolGrowDelay)
+    values["namespace"]["create"] = False  # the page creates and labels it
+    values["image"] = {"repository": "nri-cpumgr", "tag": "dev", "pullPolicy": "Never"}
+    merged = operator_steps.merge(operator_steps.page_values(), values)
+    f = c.work / f"values-{name}.yaml"
+    f.write_text(yaml.safe_dump(merged))
+    manifest = yaml.safe_load((REPO / operator_steps.POD_ARG).read_text())
+    for ctr in manifest["spec"]["containers"]:
+        ctr.update(image=BUSYBOX_IMAGE, imagePullPolicy="Never")
+    pods = c.get_json("pods", "-n", NS)["items"] if name != "install" else []
+    return operator_steps.Context(
+        chart=CHART, values_file=f, pod_manifest=json.dumps(manifest),
+        names={"node": NODE_NAME,
+               "plugin pod": pods[0]["metadata"]["name"] if pods else "<no plugin pod>"})
+
+
+def operator_commands(page: Path, section: str, subsection: str = "") -> list[str]:
+    """The runnable commands of ``page``'s ``sh`` blocks under the heading ``section`` (a
+    prefix) and ``subsection`` (exact, when given)."""
+    cmds = [cmd for b in operator_steps.blocks(page)
+            if b.section.startswith(section) and (not subsection or b.subsection == subsection)
+            for cmd in b.commands if operator_steps.runnable(cmd)]
+    assert cmds, f"no commands under {section!r} {subsection!r} in {page.name}"
+    return cmds
+
+
 def _chart_defaults() -> dict[str, Any]:
     return yaml.safe_load((CHART / "values.yaml").read_text())
 
@@ -191,16 +233,20 @@ def deployed(modern: tuple[Cluster, dict[str, Path]]) -> Iterator[tuple[Cluster,
         archive = ensure_image()
     except ImageBuildError as e:
         _fail_or_skip(f"cannot build the nri-cpumgr image: {e}")
-    c.import_image(archive)
+    c.import_image(archive)  # the page's `skopeo copy` to a registry (the test has none)
     rec = Recorder(c)
     helm = dirs["helm"] / "helm"
-    # the chart creates its namespace; helm's release record needs it first
-    c.kubectl("create", "namespace", NS)
-    c.kubectl("label", "namespace", NS, "pod-security.kubernetes.io/enforce=privileged")
-    values = helm_values(c)
-    values["namespace"]["create"] = False
-    helm_apply(c, helm, values)
-    wait_rollout(c, NS, "nri-cpumgr")
+    # the quick start's steps 3 and 4 as the page writes them: the image, the namespace and
+    # its Pod Security label, helm install with the example values, the rollout
+    ctx = operator_context(c, "install")
+    ran = 0
+    for block in operator_steps.blocks(operator_steps.QUICK_START):
+        if block.section.startswith(("3.", "4.")):
+            for cmd in block.commands:
+                if operator_steps.runnable(cmd):
+                    operator_steps.run(c, helm, cmd, ctx, ensure_image)
+                    ran += 1
+    assert ran >= 5, "the quick start's install commands were not found"
     try:
         yield c, helm, rec
     finally:
@@ -287,6 +333,30 @@ def test_helm_install_rolls_out_and_the_plugin_registers(deployed) -> None:
     node = c.get_json("node", NODE_NAME)["status"]["nodeInfo"]
     assert node["kubeletVersion"] == "v1.37.2"
     assert node["containerRuntimeVersion"].startswith("containerd://")
+
+
+def test_quick_start_check_commands(deployed) -> None:
+    """The quick start's step 5, its commands as written: the log lines it greps for, the
+    example Guaranteed pod on the one CPU not reserved (CPU 1), ``nri-cpumgr status`` in the
+    plugin pod of the node listing it, the example pod deleted."""
+    c, helm, _ = deployed
+    ctx = operator_context(c, "check")
+    outs = [(cmd, operator_steps.run(c, helm, cmd, ctx, ensure_image))
+            for cmd in operator_commands(operator_steps.QUICK_START, "5.")]
+
+    def out_of(part: str) -> str:
+        return next(out for cmd, out in outs if part in cmd)
+
+    log = out_of("logs ds/nri-cpumgr")
+    assert "registered" in log and "shared pool update mode" in log, log
+    assert out_of("Cpus_allowed_list").split() == ["Cpus_allowed_list:", "1"]
+    assert ctx.names["plugin pod"] in out_of("--field-selector")
+    status = out_of("nri-cpumgr status")
+    row = next((ln for ln in status.splitlines() if "guaranteed-1cpu" in ln), "")
+    # POD CONTAINER QOS CPUS MEMS NUMA EXCLUSIVE STATE
+    assert row.split()[2:4] == ["Guaranteed", "1"] and "yes" in row.split(), status
+    # the page's last command deleted the example pod
+    assert c.kubectl("get", "pod", "guaranteed-1cpu", "--ignore-not-found") == ""
 
 
 def test_docs_pods_pinned_and_nrt_follows(deployed) -> None:
@@ -467,13 +537,59 @@ def test_pod_level_pod_second_container_shares_the_bubble(deployed) -> None:
                  on_timeout=lambda: str(nrt_cpu(c)))
 
 
+def test_upgrade_rollback_uninstall_as_the_page_says(deployed) -> None:
+    """docs/operations/upgrade.md's Helm sections, their commands as written, with the
+    example Guaranteed pod running through them: the upgrade (a configuration change here,
+    where an operator would also change the image tag) rolls the DaemonSet and the ConfigMap
+    has the new value; the rollback brings the previous ConfigMap back; the uninstall removes
+    the DaemonSet and leaves the CRD (the page's ``kubectl get crd`` succeeds); the pod keeps
+    its exclusive CPU through all three (what the page says running pods see)."""
+    c, helm, _ = deployed
+    cri = CRIClient(c.cri_socket)
+    page = operator_steps.UPGRADE
+    pod_ctx = operator_context(c, "pod")
+    operator_steps.run(c, helm, "kubectl apply -f deploy/examples/guaranteed-pod.yaml",
+                       pod_ctx, ensure_image)
+    cid = wait_running(c, "guaranteed-1cpu", "app")
+    expect_cpus(cri, cid, "1", "the example Guaranteed pod")
+
+    def config() -> dict[str, Any]:
+        return yaml.safe_load(c.get_json("configmap", "nri-cpumgr-config", "-n", NS)
+                              ["data"]["config.yaml"])
+
+    before = config()
+    gen = c.get_json("daemonset", "nri-cpumgr", "-n", NS)["metadata"]["generation"]
+    up = operator_context(c, "upgrade", sharedPoolGrowDelay="3s")
+    outs = [operator_steps.run(c, helm, cmd, up, ensure_image) for cmd in
+            operator_commands(page, "With Helm", "Upgrade, or change the configuration")]
+    assert config()["sharedPoolGrowDelay"] == "3s"
+    assert c.get_json("daemonset", "nri-cpumgr", "-n", NS)["metadata"]["generation"] > gen
+    history = outs[-1]  # helm history: the upgrade is the deployed revision
+    assert "superseded" in history and "deployed" in history, history
+    assert seen(cri, cid) == ("1",) * 3
+    for cmd in operator_commands(page, "With Helm", "Roll back"):
+        operator_steps.run(c, helm, cmd, up, ensure_image)
+    assert config() == before
+    assert seen(cri, cid) == ("1",) * 3
+    for cmd in operator_commands(page, "With Helm", "Uninstall"):
+        operator_steps.run(c, helm, cmd, up, ensure_image)  # kubectl get crd: still there
+    wait_for(lambda: not c.get_json("pods", "-n", NS)["items"], 120,
+             "the Helm release's pods gone")
+    assert c.kubectl("get", "daemonset", "-n", NS, "--ignore-not-found") == ""
+    assert seen(cri, cid) == ("1",) * 3  # no plugin now: the running pod keeps its CPU
+    delete(c, "guaranteed-1cpu")
+    cri.close()
+
+
 def test_kustomize_apply_restart_under_pods_and_crictl(deployed) -> None:
     """The Helm release replaced by ``kubectl apply -k`` of deploy/ (tests/cluster/kustomize.py,
     the 1.20.2 cluster's checks): the docs' pods pinned, as crictl shows them on the node; a
     rolling restart under them moves nothing; deleting them gives the CPU back; the metrics
     through the API server."""
     c, helm, _ = deployed
-    c.helm(helm, "uninstall", "nri-cpumgr", "--namespace", NS)
+    # the release is gone already when the upgrade page's test ran (its last step)
+    if "nri-cpumgr" in c.helm(helm, "list", "--namespace", NS, "-q").split():
+        c.helm(helm, "uninstall", "nri-cpumgr", "--namespace", NS)
     wait_for(lambda: not c.get_json("pods", "-n", NS)["items"], 120,
              "the Helm release's pods gone")
     # the plugin's pod watch reaches the API server on 127.0.0.1 (no service network)
@@ -487,6 +603,54 @@ def test_kustomize_apply_restart_under_pods_and_crictl(deployed) -> None:
     restart_keeps_and_delete_returns(c, cri, ids)
     metrics_through_the_api_server(c)
     cri.close()
+
+
+def test_install_from_the_chart_repository(deployed) -> None:
+    """``make chart``'s repository (scripts/chart.sh: helm package + helm repo index) served
+    over HTTP on 127.0.0.1 in the cluster's network namespace (where helm runs): after the
+    kustomize deployment is deleted, ``helm repo add`` and ``helm install`` from it; the
+    DaemonSet of the packaged chart rolls out and the plugin registers."""
+    c, helm, _ = deployed
+    charts = c.work / "charts"
+    r = subprocess.run(["bash", str(REPO / "scripts/chart.sh")], capture_output=True,
+                       text=True, timeout=300, cwd=REPO,
+                       env=dict(os.environ, HELM=str(helm), OUT=str(charts)))
+    assert r.returncode == 0, r.stdout + r.stderr
+    c.kubectl("delete", "-k", str(c.work / "overlay"), "--wait=true", timeout=300)
+    port = 18879
+    assert port not in c.ports.values()
+    assert c.proc is not None
+    log = open(c.work / "chart-server.log", "ab")  # noqa: SIM115 - closed below
+    server = subprocess.Popen(
+        ["nsenter", f"--net=/proc/{c.proc.pid}/ns/net", "--", sys.executable, "-m",
+         "http.server", "--bind", "127.0.0.1", "--directory", str(charts), str(port)],
+        stdout=log, stderr=subprocess.STDOUT)
+    try:
+        def added() -> bool:
+            try:
+                c.helm(helm, "repo", "add", "local", f"http://127.0.0.1:{port}/")
+            except ClusterError:
+                return False
+            return True
+
+        wait_for(added, 30, "helm repo add of the chart repository",
+                 on_timeout=lambda: (c.work / "chart-server.log").read_text()[-2000:])
+        assert "local/nri-cpumgr" in c.helm(helm, "search", "repo", "nri-cpumgr")
+        c.kubectl("create", "namespace", NS)
+        c.kubectl("label", "namespace", NS, "pod-security.kubernetes.io/enforce=privileged")
+        ctx = operator_context(c, "repo")
+        c.helm(helm, "install", "nri-cpumgr", "local/nri-cpumgr", "--namespace", NS,
+               "--values", str(ctx.values_file))
+        wait_rollout(c, NS, "nri-cpumgr")
+        ds = c.get_json("daemonset", "nri-cpumgr", "-n", NS)
+        version = yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
+        assert ds["metadata"]["labels"]["helm.sh/chart"] == f"nri-cpumgr-{version}"
+        wait_for(lambda: "registered" in plugin_log(c), 60, "the plugin registered")
+        c.helm(helm, "uninstall", "nri-cpumgr", "--namespace", NS)
+    finally:
+        server.terminate()
+        server.wait(10)
+        log.close()
 
 
 CRICTL_CHECKS = [

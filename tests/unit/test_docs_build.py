@@ -1,7 +1,9 @@
 """The docs site builds strictly (``mkdocs build --strict``, as ``make docs``): a broken link or
 anchor, a page missing from the nav, a missing snippet or an incomplete configuration reference
 fails it; the build prints no warning; the generated configuration reference has every key of
-the model. Needs the ``docs`` extra (mkdocs, mkdocs-material; ``make venv`` installs it):
+the model; and the built HTML reads as the source meant it (``docs_html``: no command rendered
+as prose, no ``<placeholder>`` eaten as a tag, no nested list flattened into extra steps).
+Needs the ``docs`` extra (mkdocs, mkdocs-material, beautifulsoup4; ``make venv`` installs it):
 skipped with the reason without it, failed when ``CI`` is set."""
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ import pytest
 
 from nri_cpumgr.config.reference import fields
 
+from . import docs_html
+
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _require_mkdocs() -> None:
-    missing = [m for m in ("mkdocs", "material") if importlib.util.find_spec(m) is None]
+    missing = [m for m in ("mkdocs", "material", "bs4") if importlib.util.find_spec(m) is None]
     if missing:
         msg = (f"python module(s) {', '.join(missing)} not installed (the docs extra: "
                "pip install -e '.[docs]', or make venv)")
@@ -67,3 +71,82 @@ def test_deploy_readme_sections_are_included(site: tuple[Path, str]) -> None:
     assert "rollout undo ds/nri-cpumgr" in upgrade
     assert "Prepare the nodes" in deploy
     assert "8&lt;" not in upgrade + deploy and "--8<--" not in upgrade + deploy
+
+
+# the Markdown sources the site is built from (deploy/README.md is included by the operations
+# pages), for docs_html.flattened_lists
+SOURCES = [*sorted((REPO / "docs").rglob("*.md")), REPO / "deploy" / "README.md"]
+
+
+def _report(findings: list[tuple[str, str]]) -> str:
+    return "\n".join(f"{page}: {what}" for page, what in findings)
+
+
+def test_no_command_is_rendered_as_prose(site: tuple[Path, str]) -> None:
+    found = docs_html.command_paragraphs(site[0])
+    assert not found, _report(found)
+
+
+def test_no_angle_bracket_text_is_eaten_as_a_tag(site: tuple[Path, str]) -> None:
+    found = docs_html.unknown_tags(site[0])
+    assert not found, _report(found)
+
+
+def test_no_nested_list_is_flattened(site: tuple[Path, str]) -> None:
+    found = docs_html.flattened_lists(site[0], SOURCES)
+    assert not found, _report(found)
+
+
+def test_the_html_checks_catch_each_defect(tmp_path: Path) -> None:
+    """Each check finds its defect in a page made the way the broken pages were (a code block
+    indented 7 spaces under a numbered item, placeholders in it, bullets nested by 3 and 2
+    spaces), and nothing in the same page written right."""
+    _require_mkdocs()
+    import markdown
+
+    bad = """1. Prepare:
+   * containerd 1.7: merge the drop-in into the config;
+   * CRI-O 1.26+: copy the drop-in to crio.conf.d;
+2. Check it worked:
+
+       kubectl -n nri-cpumgr rollout status daemonset/nri-cpumgr
+       kubectl exec <your guaranteed pod> -- grep Cpus_allowed_list /proc/self/status
+
+The update modes:
+
+* Which path moves them:
+  * async: the plugin's own calls to the runtime;
+"""
+    good = """1. Prepare:
+    * containerd 1.7: merge the drop-in into the config;
+    * CRI-O 1.26+: copy the drop-in to crio.conf.d;
+2. Check it worked:
+
+        kubectl -n nri-cpumgr rollout status daemonset/nri-cpumgr
+        kubectl exec <your guaranteed pod> -- grep Cpus_allowed_list /proc/self/status
+
+The update modes:
+
+* Which path moves them:
+    * async: the plugin's own calls to the runtime;
+"""
+    found = {}
+    for name, text in (("bad", bad), ("good", good)):
+        site = tmp_path / name
+        site.mkdir()
+        src = site / "page.md"
+        src.write_text(text)
+        body = markdown.markdown(text, extensions=["pymdownx.superfences"])
+        (site / "page.html").write_text(f"<html><body><article>{body}</article></body></html>")
+        found[name] = (docs_html.command_paragraphs(site), docs_html.unknown_tags(site),
+                       docs_html.flattened_lists(site, [src]))
+    commands, tags, lists = found["bad"]
+    assert [w for _, w in commands] == [
+        "command rendered as text: 'kubectl -n nri-cpumgr rollout status daemonset/nri-cpumgr'",
+        "command rendered as text: 'kubectl exec  -- grep Cpus_allowed_list /proc/self/status'"]
+    assert [w for _, w in tags] == [
+        "<your guaranteed pod> was taken for an HTML tag (its text vanished)"]
+    assert [w.split(":")[0] for _, w in lists] == [
+        "bullet became a numbered step", "bullet became a numbered step",
+        "nested bullet flattened"]
+    assert found["good"] == ([], [], [])

@@ -218,3 +218,59 @@ def test_paths_and_port_follow_the_config(helm: Path) -> None:
     assert r.returncode != 0 and "expected host:port" in r.stderr
     r = _run(helm, "template", "x", str(CHART), "--set", "config.metricsAddress=")
     assert r.returncode != 0 and "config.metricsAddress must be set" in r.stderr
+
+
+def test_make_chart_builds_a_chart_repository(helm: Path, tmp_path: Path) -> None:
+    """``make chart`` (scripts/chart.sh): the packaged chart and an index.yaml that lists it
+    with its version and digest, what ``helm repo add`` reads (the cluster test installs from
+    it over HTTP: tests/cluster/test_modern.py)."""
+    import hashlib
+
+    r = subprocess.run(["bash", str(REPO / "scripts/chart.sh")], capture_output=True,
+                       text=True, timeout=300, cwd=REPO,
+                       env=dict(os.environ, HELM=str(helm), OUT=str(tmp_path)))
+    assert r.returncode == 0, r.stdout + r.stderr
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    tgz = tmp_path / f"nri-cpumgr-{chart['version']}.tgz"
+    assert tgz.is_file(), sorted(tmp_path.iterdir())
+    index = yaml.safe_load((tmp_path / "index.yaml").read_text())
+    (entry,) = index["entries"]["nri-cpumgr"]
+    assert entry["version"] == chart["version"] and entry["appVersion"] == chart["appVersion"]
+    assert entry["urls"] == [tgz.name]
+    assert entry["digest"] == hashlib.sha256(tgz.read_bytes()).hexdigest()
+    shown = _run(helm, "show", "chart", str(tgz))
+    assert shown.returncode == 0 and "name: nri-cpumgr" in shown.stdout, shown.stderr
+
+
+def _ds(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(d for d in docs if d["kind"] == "DaemonSet")
+
+
+def test_node_preparation_is_opt_in(helm: Path) -> None:
+    """``nodePreparation`` (off by default: no init container, no hostPID, no privilege);
+    on, an init container runs ``nri-cpumgr enable-nri`` for the runtime's config with the
+    host's config directory mounted under /host, privileged, in the host's PID namespace;
+    ``dryRun`` adds ``--dry-run``; CRI-O's drop-in directory; an unknown runtime is refused."""
+    spec = _ds(render(helm))["spec"]["template"]["spec"]
+    assert "initContainers" not in spec and "hostPID" not in spec
+    assert "runtime-config" not in {v["name"] for v in spec["volumes"]}
+    spec = _ds(render(helm, "nodePreparation.enabled=true",
+                      "nodePreparation.dryRun=true"))["spec"]["template"]["spec"]
+    (init,) = spec["initContainers"]
+    assert spec["hostPID"] is True and init["securityContext"] == {"privileged": True}
+    assert init["command"] == ["nri-cpumgr"]
+    assert init["args"] == ["enable-nri", "--runtime", "containerd", "--config",
+                            "/etc/containerd/config.toml", "--host-root", "/host", "--dry-run"]
+    assert init["image"] == spec["containers"][0]["image"]
+    assert init["volumeMounts"] == [{"name": "runtime-config", "mountPath": "/host/etc/containerd"}]
+    vol = next(v for v in spec["volumes"] if v["name"] == "runtime-config")
+    assert vol["hostPath"] == {"path": "/etc/containerd", "type": "DirectoryOrCreate"}
+    spec = _ds(render(helm, "nodePreparation.enabled=true",
+                      "nodePreparation.runtime=crio"))["spec"]["template"]["spec"]
+    (init,) = spec["initContainers"]
+    assert init["args"][:5] == ["enable-nri", "--runtime", "crio", "--config",
+                                "/etc/crio/crio.conf.d/90-nri.conf"]
+    assert "--dry-run" not in init["args"]
+    r = _run(helm, "template", "nri-cpumgr", str(CHART), "--namespace", NS,
+             "--set", "nodePreparation.enabled=true", "--set", "nodePreparation.runtime=docker")
+    assert r.returncode != 0 and "containerd or crio, not docker" in r.stderr

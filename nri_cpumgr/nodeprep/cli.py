@@ -1,0 +1,99 @@
+"""``nri-cpumgr enable-nri``: turn NRI on in the runtime's configuration on this node if it is
+off, then restart the runtime (only when something changed); ``--dry-run`` prints the diff and
+changes nothing. Run by the chart's opt-in ``nodePreparation`` init container with the host's
+configuration directory mounted and the host's PID namespace (the restart runs
+``--restart-command`` in it, by default through ``nsenter`` into PID 1's namespaces).
+
+Exit status: 0 (NRI on, changed or not), 2 (the configuration cannot be read or edited),
+3 (the restart failed)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+# the edits, subprocess and tempfile are imported by the command itself: add_parser runs for
+# every command line, `run` included, whose start is measured (test_early_registration.py)
+
+DEFAULTS = {
+    "containerd": ("/etc/containerd/config.toml", "systemctl restart containerd"),
+    "crio": ("/etc/crio/crio.conf.d/90-nri.conf", "systemctl restart crio"),
+}
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    e = sub.add_parser("enable-nri", help="turn NRI on in the runtime's configuration if off "
+                                          "and restart the runtime (--dry-run: print the diff)")
+    e.add_argument("--runtime", choices=sorted(DEFAULTS), required=True,
+                   help="the runtime whose configuration to edit")
+    e.add_argument("--config", help="the file to edit (containerd: config.toml; CRI-O: the "
+                                    "drop-in to write); default per runtime")
+    e.add_argument("--host-root", default="/",
+                   help="where the host's filesystem is mounted (the init container's /host)")
+    e.add_argument("--restart-command",
+                   help="run after a change (default: nsenter -t 1 -m -u -i -n -p -- systemctl "
+                        "restart containerd|crio); empty: do not restart")
+    e.add_argument("--dry-run", action="store_true", help="print the diff, change nothing")
+    e.set_defaults(func=cmd_enable_nri)
+
+
+def cmd_enable_nri(args: argparse.Namespace) -> int:
+    import shlex
+    import subprocess
+
+    from . import NodePrepError, containerd_config, crio_dropin, diff
+
+    default_path, default_restart = DEFAULTS[args.runtime]
+    rel = (args.config or default_path).lstrip("/")
+    path = Path(args.host_root) / rel
+    old = path.read_text() if path.is_file() else None
+    try:
+        if args.runtime == "containerd":
+            if old is None:
+                print(f"nri-cpumgr enable-nri: no {path}: containerd runs its defaults (NRI on "
+                      f"in 2.x, off in 1.7): write one with NRI on", file=sys.stderr)
+            new = containerd_config(old or "")
+        else:
+            new = crio_dropin(old)
+    except NodePrepError as e:
+        print(f"nri-cpumgr enable-nri: {path}: {e}", file=sys.stderr)
+        return 2
+    if new == old:
+        print(f"enable-nri: NRI is on in {path}: nothing to do")
+        return 0
+    print(diff(str(path), old or "", new), end="")
+    if args.dry_run:
+        print(f"enable-nri: dry run: {path} not changed, {args.runtime} not restarted")
+        return 0
+    _write_atomically(path, new)
+    restart = args.restart_command
+    if restart is None:
+        restart = "nsenter -t 1 -m -u -i -n -p -- " + default_restart
+    if not restart:
+        print(f"enable-nri: wrote {path}; not restarting {args.runtime} (empty command)")
+        return 0
+    r = subprocess.run(shlex.split(restart), capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"nri-cpumgr enable-nri: {restart!r} failed ({r.returncode}): "
+              f"{(r.stderr or r.stdout).strip()}", file=sys.stderr)
+        return 3
+    print(f"enable-nri: wrote {path}; restarted {args.runtime}")
+    return 0
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    import os
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
