@@ -23,7 +23,11 @@ then deleted (its other containers released), as the kubelet never runs a pod it
 
 The pod's spec facts (``.spec.resources``, each container's own resources) are passed to
 the plugin as its API-server pod watch gives them (``podSpecSource: apiServer``,
-nri_cpumgr.podmodel.spec).
+nri_cpumgr.podmodel.spec). ``"mode"`` (optional) says how much of the spec the plugin
+knows: ``"as-deployed"`` (default: the deployed DaemonSet's pod watch, every pod's spec, so
+each pod is admitted whole at its first container, as the kubelet admits it) or
+``"nri-alone"`` (no spec for a pod without ``.spec.resources``: container by container, as
+the plugin decides without a pod spec source or when the API server is away).
 
 Output (:func:`run_scenario`), the oracle's shape: ``{"name", "events": [{"op", "pod",
 "admitted", "reason", "message", "containers": [{"name", "cpus", "exclusive", "mems",
@@ -36,6 +40,7 @@ kubelet's admission reason (the error type name: TopologyAffinityError, SMTAlign
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -87,6 +92,10 @@ def _reason(text: str) -> tuple[str, str]:
     return "UnexpectedAdmissionError", text
 
 
+#: the scenario modes (``"mode"``): the plugin knows every pod's spec / only NRI's view
+MODES = ("as-deployed", "nri-alone")
+
+
 def run_scenario(doc: Mapping[str, Any]) -> dict[str, Any]:
     """Run one scenario through the plugin's managers (nri_cpumgr.planner.plan.Planner);
     the result in the oracle's shape (module docstring). Never raises for a bad config or
@@ -101,6 +110,10 @@ def run_scenario(doc: Mapping[str, Any]) -> dict[str, Any]:
         planner = Planner(config, machine)
     except (ConfigError, ValueError, KeyError, TypeError) as e:
         out["configError"] = str(e)
+        return out
+    mode = doc.get("mode") or MODES[0]
+    if mode not in MODES:
+        out["configError"] = f"scenario mode {mode!r}: expected one of {', '.join(MODES)}"
         return out
     m = planner.manager
     live: dict[str, tuple[str, list[str]]] = {}  # pod name -> (uid, container ids)
@@ -120,6 +133,8 @@ def run_scenario(doc: Mapping[str, Any]) -> dict[str, Any]:
             er: dict[str, Any] = {"op": op, "pod": pod.name, "admitted": True, "containers": []}
             started: list[str] = []
             infos = container_infos(pod, ids, ev.get("cri"))
+            if mode == "nri-alone" and not (pod.facts is not None and pod.facts.pod_level):
+                infos = [dataclasses.replace(i, pod_spec=None) for i in infos]
             for c, info in zip(pod.containers, infos, strict=True):
                 try:
                     d = m.admit(info)

@@ -567,6 +567,15 @@ def _verdict(e: dict[str, Any]) -> str:
 
 
 # ------------------------------------------------------------------ known differences
+#: the plugin's modes (a scenario's ``"mode"``, nri_cpumgr.planner.scenario): it knows every
+#: pod's spec and admits each pod whole (the deployed DaemonSet's pod watch), or NRI alone
+MODES = ("as-deployed", "nri-alone")
+#: the documented classes NRI imposes (one container at a time, no init containers named):
+#: they explain a difference only in ``nri-alone`` mode
+NRI_IMPOSED = frozenset({"shared-before-exclusive", "finished-init-released",
+                         "pod-scope-one-at-a-time"})
+
+
 def load_known() -> list[dict[str, Any]]:
     return json.loads(KNOWN.read_text())["differences"]
 
@@ -585,6 +594,8 @@ def known_difference(s: dict[str, Any], diffs: list[dict[str, Any]],
     if not diffs:
         return None
     known = known if known is not None else load_known()
+    if s.get("mode", MODES[0]) != "nri-alone":  # the plugin knew the pod: no NRI-imposed class
+        known = [k for k in known if k["id"] not in NRI_IMPOSED]
     ids: list[str] = []
     for d in diffs:
         kid = _explained(s, d, known, diffs)
