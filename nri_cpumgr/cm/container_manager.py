@@ -447,6 +447,19 @@ class ContainerManager:
         pool = self.shared_pool() if self.static else None
         return Decision(info.id, pool, mems=mems, quota=_restored_quota(info))
 
+    def admission_path(self, info: ContainerInfo) -> tuple[str, Pod]:
+        """How :meth:`admit` would decide ``info`` now, and the pod its admission sees:
+        ``("whole-pod", the spec's whole pod)`` (its pod's first container, spec known),
+        ``("recorded", the spec's whole pod)`` (its pod was admitted whole: the recorded
+        decision) or ``("per-container", this container plus, in pod scope, the pod's live
+        ones)``. For ``explain`` and ``plan``; changes nothing."""
+        rec = self.admissions.get(info.pod_uid)
+        if rec is not None and info.name in rec.containers and info.pod_spec is not None:
+            return "recorded", self._spec_pod(info)
+        if rec is None and self.managed and self._whole_pod(info):
+            return "whole-pod", self._spec_pod(info)
+        return "per-container", self._admission_pod(info)
+
     def restore_admissions(self, body: Mapping[str, Any] | None) -> None:
         """Take the whole-pod admissions back from a checkpoint body (its ``admittedPods``
         section): the later containers of a pod admitted before a restart keep their

@@ -147,3 +147,23 @@ def test_a_restart_of_a_container_gets_its_recorded_cpus():
     m.stop("c-app2")
     d2 = m.admit(info("c-app2b", POD, "app2"))  # same name, new id: a restart
     assert d2.cpus == d1.cpus and "c-app2" not in m.containers
+
+
+def test_explain_follows_the_whole_pod_path():
+    from nri_cpumgr.config import Config
+    from nri_cpumgr.explain.explainer import Explainer, render
+
+    m = manager("single-numa-node")
+    ex = Explainer(m, Config.model_validate({"cpuManagerPolicy": "static",
+                                             "reservedSystemCPUs": "0",
+                                             "topologyManagerPolicy": "single-numa-node"}))
+    ex.admit(info("c-init", POD, "init"))
+    first = ex.live["c-init"]
+    assert first["admission"].startswith("whole pod at its first container (5 containers")
+    assert first["hints"]["cpu"]
+    ex.admit(info("c-app1", POD, "app1"))
+    later = ex.live["c-app1"]
+    assert later["admission"].startswith("recorded at the pod's admission")
+    assert "merged at the pod's admission" in later["affinity"]["note"]
+    assert later["cpus"] == str(m.state.assignments["p"]["app1"])
+    assert any(line.startswith("admission: recorded") for line in render(later))
