@@ -167,3 +167,37 @@ def test_explain_follows_the_whole_pod_path():
     assert "merged at the pod's admission" in later["affinity"]["note"]
     assert later["cpus"] == str(m.state.assignments["p"]["app1"])
     assert any(line.startswith("admission: recorded") for line in render(later))
+
+
+def test_plugin_admits_a_known_pod_whole_and_its_deletion_releases_everything(workdir):
+    """Through the real transport: with the pod's spec in the pod spec store, a shared
+    container created before its pod's exclusive one starts on the pool as it is after the
+    pod's admission (CPU 1 already the app's); the sandbox stopping before the app container
+    was ever created gives CPU 1 back."""
+    from nri_cpumgr.api import nri_pb2
+    from nri_cpumgr.podsource import PodSpecStore
+    from tests.unit.nri_peer import nri_container, nri_pod
+    from tests.unit.test_runtime_plugin import run
+
+    two = facts_from_pod({"metadata": {"uid": "p", "name": "p", "namespace": "ns"}, "spec": {
+        "containers": [
+            {"name": "side", "resources": {"limits": {"cpu": "500m", "memory": "256Mi"}}},
+            {"name": "app", "resources": {"limits": {"cpu": "1", "memory": "256Mi"}}}]}})
+    store = PodSpecStore()
+    store.replace([two])
+
+    async def body(conn, plugin):
+        await conn.handshake()
+        plugin.pod_specs = store
+        p = nri_pod("p")
+        side = nri_container("p", 500, cid="c-side", name="side")
+        resp = await conn.call("CreateContainer", nri_pb2.CreateContainerRequest(
+            pod=p, container=side), nri_pb2.CreateContainerResponse)
+        assert resp.adjust.linux.resources.cpu.cpus == "0"  # not 0-1: the app holds CPU 1
+        assert plugin.manager.checkpoint()["admittedPods"]["p"]["pinned"] == ["app"]
+        await conn.call("StateChange", nri_pb2.StateChangeEvent(
+            event=nri_pb2.STOP_POD_SANDBOX, pod=p), nri_pb2.Empty)
+        assert plugin.manager.shared_pool() == CPUSet({0, 1})
+        assert plugin.manager.admissions == {} and plugin.manager.state.assignments == {}
+
+    run(workdir, body)
