@@ -38,7 +38,13 @@ from typing import Any
 from nri_cpumgr.cm.cpumanager import CPUManagerState, NonePolicy, StaticPolicy
 from nri_cpumgr.cm.memorymanager.manager import MemoryManager, mems_for
 from nri_cpumgr.cm.providers import CPUProvider, DeviceProvider, MemoryProvider
-from nri_cpumgr.cm.records import AdmissionError, Decision, Tracked, admission_text
+from nri_cpumgr.cm.records import (
+    AdmissionError,
+    Decision,
+    Tracked,
+    admission_text,
+    kubelet_admission_text,
+)
 from nri_cpumgr.cm.topologymanager import ERROR_TOPOLOGY_AFFINITY, TopologyManager
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.jsontext import RawJSON, encode
@@ -81,11 +87,6 @@ class PodAdmission:
                    frozenset(str(n) for n in doc["containers"]),
                    frozenset(str(n) for n in doc.get("pinned") or ()))
 
-
-#: the allocation errors the kubelet's admission result names by their type (an
-#: admission.Error: cpumanager SMTAlignmentError, admission EmptyPodSharedPoolError, v1.37.2);
-#: any other is an UnexpectedAdmissionError
-_TYPED_ADMISSION_ERRORS = frozenset({"SMTAlignmentError", "EmptyPodSharedPoolError"})
 
 #: :meth:`ContainerManager.synchronize`'s ``plain`` containers: (container id, pod uid,
 #: name, cpuset the runtime reports)
@@ -397,11 +398,7 @@ class ContainerManager:
             # the kubelet's pod admission result as is (reason: message), an allocation
             # error without an admission type included (UnexpectedAdmissionError, "Allocate
             # failed due to <error>, which is unexpected": admission.GetPodAdmitResult)
-            err = result.error
-            if err is not None and type(err).__name__ in _TYPED_ADMISSION_ERRORS:
-                text = admission_text(err)
-            else:
-                text = f"{result.reason}: {result.message}"
+            text = kubelet_admission_text(result.reason, result.message, result.error)
             rec = PodAdmission(text, names)
             log.info("pod %s/%s refused at admission: %s", info.namespace, info.pod_name, text)
         else:

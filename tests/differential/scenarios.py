@@ -518,7 +518,9 @@ def _compare(kubelet: dict[str, Any], ours: dict[str, Any]) -> list[dict[str, An
                         "kubelet": _verdict(k), "plugin": _verdict(p)})
             break  # the states part here: what follows is a consequence
         if not k.get("admitted"):
-            if k.get("reason") != p.get("reason"):
+            # (an UnexpectedAdmissionError names no kind: its message says what failed)
+            if k.get("reason") != p.get("reason") or (
+                    k.get("reason") == "UnexpectedAdmissionError" and _verdict(k) != _verdict(p)):
                 d = {"kind": "reason", "event": i, "what": k["pod"],
                      "kubelet": _verdict(k), "plugin": _verdict(p)}
                 if k.get("memoryUnsatisfiable"):

@@ -49,7 +49,13 @@ from nri_cpumgr.cm.podresources.policy import (
     text_no_memory_for_shared,
     validate_pod_scope,
 )
-from nri_cpumgr.cm.records import AdmissionError, Decision, Tracked, admission_text
+from nri_cpumgr.cm.records import (
+    AdmissionError,
+    Decision,
+    Tracked,
+    admission_text,
+    kubelet_admission_text,
+)
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.podmodel import ContainerSpec, Pod, QOSClass
 from nri_cpumgr.podmodel.nri import ContainerInfo, Resources
@@ -348,7 +354,9 @@ class PodLevelManager:
             if cm.memory is not None:
                 cm.memory.policy.remove_container(cm.memory.state, uid, POD_ENTRY)
             cm.tm.remove_container(_bubble_id(uid))
-            raise AdmissionError(admission_text(e)) from None
+            raise AdmissionError(kubelet_admission_text(
+                "UnexpectedAdmissionError", f"Allocate failed due to {e}, which is unexpected",
+                e)) from None
 
     def _sidecars_before(self, uid: str, facts: PodSpecFacts, name: str) -> CPUSet:
         """The slices of the pod's sidecars listed before init container ``name``."""
@@ -413,6 +421,9 @@ class PodLevelManager:
             if smt_error is not None:
                 raise AdmissionError(admission_text(smt_error))
             assert result.error is not None
+            if info.pod_spec is not None:  # the pod admitted whole: the kubelet's text
+                raise AdmissionError(kubelet_admission_text(
+                    result.reason, result.message, result.error))
             raise AdmissionError(admission_text(result.error))
         cm.tm.add_container(pod, POD_ENTRY, _bubble_id(uid))
         if not allocated:
