@@ -157,6 +157,10 @@ class ContainerManager:
         #: pod uid -> its whole-pod admission (pods whose spec was known at their first
         #: container); see :meth:`admit`
         self.admissions: dict[str, PodAdmission] = {}
+        #: admit a pod whole when its spec is known (False: container by container even
+        #: then, the plugin's behaviour before whole-pod admission: the differential's
+        #: ``nri-alone`` mode)
+        self.whole_pod_admission = True
         self._synchronizing = False  # (a Synchronize admits no pod whole: it exists)
 
     # ------------------------------------------------------------------ queries
@@ -350,7 +354,7 @@ class ContainerManager:
         resources); in pod scope its budget is nri_cpumgr.cm.podresources' business, and
         without the gates the kubelet's managers skip the pod."""
         spec = info.pod_spec
-        if spec is None or info.qos is not QOSClass.GUARANTEED:
+        if spec is None or info.qos is not QOSClass.GUARANTEED or not self.whole_pod_admission:
             return False
         if spec.pod_level and (self.pod_level is None or self.pod_level.scope == "pod"):
             return False

@@ -26,8 +26,9 @@ the plugin as its API-server pod watch gives them (``podSpecSource: apiServer``,
 nri_cpumgr.podmodel.spec). ``"mode"`` (optional) says how much of the spec the plugin
 knows: ``"as-deployed"`` (default: the deployed DaemonSet's pod watch, every pod's spec, so
 each pod is admitted whole at its first container, as the kubelet admits it) or
-``"nri-alone"`` (no spec for a pod without ``.spec.resources``: container by container, as
-the plugin decides without a pod spec source or when the API server is away).
+``"nri-alone"`` (container by container, as the plugin decides without a pod spec source or
+when the API server is away; the spec's facts about ``.spec.resources`` are still used, as
+before whole-pod admission, so that pod-level pods are told from their look-alikes).
 
 Output (:func:`run_scenario`), the oracle's shape: ``{"name", "events": [{"op", "pod",
 "admitted", "reason", "message", "containers": [{"name", "cpus", "exclusive", "mems",
@@ -40,7 +41,6 @@ kubelet's admission reason (the error type name: TopologyAffinityError, SMTAlign
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -116,6 +116,7 @@ def run_scenario(doc: Mapping[str, Any]) -> dict[str, Any]:
         out["configError"] = f"scenario mode {mode!r}: expected one of {', '.join(MODES)}"
         return out
     m = planner.manager
+    m.whole_pod_admission = mode != "nri-alone"
     live: dict[str, tuple[str, list[str]]] = {}  # pod name -> (uid, container ids)
     names: dict[tuple[str, str], str] = {}  # (pod, container) -> id
     seq = 0
@@ -133,8 +134,6 @@ def run_scenario(doc: Mapping[str, Any]) -> dict[str, Any]:
             er: dict[str, Any] = {"op": op, "pod": pod.name, "admitted": True, "containers": []}
             started: list[str] = []
             infos = container_infos(pod, ids, ev.get("cri"))
-            if mode == "nri-alone" and not (pod.facts is not None and pod.facts.pod_level):
-                infos = [dataclasses.replace(i, pod_spec=None) for i in infos]
             for c, info in zip(pod.containers, infos, strict=True):
                 try:
                     d = m.admit(info)

@@ -259,7 +259,8 @@ class PodLevelManager:
         bubble = self.bubble(uid)
         if bubble is None:
             bubble = self._take_bubble(info, device_numa)
-            if bubble and cm.static and facts is not None and facts.pod_level:
+            if (bubble and cm.static and facts is not None and facts.pod_level
+                    and cm.whole_pod_admission):
                 self._partition(info, bubble)
         mems = self.pod_mems(uid, bubble)
         existing = cm.state.get_cpuset(uid, name)
@@ -421,7 +422,8 @@ class PodLevelManager:
             if smt_error is not None:
                 raise AdmissionError(admission_text(smt_error))
             assert result.error is not None
-            if info.pod_spec is not None:  # the pod admitted whole: the kubelet's text
+            if info.pod_spec is not None and cm.whole_pod_admission:
+                # the pod admitted whole: the kubelet's text
                 raise AdmissionError(kubelet_admission_text(
                     result.reason, result.message, result.error))
             raise AdmissionError(admission_text(result.error))
