@@ -424,6 +424,7 @@ class ContainerManager:
         is gone (released by a removal of the container): the per-container rules then."""
         if rec.refused is not None:
             raise AdmissionError(rec.refused)
+        self._release_finished_init_memory(info)
         key = info.key
         cpus = self.state.get_cpuset(*key) if self.static else None
         mem = self.memory.get_memory(*key) if self.memory is not None else None
@@ -447,6 +448,30 @@ class ContainerManager:
         self.track(info.id, Tracked(info, False, None, mems=mems))
         pool = self.shared_pool() if self.static else None
         return Decision(info.id, pool, mems=mems, quota=_restored_quota(info))
+
+    def _release_finished_init_memory(self, info: ContainerInfo) -> None:
+        """A container of a pod admitted whole starts: the regular init containers listed
+        before it have run to completion, and the Memory Manager gives their memory back
+        for other pods (memorymanager memory_manager.go AddContainer, v1.37.2); their CPUs
+        stay assigned (the CPU manager's AddContainer keeps them)."""
+        spec = info.pod_spec
+        if self.memory is None or spec is None:
+            return
+        uid = info.pod_uid
+        for n in spec.init_containers:
+            if n == info.name:
+                break
+            c = spec.container(n)
+            if c is None or c.restartable or self.memory.get_memory(uid, n) is None:
+                continue
+            self.memory.policy.remove_container(self.memory.state, uid, n)
+            for cid, ref in list(self.memory.container_map.items()):
+                if ref == (uid, n):
+                    del self.memory.container_map[cid]
+            t = self.containers.get(self.owner.get((uid, n), ""))
+            if t is not None and t.exclusive:
+                continue  # (its CPUs keep it the owner)
+            self.owner.pop((uid, n), None)
 
     def admission_path(self, info: ContainerInfo) -> tuple[str, Pod]:
         """How :meth:`admit` would decide ``info`` now, and the pod its admission sees:
