@@ -412,11 +412,15 @@ def double_assigned(s: dict[str, Any], answer: dict[str, Any]) -> tuple[int, str
     holds: an exclusive container's (or a pod-level pod's) CPUs overlapping those of
     another pod not deleted or of a sidecar or app container of its own pod, or a shared
     pool holding such a CPU; ``(event index, what)``, or None. A regular init container's
-    CPUs count as released (the plugin releases a finished init container's:
-    ``finished-init-released``); an exited container keeps its CPUs until its pod is
+    CPUs count as released in ``nri-alone`` mode (the plugin releases a finished init
+    container's: ``finished-init-released``), as held by its pod (reusable by its pod's
+    later containers only) as deployed, as the kubelet keeps them; an exited container
+    keeps its CPUs until its pod is
     deleted, on both sides (the kubelet's state keeps the assignment; the plugin
     releases a stopped container's only when its pod's next container is created)."""
     held: dict[str, dict[str, set[int]]] = {}  # pod -> container (or "" for the pod) -> CPUs
+    keep_init = s.get("mode", MODES[0]) != "nri-alone"
+    init_key = "\0init:"  # (a regular init container's CPUs, held against other pods only)
     # (an answer of a refused config has no events)
     for i, (ev, r) in enumerate(zip(s.get("events", []), answer.get("events", []),
                                     strict=False)):
@@ -445,13 +449,16 @@ def double_assigned(s: dict[str, Any], answer: dict[str, Any]) -> tuple[int, str
                                    f"{sorted(cpus & others)} another pod holds")
                     # its pod's sidecars and app containers run together: exclusive CPUs
                     # of theirs are no one else's (a regular init container's are reused)
-                    siblings = set().union(*(v for k, v in mine.items() if k))
+                    siblings = set().union(*(v for k, v in mine.items()
+                                             if k and not k.startswith(init_key)))
                     if cpus & siblings:
                         return i, (f"{r['pod']}/{c['name']} got CPUs "
                                    f"{sorted(cpus & siblings)} another container of its "
                                    "pod holds")
                     if c["name"] not in init:
                         mine[c["name"]] = cpus
+                    elif keep_init:
+                        mine[init_key + c["name"]] = cpus
             if mine.get("", set()) & others:
                 return i, f"{r['pod']} got pod CPUs {sorted(mine[''] & others)} another pod holds"
             held[r["pod"]] = mine
@@ -598,6 +605,11 @@ def known_difference(s: dict[str, Any], diffs: list[dict[str, Any]],
     known = known if known is not None else load_known()
     if s.get("mode", MODES[0]) != "nri-alone":  # the plugin knew the pod: no NRI-imposed class
         known = [k for k in known if k["id"] not in NRI_IMPOSED]
+        # admitted whole, a shared container starts on the shared pool after its pod's
+        # admission: at an event with another difference (an exclusive container's CPUs,
+        # mems, a refusal), a shared container's cpuset differing is its consequence
+        other = {d.get("event") for d in diffs if d["kind"] != "shared-cpus"}
+        diffs = [d for d in diffs if d["kind"] != "shared-cpus" or d.get("event") not in other]
     ids: list[str] = []
     for d in diffs:
         kid = _explained(s, d, known, diffs)
