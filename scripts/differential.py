@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         by_known: collections.Counter[str] = collections.Counter()
         kinds: collections.Counter[str] = collections.Counter()
         reported: list[dict[str, Any]] = []
+        mismatched: list[int] = []  # seeds of undocumented mismatches (the first 200)
         t0 = time.monotonic()
         done = 0
         seed = args.seed
@@ -110,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     verdict = "MISMATCH"
                     kinds[diffs[0]["kind"]] += 1
+                    if len(mismatched) < 200:
+                        mismatched.append(seed)
                     if len(reported) < args.max_report:
                         reported.append(report_mismatch(oracle, s, diffs, sys.stderr))
             for a in S.areas(s):
@@ -126,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             "kubernetes": k.get("kubernetes") if done else None,
             "areas": {a: dict(c) for a, c in counts.items() if c},
             "documented": dict(by_known), "undocumented_by_kind": dict(kinds),
+            "undocumented_seeds": mismatched,
         }
         if args.json:
             print(json.dumps(summary, indent=1))
