@@ -21,8 +21,9 @@ Life cycle (kubelet semantics, cpu_manager.go and policy_static.go):
   and every container's decision is recorded in the managers' states
   (:attr:`ContainerManager.admissions`); each later CreateContainer of the pod applies its
   recorded decision, and a refused pod has every container refused with the kubelet's error.
-  A finished init container keeps its CPUs and memory for the pod's life, as the kubelet's.
-  Without the spec, container by container (today's NRI-alone path).
+  A finished init container keeps its CPUs for the pod's life and gives its memory back when
+  the pod's next container starts, as the kubelet's managers do. Without the spec, container
+  by container (the NRI-alone path).
 * The manager decides the shared pool; moving the running shared-pool containers onto it
   is not its business (nri_cpumgr.poolsync does that after the replies), so no event costs
   work over all tracked containers.
@@ -56,6 +57,7 @@ from nri_cpumgr.podmodel.spec import qualifies_for_slice
 __all__ = ["AdmissionError", "ContainerManager", "Decision", "PodAdmission", "Tracked"]
 
 log = logging.getLogger(__name__)
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class PodAdmission:
