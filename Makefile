@@ -75,11 +75,14 @@ oracle:
 	bash scripts/build-oracle.sh
 	bash scripts/oracle/build-kubelet-checkpoint.sh >/dev/null
 
-# seeded random scenarios, the kubelet vs the plugin (DIFFERENTIAL_MINUTES, DIFFERENTIAL_SEED)
+# seeded random scenarios, the kubelet vs the plugin (DIFFERENTIAL_MINUTES, DIFFERENTIAL_SEED,
+# DIFFERENTIAL_MODE: as-deployed, the plugin knows each pod's spec, or nri-alone)
 DIFFERENTIAL_MINUTES ?= 5
 DIFFERENTIAL_SEED ?= 1
+DIFFERENTIAL_MODE ?= as-deployed
 differential: venv oracle
-	$(PY) scripts/differential.py --minutes $(DIFFERENTIAL_MINUTES) --seed $(DIFFERENTIAL_SEED)
+	$(PY) scripts/differential.py --minutes $(DIFFERENTIAL_MINUTES) --seed $(DIFFERENTIAL_SEED) \
+		--mode $(DIFFERENTIAL_MODE)
 
 # The modern node from Go modules (scripts/modern/build.sh, versions in scripts/modern/versions.env):
 # kubelet & co. 1.37.2, containerd 2.4.2, runc 1.5.3, crictl, helm; cached machine-wide in

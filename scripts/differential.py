@@ -1,8 +1,13 @@
 #!/usr/bin/env python3
 """Differential run: seeded random scenarios through the kubelet oracle and the plugin.
 
-    scripts/differential.py [-n N | --minutes M] [--seed S] [--oracle PATH] [--json]
+    scripts/differential.py [-n N | --minutes M] [--seed S] [--mode MODE] [--oracle PATH]
+                            [--json]
     scripts/differential.py --replay FILE.json     (one scenario: both answers, the diff)
+
+--mode: ``as-deployed`` (default: the plugin knows every pod's spec, as the deployed
+DaemonSet's pod watch gives it, and admits each pod whole) or ``nri-alone`` (only what NRI
+shows: container by container; the NRI-imposed documented classes apply only here).
 
 Prints per area (cpu manager options, topology manager, memory manager, pod-level,
 lifecycle) how many scenarios agree, how many differ in a documented way
@@ -72,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--minutes", type=float, default=0.0,
                     help="run for this long instead of -n")
     ap.add_argument("--seed", type=int, default=1, help="first seed (then seed+1, ...)")
+    ap.add_argument("--mode", choices=S.MODES, default=S.MODES[0],
+                    help="what the plugin knows of each pod (default: %(default)s)")
     ap.add_argument("--oracle", help="the kubelet-oracle binary (default: make oracle's)")
     ap.add_argument("--max-report", type=int, default=5,
                     help="shrink and print at most this many undocumented mismatches")
@@ -101,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         seed = args.seed
         while (done < n) if not deadline else (time.monotonic() < deadline):
             s = S.generate(seed)
+            s["mode"] = args.mode
             k, p = both(oracle, s)
             diffs = S.compare(k, p, s)
             classes = S.classify(s, diffs, known)
@@ -131,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
             seed += 1
         secs = time.monotonic() - t0
         summary = {
-            "scenarios": done, "seeds": [args.seed, seed - 1], "seconds": round(secs, 1),
+            "mode": args.mode, "scenarios": done, "seeds": [args.seed, seed - 1],
+            "seconds": round(secs, 1),
             "per_minute": round(done / secs * 60, 1) if secs else None,
             "kubernetes": k.get("kubernetes") if done else None,
             "areas": {a: dict(c) for a, c in counts.items() if c},
@@ -144,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             print(json.dumps(summary, indent=1))
         else:
-            print(f"{done} scenarios (seeds {args.seed}..{seed - 1}) in {secs:.0f} s "
+            print(f"{done} scenarios, mode {args.mode} (seeds {args.seed}..{seed - 1}) in "
+                  f"{secs:.0f} s "
                   f"({summary['per_minute']}/min), kubelet {summary['kubernetes']}")
             print(f"{'area':22} {'agree':>7} {'documented':>11} {'MISMATCH':>9} "
                   f"{'config refused':>15}")

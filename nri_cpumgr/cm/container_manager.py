@@ -14,6 +14,16 @@ Life cycle (kubelet semantics, cpu_manager.go and policy_static.go):
   keeps the assignment of terminated containers of active pods). They are released when the
   container is removed, when its pod sandbox is stopped or removed, or when another container of
   the same pod needs CPUs (the kubelet's reuse of finished init containers' CPUs).
+* Whole-pod admission (the pod's spec known, :class:`~nri_cpumgr.podmodel.spec.PodSpecFacts`
+  from a pod spec source): at the pod's first CreateContainer the Topology Manager admits the
+  WHOLE pod as the kubelet does at pod admission (hints per scope; every init then app
+  container allocated in order, init containers' CPUs and memory reused by the later ones),
+  and every container's decision is recorded in the managers' states
+  (:attr:`ContainerManager.admissions`); each later CreateContainer of the pod applies its
+  recorded decision, and a refused pod has every container refused with the kubelet's error.
+  A finished init container keeps its CPUs for the pod's life and gives its memory back when
+  the pod's next container starts, as the kubelet's managers do. Without the spec, container
+  by container (the NRI-alone path).
 * The manager decides the shared pool; moving the running shared-pool containers onto it
   is not its business (nri_cpumgr.poolsync does that after the replies), so no event costs
   work over all tracked containers.
@@ -29,7 +39,13 @@ from typing import Any
 from nri_cpumgr.cm.cpumanager import CPUManagerState, NonePolicy, StaticPolicy
 from nri_cpumgr.cm.memorymanager.manager import MemoryManager, mems_for
 from nri_cpumgr.cm.providers import CPUProvider, DeviceProvider, MemoryProvider
-from nri_cpumgr.cm.records import AdmissionError, Decision, Tracked, admission_text
+from nri_cpumgr.cm.records import (
+    AdmissionError,
+    Decision,
+    Tracked,
+    admission_text,
+    kubelet_admission_text,
+)
 from nri_cpumgr.cm.topologymanager import ERROR_TOPOLOGY_AFFINITY, TopologyManager
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.jsontext import RawJSON, encode
@@ -38,9 +54,41 @@ from nri_cpumgr.podmodel.nri import ContainerInfo, Resources
 from nri_cpumgr.podmodel.spec import qualifies_for_slice
 
 # AdmissionError and Decision (nri_cpumgr.cm.records) are still importable from here
-__all__ = ["AdmissionError", "ContainerManager", "Decision", "Tracked"]
+__all__ = ["AdmissionError", "ContainerManager", "Decision", "PodAdmission", "Tracked"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PodAdmission:
+    """The record of a whole-pod admission (:meth:`ContainerManager.admit` with the pod's
+    spec). ``refused``: the kubelet's refusal text (``"<Reason>: <message>"``) every
+    container of the pod gets, None when admitted; ``containers``: every init and app
+    container's name; ``pinned``: those the admission gave exclusive CPUs or memory (their
+    decisions are the managers' state entries)."""
+
+    refused: str | None
+    containers: frozenset[str]
+    pinned: frozenset[str] = frozenset()
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"containers": sorted(self.containers)}
+        if self.refused is not None:
+            out["refused"] = self.refused
+        if self.pinned:
+            out["pinned"] = sorted(self.pinned)
+        return out
+
+    @classmethod
+    def from_json(cls, doc: Any) -> PodAdmission:
+        """Raises ValueError for another shape."""
+        if not isinstance(doc, dict) or not isinstance(doc.get("containers"), list):
+            raise ValueError("expected {containers: [...], refused?, pinned?}")
+        refused = doc.get("refused")
+        return cls(str(refused) if refused is not None else None,
+                   frozenset(str(n) for n in doc["containers"]),
+                   frozenset(str(n) for n in doc.get("pinned") or ()))
+
 
 #: :meth:`ContainerManager.synchronize`'s ``plain`` containers: (container id, pod uid,
 #: name, cpuset the runtime reports)
@@ -108,6 +156,14 @@ class ContainerManager:
             PodLevelManager(self, scope) if pod_level_enabled(feature_gates) else None
         )
         self.resizer = Resizer(self, feature_gates)
+        #: pod uid -> its whole-pod admission (pods whose spec was known at their first
+        #: container); see :meth:`admit`
+        self.admissions: dict[str, PodAdmission] = {}
+        #: admit a pod whole when its spec is known (False: container by container even
+        #: then, the plugin's behaviour before whole-pod admission: the differential's
+        #: ``nri-alone`` mode)
+        self.whole_pod_admission = True
+        self._synchronizing = False  # (a Synchronize admits no pod whole: it exists)
 
     # ------------------------------------------------------------------ queries
     def shared_pool(self) -> CPUSet:
@@ -227,7 +283,15 @@ class ContainerManager:
         if not self.managed:
             self.track(info.id, Tracked(info, False, None))
             return Decision(info.id, None)
-        self._release_stopped_of_pod(info.pod_uid, keep=info.name)
+        rec = self.admissions.get(info.pod_uid)
+        if rec is None and self._whole_pod(info):
+            rec = self._admit_pod(info, device_numa)
+        if rec is not None and info.name in rec.containers:
+            d = self._apply_admission(info, rec)
+            if d is not None:
+                return d
+        elif rec is None:
+            self._release_stopped_of_pod(info.pod_uid, keep=info.name)
         if self.pod_level is not None:
             d = self.pod_level.admit(info, device_numa)
             if d is not None:
@@ -280,6 +344,159 @@ class ContainerManager:
         self.track(info.id, Tracked(info, False, None, mems=mems))
         pool = self.shared_pool() if self.static else None
         return Decision(info.id, pool, mems=mems, quota=_restored_quota(info))
+
+    # ------------------------------------------------------------ whole-pod admission
+    def _whole_pod(self, info: ContainerInfo) -> bool:
+        """Whether ``info``'s pod is admitted whole now: its spec is known and names the
+        container, it is Guaranteed (nothing else is pinned) and this is its first container
+        (nothing of it is tracked or held: a pod the plugin met container by container, or
+        before a restart without a record, stays on that path). A pod with
+        ``.spec.resources`` only when the pod-level resource managers allocate it container
+        by container (container scope, or Topology Manager policy none: each container's own
+        resources); in pod scope its budget is nri_cpumgr.cm.podresources' business, and
+        without the gates the kubelet's managers skip the pod."""
+        spec = info.pod_spec
+        if spec is None or info.qos is not QOSClass.GUARANTEED or not self.whole_pod_admission:
+            return False
+        if spec.pod_level and (self.pod_level is None or self.pod_level.scope == "pod"):
+            return False
+        if self._synchronizing:
+            return False
+        if spec.container(info.name) is None or info.pod_uid in self._by_pod:
+            return False
+        if self.state.assignments.get(info.pod_uid):
+            return False
+        return not (self.memory is not None
+                    and self.memory.state.get_memory_assignments().get(info.pod_uid))
+
+    def _spec_pod(self, info: ContainerInfo) -> Pod:
+        """The whole pod as its spec gives it: init containers in order, then the app
+        containers (the kubelet's admission order)."""
+        spec = info.pod_spec
+        assert spec is not None
+        inits = set(spec.init_containers)
+        return Pod(
+            uid=info.pod_uid, name=info.pod_name, namespace=info.namespace,
+            init_containers=tuple(spec.containers[n] for n in spec.init_containers),
+            containers=tuple(c for n, c in spec.containers.items() if n not in inits),
+            qos=info.qos, pod_level_resources=spec.pod_level,
+        )
+
+    def _admit_pod(self, info: ContainerInfo, device_numa: frozenset[int]) -> PodAdmission:
+        """The kubelet's pod admission for ``info``'s whole pod (topologymanager
+        scope_container.go / scope_pod.go Admit, then each provider's Allocate per container
+        in order: cpumanager policy_static.go Allocate with cpusToReuse, memorymanager
+        policy_static.go Allocate with the init containers' reusable memory, v1.37.2),
+        recorded in :attr:`admissions`. A refused pod's allocations are released (the
+        kubelet's stale-state removal at its next admission). ``device_numa``: the NUMA
+        nodes of this container's devices (the other containers' are not known yet)."""
+        pod = self._spec_pod(info)
+        names = frozenset(c.name for c in pod.init_containers + pod.containers)
+        if device_numa:
+            self.devices.current[info.key] = frozenset(device_numa)
+        result = self.tm.admit(pod)
+        self.cpu_provider.allocated.clear()
+        uid = pod.uid
+        if not result.admit:
+            for n in names:
+                self._release(uid, n)
+            self.tm.scope.forget_pod(uid)
+            # the kubelet's pod admission result as is (reason: message), an allocation
+            # error without an admission type included (UnexpectedAdmissionError, "Allocate
+            # failed due to <error>, which is unexpected": admission.GetPodAdmitResult)
+            text = kubelet_admission_text(result.reason, result.message, result.error)
+            rec = PodAdmission(text, names)
+            log.info("pod %s/%s refused at admission: %s", info.namespace, info.pod_name, text)
+        else:
+            held = set(self.state.assignments.get(uid, ()))
+            if self.memory is not None:
+                held |= set(self.memory.state.get_memory_assignments().get(uid, ()))
+            rec = PodAdmission(None, names, frozenset(held & names))
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("pod %s/%s admitted whole: %s", info.namespace, info.pod_name, {
+                    n: str(self.state.get_cpuset(uid, n) or "shared")
+                    for n in sorted(names)})
+        self.admissions[uid] = rec
+        return rec
+
+    def _apply_admission(self, info: ContainerInfo, rec: PodAdmission) -> Decision | None:
+        """A container of a pod admitted whole gets its recorded decision: its CPUs and
+        memory from the managers' states (entries of the admission), else the shared pool as
+        it is now; a refused pod's, the kubelet's error. None when a pinned container's entry
+        is gone (released by a removal of the container): the per-container rules then."""
+        if rec.refused is not None:
+            raise AdmissionError(rec.refused)
+        self._release_finished_init_memory(info)
+        key = info.key
+        cpus = self.state.get_cpuset(*key) if self.static else None
+        mem = self.memory.get_memory(*key) if self.memory is not None else None
+        if info.name in rec.pinned and cpus is None and mem is None:
+            return None
+        self.tm.add_container(Pod(uid=info.pod_uid), info.name, info.id)
+        if mem is not None and self.memory is not None:
+            self.memory.container_map[info.id] = key
+        old = self.owner.get(key)
+        if old is not None and old != info.id:
+            self.untrack(old)  # a restart replaces the stopped container
+        if cpus is not None:
+            cpus = CPUSet(cpus)
+        mems = self.mems(key, cpus)
+        if cpus:
+            self.owner[key] = info.id
+            self.track(info.id, Tracked(info, True, cpus, mems=mems))
+            return Decision(info.id, cpus, exclusive=True, mems=mems)
+        if mems is not None:
+            self.owner[key] = info.id
+        self.track(info.id, Tracked(info, False, None, mems=mems))
+        pool = self.shared_pool() if self.static else None
+        return Decision(info.id, pool, mems=mems, quota=_restored_quota(info))
+
+    def _release_finished_init_memory(self, info: ContainerInfo) -> None:
+        """A container of a pod admitted whole starts: the regular init containers listed
+        before it have run to completion, and the Memory Manager gives their memory back
+        for other pods (memorymanager memory_manager.go AddContainer, v1.37.2); their CPUs
+        stay assigned (the CPU manager's AddContainer keeps them)."""
+        spec = info.pod_spec
+        if self.memory is None or spec is None:
+            return
+        uid = info.pod_uid
+        for n in spec.init_containers:
+            if n == info.name:
+                break
+            c = spec.container(n)
+            if c is None or c.restartable or self.memory.get_memory(uid, n) is None:
+                continue
+            self.memory.policy.remove_container(self.memory.state, uid, n)
+            for cid, ref in list(self.memory.container_map.items()):
+                if ref == (uid, n):
+                    del self.memory.container_map[cid]
+            t = self.containers.get(self.owner.get((uid, n), ""))
+            if t is not None and t.exclusive:
+                continue  # (its CPUs keep it the owner)
+            self.owner.pop((uid, n), None)
+
+    def admission_path(self, info: ContainerInfo) -> tuple[str, Pod]:
+        """How :meth:`admit` would decide ``info`` now, and the pod its admission sees:
+        ``("whole-pod", the spec's whole pod)`` (its pod's first container, spec known),
+        ``("recorded", the spec's whole pod)`` (its pod was admitted whole: the recorded
+        decision) or ``("per-container", this container plus, in pod scope, the pod's live
+        ones)``. For ``explain`` and ``plan``; changes nothing."""
+        rec = self.admissions.get(info.pod_uid)
+        if rec is not None and info.name in rec.containers and info.pod_spec is not None:
+            return "recorded", self._spec_pod(info)
+        if rec is None and self.managed and self._whole_pod(info):
+            return "whole-pod", self._spec_pod(info)
+        return "per-container", self._admission_pod(info)
+
+    def restore_admissions(self, body: Mapping[str, Any] | None) -> None:
+        """Take the whole-pod admissions back from a checkpoint body (its ``admittedPods``
+        section): the later containers of a pod admitted before a restart keep their
+        recorded decisions. Malformed records are skipped (logged)."""
+        for uid, doc in ((body or {}).get("admittedPods") or {}).items():
+            try:
+                self.admissions[str(uid)] = PodAdmission.from_json(doc)
+            except ValueError as e:
+                log.warning("checkpoint: admitted pod %s skipped: %s", uid, e)
 
     def _admission_pod(self, info: ContainerInfo) -> Pod:
         """The pod as admission sees it: this container, plus (pod scope) the pod's other
@@ -368,6 +585,8 @@ class ContainerManager:
             self.tm.remove_container(cid)
         if self.pod_level is not None:
             self.pod_level.pod_removed(pod_uid)
+        if self.admissions.pop(pod_uid, None) is not None:
+            self.tm.scope.forget_pod(pod_uid)  # hints of containers never created
         self.resizer.forget(pod_uid)
         names = set(self.state.assignments.get(pod_uid, {}))
         if self.memory is not None:
@@ -446,7 +665,11 @@ class ContainerManager:
         if self.pod_level is not None:
             self.pod_level.adopt(pending)
         rest = self._adopt_applied_cpusets(pending)
-        self._admit_rest(rest, device_numa or {}, updates)
+        self._synchronizing = True
+        try:
+            self._admit_rest(rest, device_numa or {}, updates)
+        finally:
+            self._synchronizing = False
         if self.pod_level is not None:
             self.pod_level.after_synchronize(updates)
         if self.static:
@@ -469,6 +692,8 @@ class ContainerManager:
     def _forget_gone_pods(self, pods: set[str]) -> None:
         """Release the CPU and memory assignments of the pods not in ``pods`` (the pod
         sandboxes the runtime still has): a pod deleted while the plugin was away."""
+        for uid in [u for u in self.admissions if u not in pods]:
+            del self.admissions[uid]
         for uid in list(self.state.assignments):
             if uid not in pods:
                 for name in list(self.state.assignments[uid]):
@@ -686,7 +911,7 @@ class ContainerManager:
 
         uid = i.pod_uid
         conts = self.state.assignments.get(uid, {})
-        if not conts or POD_ENTRY in conts:
+        if not conts or POD_ENTRY in conts or uid in self.admissions:
             return
         cur = CPUSet.parse(i.cpus)
         if len(cur) != i.spec().guaranteed_cpus():
@@ -747,6 +972,12 @@ class ContainerManager:
         return True
 
     def _release_stopped_of_pod(self, pod_uid: str, keep: str) -> None:
+        """NRI alone (no record of a whole-pod admission): the pod's stopped pinned
+        containers other than ``keep`` release what they hold (the runtime does not say
+        which are finished init containers). A pod admitted whole keeps them, as the
+        kubelet does for the pod's life."""
+        if pod_uid in self.admissions:
+            return
         for cid, t in self.pod_containers(pod_uid):
             i = t.info
             pinned = t.exclusive or t.mems is not None
@@ -792,6 +1023,8 @@ class ContainerManager:
             out["podPools"] = self.pod_level.pools()
         if self.resizer.resized:
             out["resized"] = self.resizer.rows()
+        if self.admissions:
+            out["admittedPods"] = {uid: r.to_json() for uid, r in self.admissions.items()}
         return out
 
 

@@ -65,3 +65,20 @@ def admission_text(e: Exception) -> str:
     name = type(e).__name__
     text = str(e)
     return text if text.startswith(name) else f"{name}: {text}"
+
+
+#: the allocation errors the kubelet's admission result names by their type (an
+#: admission.Error: cpumanager SMTAlignmentError, admission EmptyPodSharedPoolError, v1.37.2);
+#: any other is an UnexpectedAdmissionError
+TYPED_ADMISSION_ERRORS = frozenset({"SMTAlignmentError", "EmptyPodSharedPoolError"})
+
+
+def kubelet_admission_text(reason: str, message: str, error: BaseException | None) -> str:
+    """The kubelet's pod admission result as one text, ``"<reason>: <message>"``, from a
+    refused Topology Manager admission (its ``reason``, ``message`` and the allocating
+    provider's ``error``): a typed error (:data:`TYPED_ADMISSION_ERRORS`) by its type name
+    and text, any other as the result has it (``UnexpectedAdmissionError: Allocate failed due
+    to <error>, which is unexpected``; kubelet admission.GetPodAdmitResult, v1.37.2)."""
+    if error is not None and type(error).__name__ in TYPED_ADMISSION_ERRORS:
+        return admission_text(error)  # type: ignore[arg-type]
+    return f"{reason}: {message}"

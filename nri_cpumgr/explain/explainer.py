@@ -65,7 +65,20 @@ class Explainer:
         m = self.manager
         rec = self._head(info)
         pre = None
-        if m.managed and (info.qos is QOSClass.GUARANTEED or info.devices):
+        path, pod = m.admission_path(info) if m.managed else ("per-container", None)
+        if path != "per-container":
+            assert pod is not None
+            names = [c.name for c in pod.init_containers + pod.containers]
+            rec["admission"] = (
+                f"whole pod at its first container ({len(names)} containers in the "
+                f"kubelet's order: {', '.join(names)})" if path == "whole-pod" else
+                "recorded at the pod's admission (its first container)")
+        if path == "recorded":
+            aff = m.tm.get_affinity(info.pod_uid, info.name)
+            h = _hint(aff)
+            rec["affinity"] = {**h, "note": f"affinity NUMA {h['numa'] or '-'}: merged at the "
+                                            "pod's admission"}
+        elif m.managed and (info.qos is QOSClass.GUARANTEED or info.devices):
             # what admit does first (idempotent): finished containers of the pod give back
             # their CPUs, so the hints below see the state the admission sees
             m._release_stopped_of_pod(info.pod_uid, keep=info.name)
@@ -73,7 +86,7 @@ class Explainer:
                 m.devices.current[info.key] = frozenset(device_numa)
             pre = m.state.copy() if m.static else None
             rec["free"] = self._free(pre)
-            rec["hints"], rec["affinity"] = self._hints(info)
+            rec["hints"], rec["affinity"] = self._hints(info, pod)
         try:
             d = m.admit(info, device_numa)
         except AdmissionError as e:
@@ -139,9 +152,13 @@ class Explainer:
             out[str(n)] = str(free & topo.cpus_in_numa_nodes([n]))
         return out
 
-    def _hints(self, info: ContainerInfo) -> tuple[dict[str, Any], dict[str, Any]]:
+    def _hints(self, info: ContainerInfo, pod: Any = None
+               ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The providers' hints and the policy's merge for ``info`` on the pod its admission
+        sees (``pod``: the whole pod of a whole-pod admission; default, the per-container
+        one)."""
         m = self.manager
-        pod = m._admission_pod(info)
+        pod = pod if pod is not None else m._admission_pod(info)
         scope = m.tm.scope
         if m.tm.policy_name == "none":
             return {}, {"numa": "", "preferred": False, "admit": True,
@@ -312,6 +329,8 @@ def render(rec: Mapping[str, Any]) -> list[str]:
                  f"reserved {cfg.get('reservedCpus') or '-'}), topologyManagerPolicy "
                  f"{cfg.get('topologyManagerPolicy')}/{cfg.get('topologyManagerScope')}, "
                  f"memoryManagerPolicy {cfg.get('memoryManagerPolicy')}")
+    if rec.get("admission"):
+        lines.append(f"admission: {rec['admission']}")
     if rec.get("free"):
         lines.append("free before: " + ", ".join(
             f"NUMA {n}: {c or '-'} ({len(CPUSet.parse(c))})" for n, c in rec["free"].items()))

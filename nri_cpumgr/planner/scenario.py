@@ -23,7 +23,12 @@ then deleted (its other containers released), as the kubelet never runs a pod it
 
 The pod's spec facts (``.spec.resources``, each container's own resources) are passed to
 the plugin as its API-server pod watch gives them (``podSpecSource: apiServer``,
-nri_cpumgr.podmodel.spec).
+nri_cpumgr.podmodel.spec). ``"mode"`` (optional) says how much of the spec the plugin
+knows: ``"as-deployed"`` (default: the deployed DaemonSet's pod watch, every pod's spec, so
+each pod is admitted whole at its first container, as the kubelet admits it) or
+``"nri-alone"`` (container by container, as the plugin decides without a pod spec source or
+when the API server is away; the spec's facts about ``.spec.resources`` are still used, as
+before whole-pod admission, so that pod-level pods are told from their look-alikes).
 
 Output (:func:`run_scenario`), the oracle's shape: ``{"name", "events": [{"op", "pod",
 "admitted", "reason", "message", "containers": [{"name", "cpus", "exclusive", "mems",
@@ -87,6 +92,10 @@ def _reason(text: str) -> tuple[str, str]:
     return "UnexpectedAdmissionError", text
 
 
+#: the scenario modes (``"mode"``): the plugin knows every pod's spec / only NRI's view
+MODES = ("as-deployed", "nri-alone")
+
+
 def run_scenario(doc: Mapping[str, Any]) -> dict[str, Any]:
     """Run one scenario through the plugin's managers (nri_cpumgr.planner.plan.Planner);
     the result in the oracle's shape (module docstring). Never raises for a bad config or
@@ -102,7 +111,12 @@ def run_scenario(doc: Mapping[str, Any]) -> dict[str, Any]:
     except (ConfigError, ValueError, KeyError, TypeError) as e:
         out["configError"] = str(e)
         return out
+    mode = doc.get("mode") or MODES[0]
+    if mode not in MODES:
+        out["configError"] = f"scenario mode {mode!r}: expected one of {', '.join(MODES)}"
+        return out
     m = planner.manager
+    m.whole_pod_admission = mode != "nri-alone"
     live: dict[str, tuple[str, list[str]]] = {}  # pod name -> (uid, container ids)
     names: dict[tuple[str, str], str] = {}  # (pod, container) -> id
     seq = 0

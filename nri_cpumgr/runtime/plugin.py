@@ -181,6 +181,7 @@ class Plugin:
             self.explanations = Checkpoint(config.state_path(EXPLANATIONS_NAME))
             self.explainer = Explainer(self.manager, config)
         self.manager.resizer.restore(body)  # promised CPUs of resized containers
+        self.manager.restore_admissions(body)  # pods admitted whole (their later containers)
         if self.pool_sync is not None:
             self.pool_sync.close()
         self.pool_sync = SharedPoolSync(
@@ -282,11 +283,12 @@ class Plugin:
 
     def _with_pod_spec(self, info: ContainerInfo) -> ContainerInfo:
         """``info`` with its pod's spec facts when a source has them (only a Guaranteed
-        container under the static policy can be decided differently with them). Waits at
-        most ``podSpecWait`` for a pod the connected watch has not shown yet; without them
-        the container is decided from NRI alone (said once per pod)."""
+        container under the static CPU or Memory Manager policy can be decided differently
+        with them: its pod is admitted whole). Waits at most ``podSpecWait`` for a pod the
+        connected watch has not shown yet; without them the container is decided from NRI
+        alone, container by container (said once per pod)."""
         store = self.pod_specs
-        if store is None or info.qos is not QOSClass.GUARANTEED or not self.manager.static:
+        if store is None or info.qos is not QOSClass.GUARANTEED or not self.manager.managed:
             return info
         facts = store.wait(info.pod_uid, self._spec_wait)
         if facts is not None:

@@ -444,11 +444,15 @@ def double_assigned(s: dict[str, Any], answer: dict[str, Any]) -> tuple[int, str
     overlapping the exclusive CPUs of another pod not deleted, an exclusive container's
     overlapping those of a sidecar or app container of its own pod, or a shared pool
     holding such a CPU; ``(event index, what)``, or None. A regular init container's CPUs
-    count as released (the plugin releases a finished init container's:
-    ``finished-init-released``); an exited container keeps its CPUs until its pod is
+    count as released in ``nri-alone`` mode (the plugin releases a finished init
+    container's: ``finished-init-released``), as held by its pod (reusable by its pod's
+    later containers only) as deployed, as the kubelet keeps them; an exited container
+    keeps its CPUs until its pod is
     deleted, on both sides (the kubelet's state keeps the assignment; the plugin
     releases a stopped container's only when its pod's next container is created)."""
     held: dict[str, dict[str, set[int]]] = {}  # pod -> container (or "" for the pod) -> CPUs
+    keep_init = s.get("mode", MODES[0]) != "nri-alone"
+    init_key = "\0init:"  # (a regular init container's CPUs, held against other pods only)
     # (an answer of a refused config has no events)
     for i, (ev, r) in enumerate(zip(s.get("events", []), answer.get("events", []),
                                     strict=False)):
@@ -475,13 +479,16 @@ def double_assigned(s: dict[str, Any], answer: dict[str, Any]) -> tuple[int, str
                 if c.get("exclusive"):
                     # its pod's sidecars and app containers run together: exclusive CPUs
                     # of theirs are no one else's (a regular init container's are reused)
-                    siblings = set().union(*(v for k, v in mine.items() if k))
+                    siblings = set().union(*(v for k, v in mine.items()
+                                             if k and not k.startswith(init_key)))
                     if cpus & siblings:
                         return i, (f"{r['pod']}/{c['name']} got CPUs "
                                    f"{sorted(cpus & siblings)} another container of its "
                                    "pod holds")
                     if c["name"] not in init:
                         mine[c["name"]] = cpus
+                    elif keep_init:
+                        mine[init_key + c["name"]] = cpus
             if mine.get("", set()) & others:
                 return i, f"{r['pod']} got pod CPUs {sorted(mine[''] & others)} another pod holds"
             held[r["pod"]] = mine
@@ -542,14 +549,16 @@ def pool_inconsistent(s: dict[str, Any], kubelet: dict[str, Any],
                       ours: dict[str, Any]) -> tuple[int, str] | None:
     """The first event where the plugin's shared pool is not every CPU but those its live
     pods hold and the reserved CPUs the kubelet keeps out (``strict-cpu-reservation``):
-    ``(event index, what)``, or None. The plugin releases a finished (regular) init
-    container's CPUs, so they are not counted as held."""
+    ``(event index, what)``, or None. In ``nri-alone`` mode the plugin releases a finished
+    (regular) init container's CPUs, so they are not counted as held; as deployed it keeps
+    them for the pod's life, as the kubelet does."""
     r = _reserved_out_of_pool(s, kubelet)
     if r is None:
         return None
+    keep_init = s.get("mode", MODES[0]) != "nri-alone"
     every = {int(c["cpu"]) for c in s["machine"]["cpus"]}
-    for i, ((_, held), e) in enumerate(zip(_held(s, ours, False), ours.get("events") or [],
-                                           strict=False)):
+    for i, ((_, held), e) in enumerate(zip(_held(s, ours, keep_init),
+                                           ours.get("events") or [], strict=False)):
         if e.get("op") != "add":
             continue
         want = every - held - r
@@ -700,6 +709,15 @@ def _verdict(e: dict[str, Any]) -> str:
 
 
 # ------------------------------------------------------------------ known differences
+#: the plugin's modes (a scenario's ``"mode"``, nri_cpumgr.planner.scenario): it knows every
+#: pod's spec and admits each pod whole (the deployed DaemonSet's pod watch), or NRI alone
+MODES = ("as-deployed", "nri-alone")
+#: the documented classes NRI imposes (one container at a time, no init containers named):
+#: they explain a difference only in ``nri-alone`` mode
+NRI_IMPOSED = frozenset({"shared-before-exclusive", "finished-init-released",
+                         "pod-scope-one-at-a-time"})
+
+
 def load_known() -> list[dict[str, Any]]:
     return json.loads(KNOWN.read_text())["differences"]
 
@@ -716,6 +734,9 @@ def classify(s: dict[str, Any], diffs: list[dict[str, Any]],
     Nothing is documented in an answer where the plugin hands out a held CPU or keeps a
     shared pool its own allocations do not leave (:data:`NEVER_DOCUMENTED`)."""
     known = known if known is not None else load_known()
+    as_deployed = s.get("mode", MODES[0]) != "nri-alone"
+    if as_deployed:  # the plugin knew the pod: no NRI-imposed class
+        known = [k for k in known if k["id"] not in NRI_IMPOSED]
     if any(d["kind"] in NEVER_DOCUMENTED for d in diffs):
         return [None] * len(diffs)
     out: list[str | None] = []
@@ -733,6 +754,14 @@ def classify(s: dict[str, Any], diffs: list[dict[str, Any]],
                 and o["kind"] in ("admission", "cpus", "pod-cpus", "exclusive")
                 for o, c in zip(diffs, out, strict=True)):
             out[n] = CONSEQUENCE
+    if as_deployed:
+        # admitted whole, a shared container starts on the shared pool after its pod's
+        # admission: at an event with another difference (an exclusive container's CPUs,
+        # mems, a refusal), a shared container's cpuset differing is its consequence
+        other = {d.get("event") for d in diffs if d["kind"] != "shared-cpus"}
+        for n, d in enumerate(diffs):
+            if out[n] is None and d["kind"] == "shared-cpus" and d.get("event") in other:
+                out[n] = CONSEQUENCE
     return out
 
 

@@ -21,8 +21,11 @@ import pytest
 
 from tests.differential import scenarios as S
 
-#: the fixed-seed subset `make test` runs (the full run: `make differential`)
+#: the fixed-seed subset `make test` runs in each mode (the full run: `make differential`):
+#: every seed as deployed (the plugin knows each pod's spec), the first half NRI alone
 SEEDS = range(1, int(os.environ.get("NRI_DIFFERENTIAL_SEEDS", "120")) + 1)
+MODE_SEEDS = [("as-deployed", s) for s in SEEDS] + [
+    ("nri-alone", s) for s in SEEDS[: max(1, len(SEEDS) // 2)]]
 
 
 @pytest.fixture(scope="module")
@@ -72,25 +75,20 @@ def test_oracle_answers_a_known_case(oracle: S.Oracle) -> None:
 
 
 #: seeds of the subset with an undocumented difference found once the documented classes
-#: required their evidence (docs/development/differential.md, "Open"): real differences
-#: between the plugin's NRI-alone path and the kubelet, for whole-pod admission to remove;
-#: strict, so a fix shows (the seed then passes and must leave this list)
-OPEN = {
-    88: "finished init container's CPUs reused by another app container than the kubelet's",
-    94: "pod scope + full-pcpus-only: the SMT alignment error counts the pod's CPUs",
-    110: "pod scope + restricted + align-by-socket: the plugin refuses a pod the kubelet admits",
-}
+#: required their evidence (docs/development/differential.md, "Open"), per mode; strict, so a
+#: fix shows (the seed then passes and must leave this list)
+OPEN: dict[tuple[str, int], str] = {}
 
 
-@pytest.mark.parametrize("seed", [pytest.param(s, marks=pytest.mark.xfail(
-    reason=OPEN[s], strict=True)) if s in OPEN else s for s in SEEDS])
-def test_seeded_scenario(oracle: S.Oracle, seed: int) -> None:
-    s = S.generate(seed)
+@pytest.mark.parametrize(("mode", "seed"), [pytest.param(m, s, marks=pytest.mark.xfail(
+    reason=OPEN[m, s], strict=True)) if (m, s) in OPEN else (m, s) for m, s in MODE_SEEDS])
+def test_seeded_scenario(oracle: S.Oracle, mode: str, seed: int) -> None:
+    s = {**S.generate(seed), "mode": mode}
     diffs, known, k, p = _check(oracle, s)
     if diffs and known is None:
         first = next(d for d, c in zip(diffs, S.classify(s, diffs), strict=True) if c is None)
-        pytest.fail(f"seed {seed}: the plugin differs from the kubelet: {first}\n"
-                    f"(scripts/differential.py -n 1 --seed {seed} shrinks it)\n"
+        pytest.fail(f"seed {seed} ({mode}): the plugin differs from the kubelet: {first}\n"
+                    f"(scripts/differential.py -n 1 --seed {seed} --mode {mode} shrinks it)\n"
                     f"kubelet: {json.dumps(k)}\nplugin: {json.dumps(p)}")
 
 
@@ -109,6 +107,25 @@ def test_regression_scenario(oracle: S.Oracle, path: Path) -> None:
     else:
         assert diffs, f"{path.name}: expected the documented difference {expect}; they agree"
         assert known is not None and expect in known.split("+"), f"{diffs} is not {expect}"
+    if s.get("mode") == "nri-alone":
+        # what NRI alone imposes is gone once the plugin knows the pod (as deployed)
+        s = {**s, "mode": "as-deployed"}
+        k, p = oracle.run(s), S.plugin(s)
+        assert S.compare(k, p, s) == [], f"as deployed: kubelet {json.dumps(k)}\n" \
+            f"plugin {json.dumps(p)}"
+
+
+def test_nri_imposed_classes_only_nri_alone(oracle: S.Oracle) -> None:
+    """A difference of a class NRI imposes is documented only when the plugin decided
+    without the pod's spec (``nri-alone``); as deployed the same differences are not."""
+    for path in _regressions():
+        s = json.loads(path.read_text())
+        if s.get("expect") not in S.NRI_IMPOSED:
+            continue
+        diffs, known, _, _ = _check(oracle, s)
+        assert known is not None and s["expect"] in known.split("+"), path.name
+        got = S.known_difference({**s, "mode": "as-deployed"}, diffs)
+        assert got is None or not set(got.split("+")) & S.NRI_IMPOSED, (path.name, got)
 
 
 def test_plan_scenario_command(tmp_path: Path) -> None:

@@ -104,7 +104,9 @@ def test_refused_init_container_stops_the_pod():
     res = planner().plan(load_pods(text))
     rows = res.pods[0].containers
     assert rows[0].decision == "refused"
-    assert rows[0].error.startswith("NotEnoughCPUsError: not enough cpus available")
+    # the pod is admitted whole (plan knows the spec): the kubelet's admission result
+    assert rows[0].error.startswith(
+        "UnexpectedAdmissionError: Allocate failed due to not enough cpus available")
     assert [r.decision for r in rows[1:]] == ["not-started"] * 3
     assert res.pods[0].shared_pool_after == "0-15"
 

@@ -308,7 +308,7 @@ def test_the_container_manager_has_what_the_pod_level_managers_use():
     methods = {n for n, v in vars(ContainerManagerView).items()
                if callable(v) and not n.startswith("_")}
     assert attrs == {"policy", "state", "memory", "tm", "cpu_provider", "devices", "static",
-                     "containers", "owner"}
+                     "containers", "owner", "whole_pod_admission"}
     assert methods == {"shared_pool", "row_changed", "track", "untrack", "pod_containers",
                        "mems"}
     for name in attrs:

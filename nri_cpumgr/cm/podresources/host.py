@@ -24,7 +24,8 @@ class ContainerManagerView(Protocol):
     (None for ``memoryManagerPolicy: None``); ``tm``: the Topology Manager; ``cpu_provider``,
     ``devices``: its CPU and device hint providers; ``static``: the policy is static;
     ``containers``: container id -> record of every tracked container; ``owner``: (pod uid,
-    container name) -> id of the container holding that entry's CPUs and memory.
+    container name) -> id of the container holding that entry's CPUs and memory;
+    ``whole_pod_admission``: a pod whose spec is known is admitted whole at its first container.
     """
 
     policy: StaticPolicy | NonePolicy
@@ -36,6 +37,7 @@ class ContainerManagerView(Protocol):
     static: bool
     containers: dict[str, Tracked]
     owner: dict[tuple[str, str], str]
+    whole_pod_admission: bool
 
     def shared_pool(self) -> CPUSet:
         """CPUs the node's shared-pool containers run on now (never empty)."""

@@ -49,11 +49,17 @@ from nri_cpumgr.cm.podresources.policy import (
     text_no_memory_for_shared,
     validate_pod_scope,
 )
-from nri_cpumgr.cm.records import AdmissionError, Decision, Tracked, admission_text
+from nri_cpumgr.cm.records import (
+    AdmissionError,
+    Decision,
+    Tracked,
+    admission_text,
+    kubelet_admission_text,
+)
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.podmodel import ContainerSpec, Pod, QOSClass
 from nri_cpumgr.podmodel.nri import ContainerInfo, Resources
-from nri_cpumgr.podmodel.spec import qualifies_for_slice
+from nri_cpumgr.podmodel.spec import PodSpecFacts, qualifies_for_slice
 
 log = logging.getLogger(__name__)
 
@@ -253,6 +259,9 @@ class PodLevelManager:
         bubble = self.bubble(uid)
         if bubble is None:
             bubble = self._take_bubble(info, device_numa)
+            if (bubble and cm.static and facts is not None and facts.pod_level
+                    and cm.whole_pod_admission):
+                self._partition(info, bubble)
         mems = self.pod_mems(uid, bubble)
         existing = cm.state.get_cpuset(uid, name)
         live_shared = [
@@ -278,7 +287,12 @@ class PodLevelManager:
             cm.state.set_cpuset(uid, name, cpus)
             exclusive = True
         else:
-            if facts is not None and facts.pod_level:
+            if facts is not None and facts.pod_level and name in self._regular_inits.get(
+                    uid, ()):
+                # a regular init container without a slice: the bubble minus the sidecars'
+                # slices started before it (allocatePodForAdd's runnablePool)
+                free = bubble - self._sidecars_before(uid, facts, name)
+            elif facts is not None and facts.pod_level:
                 free = self.pod_pool(uid)  # (a running init container's slice overlaps it)
             if not free:
                 raise AdmissionError(f"{EMPTY_POD_SHARED_POOL}: {TEXT_NO_CPUS_FOR_SHARED}")
@@ -297,6 +311,65 @@ class PodLevelManager:
                 cm.row_changed(cid)
                 d.pod_updates.append(Decision(cid, pool, mems=t.mems))
         return d
+
+    def _partition(self, info: ContainerInfo, bubble: CPUSet) -> None:
+        """With the pod's spec known, the kubelet's partition of the whole bubble at the
+        pod's first container (cpumanager policy_static.go allocatePodForAdd, step 5,
+        v1.37.2): each qualifying init container's slice from the bubble minus the sidecars'
+        slices so far, then each qualifying app container's from the pod shared pool, which
+        it leaves smaller; recorded as the containers' entries, which their CreateContainer
+        then applies, so a pod-shared container created before an exclusive one starts on
+        the final pod shared pool, as the kubelet's. A take that fails refuses the pod
+        (everything it took released). Without the spec, slices are carved as containers
+        come."""
+        cm = self.cm
+        facts = info.pod_spec
+        assert facts is not None
+        uid = info.pod_uid
+        topo, opts = cm.policy.topology, cm.policy.options
+        taken: list[str] = []
+        sidecars = CPUSet()
+        try:
+            for n in facts.init_containers:
+                c = facts.container(n)
+                if c is None or not qualifies_for_slice(c):
+                    continue
+                cpus = take_by_topology(topo, bubble - sidecars, c.requests["cpu"] // 1000,
+                                        opts)
+                cm.state.set_cpuset(uid, n, cpus)
+                taken.append(n)
+                if c.restartable:
+                    sidecars = sidecars | cpus
+            pool = bubble - sidecars
+            for n, c in facts.containers.items():
+                if n in facts.init_containers or not qualifies_for_slice(c):
+                    continue
+                cpus = take_by_topology(topo, pool, c.requests["cpu"] // 1000, opts)
+                cm.state.set_cpuset(uid, n, cpus)
+                taken.append(n)
+                pool = pool - cpus
+        except Exception as e:
+            for n in taken:
+                cm.state.delete(uid, n)
+            cm.policy.remove_container(cm.state, uid, POD_ENTRY)
+            if cm.memory is not None:
+                cm.memory.policy.remove_container(cm.memory.state, uid, POD_ENTRY)
+            cm.tm.remove_container(_bubble_id(uid))
+            raise AdmissionError(kubelet_admission_text(
+                "UnexpectedAdmissionError", f"Allocate failed due to {e}, which is unexpected",
+                e)) from None
+
+    def _sidecars_before(self, uid: str, facts: PodSpecFacts, name: str) -> CPUSet:
+        """The slices of the pod's sidecars listed before init container ``name``."""
+        out = CPUSet()
+        for n in facts.init_containers:
+            if n == name:
+                break
+            c = facts.container(n)
+            cpus = self.cm.state.get_cpuset(uid, n)
+            if c is not None and c.restartable and cpus is not None:
+                out = out | cpus
+        return out
 
     def _take_bubble(self, info: ContainerInfo, device_numa: frozenset[int]) -> CPUSet:
         """Admit the pod's totals through the Topology Manager (pod hints of the CPU, memory
@@ -349,6 +422,10 @@ class PodLevelManager:
             if smt_error is not None:
                 raise AdmissionError(admission_text(smt_error))
             assert result.error is not None
+            if info.pod_spec is not None and cm.whole_pod_admission:
+                # the pod admitted whole: the kubelet's text
+                raise AdmissionError(kubelet_admission_text(
+                    result.reason, result.message, result.error))
             raise AdmissionError(admission_text(result.error))
         cm.tm.add_container(pod, POD_ENTRY, _bubble_id(uid))
         if not allocated:

@@ -141,6 +141,12 @@ class Scope:
             if not per_pod:
                 del self._hints[uid]
 
+    def forget_pod(self, pod_uid: str) -> None:
+        """Drop every stored hint of a pod (it is gone, or its admission was refused: hints
+        stored for containers never created). Container ids are forgotten by
+        :meth:`remove_container`."""
+        self._hints.pop(pod_uid, None)
+
     def _allocate(self, pod: Pod, container_name: str) -> BaseException | None:
         for provider in self._providers:
             try:
