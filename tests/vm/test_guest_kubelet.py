@@ -1,17 +1,20 @@
 """A real kubelet v1.37.2 on cgroup v2, inside a QEMU guest: nri-cpumgr under the kubelet.
 
-The node (containerd ``NRI_VM_KUBELET_CONTAINERD``, default "2.1" = Debian's 2.1.9; "2.4" =
-the modern build's 2.4.2 with runc 1.5.3; the plugin; the kubelet) runs in the fast topology's
+The node (containerd ``NRI_VM_KUBELET_CONTAINERD``, default "2.1,2.4": Debian's 2.1.9 and
+the modern build's 2.4.2 with runc 1.5.3, one after the other in one boot; the plugin; the
+kubelet) runs in the fast topology's
 guest (8 vCPUs: 2 sockets = 2 NUMA nodes, 2 cores x 2 threads each); etcd and kube-apiserver
 v1.37.2 run on the host (:mod:`tests.vm.controlplane`), reached through QEMU's user-mode
 network. What the guest runs and records: :mod:`tests.vm.guest_kubelet`; how it is judged:
-:func:`tests.vm.checks.check_kubelet`. The kubelet, kubectl, kube-apiserver and etcd come from
+:func:`tests.vm.checks.check_kubelet` against the kubelet's own answers for the same pods
+(:mod:`tests.vm.kubelet_oracle`: the oracle of ``make oracle``, built here when missing). The
+kubelet, kubectl, kube-apiserver and etcd come from
 scripts/modern/build.sh (``make modern``), the guest image from scripts/vm/build-guest.sh
 (unchanged by this test: the binaries reach the guest over a read-only 9p share).
 
-Gate: ``NRI_E2E_VM=1`` as tests/vm/test_guest_e2e.py; when requested but the machine cannot
-run it (not root, QEMU tools, the modern binaries not built) it is skipped with the reason,
-or fails when ``CI`` is set.
+Gate: ``NRI_E2E_VM=1`` as tests/vm/test_guest_e2e.py (``make test`` sets it), unless
+``NRI_E2E_VM_KUBELET=0``; when requested but the machine cannot run it (not root, QEMU tools,
+the modern binaries not built) it is skipped with the reason, or fails when ``CI`` is set.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.harness import modern_bin_dirs
-from tests.vm import checks, runner, topology
+from tests.vm import checks, kubelet_oracle, runner, topology
 from tests.vm.controlplane import ControlPlane
 
 pytestmark = pytest.mark.e2e
@@ -33,7 +36,7 @@ GUEST_MODERN = "/var/cache/nri-cpumgr/modern"
 
 
 def _versions() -> list[str]:
-    vs = [v for v in os.environ.get("NRI_VM_KUBELET_CONTAINERD", "2.1").split(",") if v]
+    vs = [v for v in os.environ.get("NRI_VM_KUBELET_CONTAINERD", "2.1,2.4").split(",") if v]
     bad = [v for v in vs if v not in ("2.1", "2.4")]
     if bad:
         raise pytest.UsageError(f"NRI_VM_KUBELET_CONTAINERD: 2.1 or 2.4, not {bad}")
@@ -81,9 +84,8 @@ def run_kubelet_guest(topo: topology.Topology, versions: list[str], dirs: dict[s
 def _gate() -> None:
     if os.environ.get("NRI_E2E_VM") != "1":
         pytest.skip("QEMU guest tests not requested (NRI_E2E_VM=1; make test sets it)")
-    if os.environ.get("NRI_E2E_VM_KUBELET") != "1":
-        pytest.skip("the guest kubelet test is requested with NRI_E2E_VM_KUBELET=1 "
-                    "(make e2e-vm runs it)")
+    if os.environ.get("NRI_E2E_VM_KUBELET") == "0":
+        pytest.skip("the guest kubelet test is turned off (NRI_E2E_VM_KUBELET=0)")
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +106,14 @@ def kubelet_guest(fast_topology: topology.Topology) -> runner.GuestRun:
     return run
 
 
+@pytest.fixture(scope="module")
+def kubelet_answers(kubelet_guest: runner.GuestRun, fast_topology: topology.Topology,
+                    ) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """The kubelet oracle's answers for every phase that ran (containerd, phase) -> ..."""
+    return kubelet_oracle.expect_all(fast_topology,
+                                     kubelet_guest.results.get("kubelet_results", []))
+
+
 def test_kubelet_node_registered(kubelet_guest: runner.GuestRun) -> None:
     """The guest's kubelet registered as v1.37.2 on containerd, on cgroup v2."""
     res = kubelet_guest.results
@@ -121,13 +131,14 @@ def test_kubelet_node_registered(kubelet_guest: runner.GuestRun) -> None:
 
 @pytest.mark.parametrize("phase", checks.KUBELET_PHASES)
 def test_kubelet_phase(kubelet_guest: runner.GuestRun, fast_topology: topology.Topology,
+                       kubelet_answers: dict[tuple[str, str], list[dict[str, Any]]],
                        phase: str) -> None:
     for v in _versions():
         r = next((x for x in kubelet_guest.results.get("kubelet_results", [])
                   if x["scenario"] == phase and x["containerd"] == v), None)
         assert r is not None, f"no result for {phase} on containerd {v} (guest done: " \
                               f"{kubelet_guest.results.get('done')})"
-        bad = checks.check_kubelet(fast_topology, r)
+        bad = checks.check_kubelet(fast_topology, r, kubelet_answers.get((v, phase)))
         assert not bad, (f"containerd {v} {phase}: " + "\n".join(bad) + "\nseen: "
                          + checks.kubelet_summary(r) + "\n" + (r.get("error") or "")[-2000:]
                          + "\nplugin log:\n" + r.get("plugin_log_tail", "")[-1500:]
