@@ -27,6 +27,7 @@ import pytest
 
 from tests.cluster.harness import modern_bin_dirs
 from tests.vm import checks, kubelet_oracle, runner, topology
+from tests.vm.conftest import FastGuest
 from tests.vm.controlplane import ControlPlane
 
 pytestmark = pytest.mark.e2e
@@ -35,18 +36,12 @@ GUEST_MODERN = "/var/cache/nri-cpumgr/modern"
 """Where the guest mounts the host's modern build cache (paths.modern_bin_dir's default)."""
 
 
-def _versions() -> list[str]:
+def kubelet_versions() -> list[str]:
     vs = [v for v in os.environ.get("NRI_VM_KUBELET_CONTAINERD", "2.1,2.4").split(",") if v]
     bad = [v for v in vs if v not in ("2.1", "2.4")]
     if bad:
         raise pytest.UsageError(f"NRI_VM_KUBELET_CONTAINERD: 2.1 or 2.4, not {bad}")
     return vs
-
-
-def _fail_or_skip(msg: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(msg + " (CI is set: the end-to-end tests are required)", pytrace=False)
-    pytest.skip(msg)
 
 
 def missing(versions: list[str]) -> tuple[dict[str, Path], list[str]]:
@@ -58,9 +53,12 @@ def missing(versions: list[str]) -> tuple[dict[str, Path], list[str]]:
 
 def run_kubelet_guest(topo: topology.Topology, versions: list[str], dirs: dict[str, Path],
                       keep: Path | None = None, timeout: float | None = None,
+                      containerd: list[str] | None = None, drivers: list[str] | None = None,
+                      scenarios: list[str] | None = None,
                       ) -> tuple[runner.GuestRun, dict[str, Any]]:
-    """Start the control plane, boot ``topo`` with the kubelet job, stop the control plane;
-    the guest run and the timings (control plane start, guest)."""
+    """Start the control plane, boot ``topo`` with the kubelet job (then, in the same boot,
+    ``scenarios`` on each ``containerd`` and driver: tests/vm/guest_scenarios.py), stop the
+    control plane; the guest run and the timings (control plane start, guest)."""
     import time
 
     t0 = time.monotonic()
@@ -68,9 +66,11 @@ def run_kubelet_guest(topo: topology.Topology, versions: list[str], dirs: dict[s
     times = {"controlplane_start_seconds": round(time.monotonic() - t0, 1)}
     try:
         modern = dirs["kubernetes"].parents[1]  # .../modern
+        n_scen = len(scenarios or []) * len(containerd or []) * len(drivers or [])
         run = runner.run_guest(
-            topo, containerd=[], drivers=[], scenarios=[], keep=keep,
-            timeout=timeout or 600 + 900 * len(versions),
+            topo, containerd=containerd or [], drivers=drivers or [],
+            scenarios=scenarios or [], keep=keep,
+            timeout=timeout or 600 + 900 * len(versions) + 150 * n_scen,
             kubelet={"containerd": versions, "server": cp.guest_url,
                      "phases": [p for p in os.environ.get("NRI_VM_KUBELET_PHASES", "")
                                 .split(",") if p]},
@@ -81,29 +81,12 @@ def run_kubelet_guest(topo: topology.Topology, versions: list[str], dirs: dict[s
     return run, times
 
 
-def _gate() -> None:
-    if os.environ.get("NRI_E2E_VM") != "1":
-        pytest.skip("QEMU guest tests not requested (NRI_E2E_VM=1; make test sets it)")
-    if os.environ.get("NRI_E2E_VM_KUBELET") == "0":
-        pytest.skip("the guest kubelet test is turned off (NRI_E2E_VM_KUBELET=0)")
-
-
 @pytest.fixture(scope="module")
-def fast_topology() -> topology.Topology:
-    return next(t for t in topology.all_topologies() if t.fast)
-
-
-@pytest.fixture(scope="module")
-def kubelet_guest(fast_topology: topology.Topology) -> runner.GuestRun:
-    _gate()
-    versions = _versions()
-    dirs, why = missing(versions)
-    if why:
-        _fail_or_skip("the guest kubelet test cannot run here: " + "; ".join(why))
-    keep = os.environ.get("NRI_VM_KEEP")
-    run, _ = run_kubelet_guest(fast_topology, versions, dirs,
-                               keep=Path(keep) / "kubelet" if keep else None)
-    return run
+def kubelet_guest(fast_guest: FastGuest) -> runner.GuestRun:
+    """The shared boot of tests/vm/conftest.py, when it ran the kubelet's phases."""
+    if fast_guest.kubelet_skipped:
+        pytest.skip(fast_guest.kubelet_skipped)
+    return fast_guest.run
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +101,7 @@ def test_kubelet_node_registered(kubelet_guest: runner.GuestRun) -> None:
     """The guest's kubelet registered as v1.37.2 on containerd, on cgroup v2."""
     res = kubelet_guest.results
     assert res["facts"]["cgroup_version"] == 2
-    for v in _versions():
+    for v in kubelet_versions():
         failed = [r for r in res.get("kubelet_results", []) if r["scenario"] == "node"
                   and r["containerd"] == v]
         assert not failed, failed[0]["error"] + "\n" + failed[0].get("kubelet_log", "")
@@ -133,7 +116,7 @@ def test_kubelet_node_registered(kubelet_guest: runner.GuestRun) -> None:
 def test_kubelet_phase(kubelet_guest: runner.GuestRun, fast_topology: topology.Topology,
                        kubelet_answers: dict[tuple[str, str], list[dict[str, Any]]],
                        phase: str) -> None:
-    for v in _versions():
+    for v in kubelet_versions():
         r = next((x for x in kubelet_guest.results.get("kubelet_results", [])
                   if x["scenario"] == phase and x["containerd"] == v), None)
         assert r is not None, f"no result for {phase} on containerd {v} (guest done: " \
