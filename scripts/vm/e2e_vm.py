@@ -36,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenario", action="append", help=f"one of {checks.SCENARIOS}")
     ap.add_argument("--keep", type=Path, help="copy each guest's logs to DIR/<topology>")
     ap.add_argument("--kubelet-containerd", default="2.1,2.4",
-                    help="containerd versions for the real-kubelet guest (\"\": none)")
+                    help="containerd versions for the real-kubelet guest, one boot ("
+                         "\"\": none); NRI_VM_KUBELET_PHASES=a,b runs only those phases")
     ap.add_argument("--kubelet-only", action="store_true", help="only the kubelet guest")
     a = ap.parse_args(argv)
     why = runner.missing()
