@@ -231,3 +231,39 @@ def test_concurrent_creations_are_replayed_in_every_order_that_matters(oracle: S
                for n in ("guaranteed-2cpu", "guaranteed-4cpu")}
         assert got == {"guaranteed-2cpu": "2-3", "guaranteed-4cpu": "4-7"}
         assert st["pool"] == "0-1"
+
+
+# ------------------------------------------------------------------ a real guest's record
+RECORD = S.ROOT / "tests" / "data" / "vm" / "guest-kubelet-2.1.json"
+
+
+def _recorded(phase: str) -> dict[str, Any]:
+    import json
+
+    res = json.loads(RECORD.read_text())["kubelet_results"]
+    return copy.deepcopy(next(r for r in res if r["scenario"] == phase))
+
+
+@pytest.mark.parametrize("phase", ["docs_pods", "pod_scope", "pod_scope_best_effort"])
+def test_a_real_guest_record_passes_and_fails_once_an_answer_is_wrong(oracle: S.Oracle,
+                                                                      phase: str):
+    """The guest's own record passes against the oracle; a wrong cpuset of the first
+    exclusive container, or the refusal's reason swapped, fails."""
+    r = _recorded(phase)
+    answers = kubelet_oracle.expect(TOPO, r, oracle)
+    assert checks.check_kubelet(TOPO, r, answers) == []
+    wrong = copy.deepcopy(r)
+    swapped = False
+    for st in wrong["steps"]:
+        for key, msg in (st.get("refused") or {}).items():
+            other = ("EmptyPodSharedPoolError" if "TopologyAffinityError" in msg
+                     else "TopologyAffinityError")
+            st["refused"][key] = re.sub(r"\w+Error", other, msg)
+            swapped = True
+    if not swapped:  # no refusal in the phase: move an exclusive container
+        st = wrong["steps"][0]
+        key, c = next((k, c) for k, c in st["containers"].items()
+                      if checks.cpus(c["cgroup"]) and len(checks.cpus(c["cgroup"])) == 2)
+        c["cgroup"] = c["spec"] = c["proc"] = "6-7" if c["cgroup"] != "6-7" else "2-3"
+    bad = checks.check_oracle(wrong, kubelet_oracle.expect(TOPO, wrong, oracle))
+    assert bad and all(b.startswith("kubelet oracle") for b in bad), bad
