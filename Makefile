@@ -2,7 +2,8 @@
 #   make demo   set everything up, run a real containerd + the plugin + the docs' example pods
 #   make test   set everything up and run every test (unit, conformance, the docs build,
 #               real-containerd e2e, the kubelet 1.37 single-node cluster on containerd 2.1
-#               and 2.4, the QEMU guest fast subset on cgroup v2)
+#               and 2.4, the QEMU guest fast subset on cgroup v2, the real kubelet 1.37.2 in
+#               the QEMU guest on containerd 2.1 and 2.4, judged by the kubelet oracle)
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -125,7 +126,9 @@ cluster-adopt: setup
 	bash scripts/modern/build.sh >/dev/null
 	NRI_CLUSTER_ADOPT=1 nice -n 10 $(PY) -m pytest -q tests/cluster/test_adopt_modern.py
 
-# NRI_E2E_VM=1: includes the QEMU guest fast subset (tests/vm: cgroup v2, both drivers).
+# NRI_E2E_VM=1: includes the QEMU guest fast subset (tests/vm: cgroup v2, both drivers) and the
+# real kubelet 1.37.2 in the guest on containerd 2.1 and 2.4 (tests/vm/test_guest_kubelet.py,
+# judged against the oracle's answers for its pods; NRI_E2E_VM_KUBELET=0 leaves it out).
 # modern: the kubelet 1.37.2 & co., containerd 2.4.2, runc 1.5.3, crictl, helm and etcd for the
 # kubelet 1.37 cluster test (tests/cluster/test_modern.py, on containerd 2.1 and 2.4) and the
 # chart tests. The kubelet 1.20.2 cluster (tests/cluster/test_cluster.py) is `make cluster-e2e`
@@ -135,9 +138,10 @@ test: setup lint kubelet-cri oracle modern
 	    --ignore=tests/cluster/test_cluster.py
 
 # the QEMU guest matrix (cgroup v2, every topology of tests/vm/topologies, containerd 2.1 + 1.7),
-# then the real kubelet v1.37.2 in the guest on containerd 2.1 (binaries of
-# scripts/modern/build.sh, built here when missing: docs/development/qemu-guests.md)
-e2e-vm: setup
+# then the real kubelet v1.37.2 in the guest on containerd 2.1 and 2.4 (binaries of
+# scripts/modern/build.sh, built here when missing: docs/development/qemu-guests.md), judged
+# against the kubelet oracle
+e2e-vm: setup oracle
 	bash scripts/modern/build.sh kubernetes etcd containerd runc >/dev/null
 	nice -n 10 $(PY) scripts/vm/e2e_vm.py
 

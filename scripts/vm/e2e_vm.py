@@ -6,9 +6,10 @@ when anything failed.
 
 Then the real kubelet v1.37.2 on the fast topology (tests/vm/test_guest_kubelet.py: the
 kubelet, containerd and nri-cpumgr in the guest, kube-apiserver + etcd on the host), once per
-``--kubelet-containerd`` version (default 2.1; 2.4 runs when named, see
-docs/development/qemu-guests.md for what it does not pass yet; "" skips it), judged by
-``checks.check_kubelet``; it needs ``make modern`` (a missing binary is a FAIL).
+``--kubelet-containerd`` version (default 2.1,2.4, in one boot; "" skips it), judged by
+``checks.check_kubelet`` against the kubelet oracle's answers for the same pods
+(tests/vm/kubelet_oracle.py; the oracle is built when missing); it needs ``make modern`` (a
+missing binary is a FAIL).
 
     python scripts/vm/e2e_vm.py [--topology NAME ...] [--containerd 2.1,1.7]
                                 [--drivers cgroupfs,systemd] [--scenario NAME ...] [--keep DIR]
@@ -24,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.vm import checks, runner, topology  # noqa: E402
+from tests.vm import checks, kubelet_oracle, runner, topology  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,8 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drivers", default="cgroupfs,systemd")
     ap.add_argument("--scenario", action="append", help=f"one of {checks.SCENARIOS}")
     ap.add_argument("--keep", type=Path, help="copy each guest's logs to DIR/<topology>")
-    ap.add_argument("--kubelet-containerd", default="2.1",
-                    help="containerd versions for the real-kubelet guest (\"\": none)")
+    ap.add_argument("--kubelet-containerd", default="2.1,2.4",
+                    help="containerd versions for the real-kubelet guest, one boot ("
+                         "\"\": none); NRI_VM_KUBELET_PHASES=a,b runs only those phases")
     ap.add_argument("--kubelet-only", action="store_true", help="only the kubelet guest")
     a = ap.parse_args(argv)
     why = runner.missing()
@@ -89,13 +91,21 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
+def kubelet_phases() -> list[str]:
+    """The phases run: ``NRI_VM_KUBELET_PHASES`` (comma-separated), else all."""
+    import os
+
+    only = [p for p in os.environ.get("NRI_VM_KUBELET_PHASES", "").split(",") if p]
+    return [p for p in checks.KUBELET_PHASES if not only or p in only]
+
+
 def kubelet(versions: list[str], keep: Path | None) -> tuple[int, int]:
     """The real-kubelet guest on the fast topology; (results, failures), printed."""
     from tests.vm.test_guest_kubelet import missing, run_kubelet_guest
 
     t = next(x for x in topology.all_topologies() if x.fast)
     print(f"== kubelet v1.37.2 on {t.name}: containerd {versions}, "
-          f"{len(checks.KUBELET_PHASES)} phases each", flush=True)
+          f"{len(kubelet_phases())} phases each", flush=True)
     dirs, why = missing(versions)
     if why:
         print(f"   FAIL kubelet: cannot run: {'; '.join(why)} (make modern)", flush=True)
@@ -109,10 +119,15 @@ def kubelet(versions: list[str], keep: Path | None) -> tuple[int, int]:
     print(f"   control plane {times['controlplane_start_seconds']} s, guest ran "
           f"{run.seconds} s", flush=True)
     res = run.results
+    try:
+        answers = kubelet_oracle.expect_all(t, res.get("kubelet_results", []))
+    except Exception as e:  # noqa: BLE001 - every phase then fails with the reason
+        print(f"   FAIL the kubelet oracle: {type(e).__name__}: {e}", flush=True)
+        return 1, 1
     n = failed = 0
     for v in versions:
         node = res.get("kubelet_node", {}).get(v)
-        for phase in checks.KUBELET_PHASES:
+        for phase in kubelet_phases():
             r = next((x for x in res.get("kubelet_results", [])
                       if x["scenario"] == phase and x["containerd"] == v), None)
             if node is None:
@@ -121,10 +136,10 @@ def kubelet(versions: list[str], keep: Path | None) -> tuple[int, int]:
                 bad = [f"the node did not start: {err.splitlines()[0] if err else '?'}"]
             else:
                 bad = ["no result (guest timed out?)"] if r is None else \
-                    checks.check_kubelet(t, r)
+                    checks.check_kubelet(t, r, answers.get((v, phase)))
             n += 1
             failed += bool(bad)
-            print(f"   {'PASS' if not bad else 'FAIL'} kubelet containerd {v} {phase:18} "
+            print(f"   {'PASS' if not bad else 'FAIL'} kubelet containerd {v} {phase:21} "
                   f"{r.get('seconds', '?') if r else '?'} s", flush=True)
             if r is not None:
                 print(f"        {checks.kubelet_summary(r)}", flush=True)

@@ -225,25 +225,31 @@ def _error_name(text: str) -> str:
     return m.group(1) if m else text[:60]
 
 
-KUBELET_PHASES = ["docs_pods", "sidecar_and_init", "container_scope", "resize", "pod_scope"]
+KUBELET_PHASES = ["docs_pods", "sidecar_and_init", "container_scope", "resize", "pod_scope",
+                  "pod_scope_best_effort"]
 """The phases of tests/vm/guest_kubelet.py, in the order the guest runs them."""
 
 
-def check_kubelet(topo: Topology, res: dict[str, Any]) -> list[str]:
+def check_kubelet(topo: Topology, res: dict[str, Any],
+                  oracle: list[dict[str, Any]] | None = None) -> list[str]:
     """Failures of one phase of the real-kubelet run (tests/vm/guest_kubelet.py); empty =
-    pass. Every step but the pod-scope ones gets :func:`check_step` (views agree, exclusive
-    sets disjoint and of the requested size, shared containers on online - exclusive)."""
+    pass. ``oracle``: the kubelet's answers for the phase
+    (:func:`tests.vm.kubelet_oracle.expect`), judged by :func:`check_oracle`; then every
+    step but the pod-scope ones gets :func:`check_step` (views agree, exclusive sets
+    disjoint and of the requested size, shared containers on online - exclusive) and each
+    phase its own rules (what the oracle cannot say: the init container's own CPUs, the
+    resize, quotas)."""
     if res.get("error"):
         return [f"did not run to the end: {res['error'].splitlines()[0]}"]
     steps = res.get("steps") or []
     if not steps:
         return ["no step recorded"]
     sc = res["scenario"]
+    bad: list[str] = check_oracle(res, oracle) if oracle is not None else []
     if sc == "docs_pods":  # the CRI scenario's judge: fullest socket, free socket, release
-        return check(topo, {**res, "scenario": "docs"})
-    bad: list[str] = []
+        return bad + check(topo, {**res, "scenario": "docs"})
     for st in steps:
-        if sc != "pod_scope":
+        if sc not in ("pod_scope", "pod_scope_best_effort"):
             bad += [f"[{st['step']}] {b}" for b in check_step(topo, st)]
         else:
             bad += [f"[{st['step']}] {b}" for n, c in st["containers"].items()
@@ -316,23 +322,92 @@ def check_kubelet(topo: Topology, res: dict[str, Any]) -> list[str]:
             q = st.get(f"pod-scope-mixed/{c}", {}).get("cpu_max", "").split()[:1]
             if c == "main-app" and q != ["max"]:
                 bad.append(f"main-app cpu.max {q}: an exclusive slice runs without quota")
-        empty = next((s for s in steps if s["step"] == "empty-shared-pool"), None)
-        if empty is None:
-            bad.append("the empty-shared-pool pod was not recorded")
-        else:
-            msg = empty.get("refused_message", "")
-            if "EmptyPodSharedPoolError: pod rejected, sum of exclusive container cpu " \
-               "requests equals pod budget" not in msg:
-                bad.append(f"main-app's refusal in the pod status: {msg!r}")
-            if not empty.get("describe_has_refusal"):
-                bad.append("kubectl describe pod does not show the refusal")
     return bad
 
 
 def kubelet_summary(res: dict[str, Any]) -> str:
-    """``name=cpus`` of every container in each step of a kubelet phase."""
+    """``name=cpus`` of every container in each step of a kubelet phase, and the refused
+    ones with their error's name."""
     parts = []
     for st in res.get("steps") or []:
         cs = " ".join(f"{n}={c['cgroup']}" for n, c in st["containers"].items())
+        cs += "".join(f" {n}=refused({_error_name(m)})"
+                      for n, m in (st.get("refused") or {}).items())
         parts.append(f"[{st['step']}] {cs}")
     return "; ".join(parts)
+
+
+def check_oracle(res: dict[str, Any], answers: list[dict[str, Any]]) -> list[str]:
+    """Failures of a kubelet phase's recorded steps against the kubelet's own answers
+    (:func:`tests.vm.kubelet_oracle.expect`: one per admission order of pods created
+    together); empty = the guest's outcome is the kubelet's for one of those orders. Else
+    the failures against the order as created (and how many orders were tried).
+
+    Per step the oracle answers: a running container of a pod the kubelet refuses fails; an
+    exclusive container (or one on its pod's shared pool) must have the oracle's cpuset in
+    cgroup v2 ``cpuset.cpus.effective``, any other the node's shared pool; a refused
+    container's message must name the kubelet's reason for its pod, which must be refused;
+    a step's ``describe_errors`` (``kubectl describe pod``) must name it too."""
+    if not answers:
+        return ["the oracle gave no answer"]
+    if not any(st["step"] in answers[0]["steps"] for st in res.get("steps") or []):
+        return ["no recorded step the oracle answers for (were the events recorded?)"]
+    first: list[str] | None = None
+    for a in answers:
+        bad = _against_oracle(res, a)
+        if not bad:
+            return []
+        first = bad if first is None else first
+    assert first is not None
+    more = f" (none of {len(answers)} admission orders fits)" if len(answers) > 1 else ""
+    return [f"kubelet oracle{more}: {b}" for b in first]
+
+
+def _against_oracle(res: dict[str, Any], answer: dict[str, Any]) -> list[str]:
+    bad: list[str] = []
+    for st in res.get("steps") or []:
+        exp = answer["steps"].get(st["step"])
+        if exp is None:
+            continue  # after a resize: not replayed
+        tag = f"[{st['step']}]"
+        refused_pods: set[str] = set()
+        for key, c in st["containers"].items():
+            r = exp["pods"].get(c["pod"])
+            if r is None:
+                bad.append(f"{tag} {key}: pod {c['pod']} is not among the phase's pods")
+                continue
+            if not r.get("admitted"):
+                bad.append(f"{tag} {key} runs on {c['cgroup']}; the kubelet refuses its pod: "
+                           f"{r.get('reason')}: {r.get('message')}")
+                continue
+            o = next((x for x in r.get("containers") or [] if x["name"] == c["container"]),
+                     None)
+            if o is None:
+                bad.append(f"{tag} {key}: the kubelet has no container {c['container']}")
+                continue
+            own = o.get("exclusive") or o.get("pool") == "pod"
+            want = o.get("cpus", "") if own else exp["pool"]
+            what = ("exclusive" if o.get("exclusive") else "pod shared pool" if own
+                    else "node shared pool")
+            if cpus(c["cgroup"]) != cpus(want):
+                bad.append(f"{tag} {key}: cpus {c['cgroup']}, the kubelet's: {want} ({what})")
+        for key, msg in (st.get("refused") or {}).items():
+            pod = key.split("/", 1)[0]
+            r = exp["pods"].get(pod)
+            if r is None:
+                bad.append(f"{tag} {key}: pod {pod} is not among the phase's pods")
+            elif r.get("admitted"):
+                bad.append(f"{tag} {key} refused ({_error_name(msg)}); the kubelet admits "
+                           "its pod")
+            elif str(r.get("reason")) not in msg:
+                bad.append(f"{tag} {key} refused with {_error_name(msg)}; the kubelet: "
+                           f"{r.get('reason')}: {r.get('message')}")
+            else:
+                refused_pods.add(pod)
+        if "describe_errors" in st:
+            for pod in sorted(refused_pods):
+                reason = exp["pods"][pod].get("reason")
+                if reason not in st["describe_errors"]:
+                    bad.append(f"{tag} kubectl describe pod {pod} shows "
+                               f"{st['describe_errors']}, not {reason}")
+    return bad

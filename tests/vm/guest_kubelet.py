@@ -23,8 +23,13 @@ of the form :mod:`tests.vm.checks` judges; phases:
    the app container reuses (the init's own ``Cpus_allowed_list`` from its log), the pod-level
    tutorial's container-scope pod, an in-place resize 2 -> 4 CPUs and a refused one;
 2. the plugin restarted with ``topologyManagerScope: pod``: the tutorial's pod-scope pod (one
-   bubble, main-app's slice, the sidecars on the rest) and its empty-shared-pool pod (refused,
-   in the pod's status).
+   bubble, main-app's slice, the sidecars on the rest) and its empty-shared-pool pod;
+3. the same with ``topologyManagerPolicy: best-effort``: the empty-shared-pool pod again.
+
+Each phase also records its plugin configuration and its events (pods created, deleted,
+resized; steps recorded), from which the host asks the kubelet's own managers (the oracle,
+:mod:`tests.vm.kubelet_oracle`) what every pod must get: the guest expects nothing itself
+beyond waiting for the views to settle.
 """
 
 from __future__ import annotations
@@ -164,6 +169,8 @@ class Node:
         self.plugin: Any = None
         self.kubelet: subprocess.Popen[bytes] | None = None
         self.steps: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []
+        self.config: dict[str, Any] = {}
         self.extra: dict[str, Any] = {}
 
     # -- the processes
@@ -173,15 +180,21 @@ class Node:
         self.start_plugin("container")
         self.start_kubelet()
 
-    def start_plugin(self, scope: str) -> None:
+    def start_plugin(self, scope: str, policy: str = "single-numa-node") -> None:
+        """(Re)start nri-cpumgr with ``topologyManagerScope`` ``scope`` and
+        ``topologyManagerPolicy`` ``policy``; its decision-relevant keys are kept in
+        :attr:`config` (what the oracle is given for the phase's pods)."""
         if self.plugin is not None:
             self.plugin.stop()
         wd = self.work / "plugin"
         wd.mkdir(exist_ok=True)
+        self.config = {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0",
+                       "featureGates": GATES, "topologyManagerPolicy": policy,
+                       "topologyManagerScope": scope}
         self.plugin = start_plugin(
-            self.ctrd, wd, ready_timeout=120, sharedPoolGrowDelay="1s", featureGates=GATES,
-            topologyManagerPolicy="single-numa-node", topologyManagerScope=scope,
-            podSpecSource="apiServer", apiServerURL=self.job["server"], nodeName=NODE)
+            self.ctrd, wd, ready_timeout=120, sharedPoolGrowDelay="1s",
+            podSpecSource="apiServer",
+            apiServerURL=self.job["server"], nodeName=NODE, **self.config)
         self.plugin.wait_for_log(re.compile(r"pod spec source: \d+ pods of node"), timeout=90)
 
     def start_kubelet(self) -> None:
@@ -295,7 +308,31 @@ class Node:
                "containers": {k: self.entry(p, c, i) for k, (p, c, i) in containers.items()},
                **extra}
         self.steps.append(rec)
+        self.events.append({"op": "step", "step": step})
         return rec
+
+    def outcome(self, name: str, ctrs: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+        """Wait until every container ``ctrs`` of pod ``name`` runs or is refused (waiting
+        with a message naming an error, as a CreateContainer the plugin fails shows);
+        (container -> id of the running ones, container -> message of the refused ones).
+        Records what happened, expects nothing: the oracle judges it."""
+        def done() -> tuple[dict[str, str], dict[str, str]] | None:
+            st = self.statuses(name)
+            run, ref = {}, {}
+            for c in ctrs:
+                s = st.get(c, {})
+                if s.get("state", {}).get("running") and s.get("containerID"):
+                    run[c] = str(s["containerID"]).split("://", 1)[1]
+                    continue
+                msg = str(s.get("state", {}).get("waiting", {}).get("message", ""))
+                if re.search(r"\b\w+Error\b", msg):
+                    ref[c] = msg
+            return (run, ref) if len(run) + len(ref) == len(ctrs) else None
+
+        try:
+            return _wait(done, WAIT, f"every container of {name} running or refused")
+        except KubeletError as e:
+            raise KubeletError(f"{e}\n{self.describe(name)[-2500:]}") from None
 
     def wait_cpus(self, cid: str, pred: Any, what: str, timeout: float = SETTLE) -> float:
         """Wait until the three views agree and ``pred(cpus)`` holds; seconds taken."""
@@ -335,8 +372,15 @@ class Node:
         if names:
             self.delete(*names)
 
+    def create(self, manifest: dict[str, Any]) -> None:
+        """Create a pod through the API, kept in :attr:`events` (the oracle replays them:
+        consecutive creations are concurrent, the kubelet may admit them in any order)."""
+        self.events.append({"op": "add", "pod": manifest})
+        self.api.create(manifest)
+
     def delete(self, *names: str) -> None:
         for n in names:
+            self.events.append({"op": "delete", "name": n})
             self.api.delete(n)
         _wait(lambda: all(self.api.pod(n) is None for n in names), 120,
               f"pods {names} deleted")
@@ -364,7 +408,7 @@ def docs_pods(n: Node) -> dict[str, Any]:
     """The docs' example pods through the kubelet; then the 4-CPU pod goes and the shared
     containers get its CPUs back. Steps in the form checks.check's ``docs`` judges."""
     for name, (req, lim) in DOCS.items():
-        n.api.create(pod(name, [{**container("app", None), "resources": _res(req, lim)}]))
+        n.create(pod(name, [{**container("app", None), "resources": _res(req, lim)}]))
     ids = {name: n.wait_running(name, "app") for name in DOCS}
     excl = {"guaranteed-2cpu": 2, "guaranteed-4cpu": 4}
     for name, size in excl.items():
@@ -395,9 +439,9 @@ def sidecar_and_init(n: Node) -> dict[str, Any]:
     """A restartable init container (sidecar) with a whole CPU beside a 500m app container;
     an init container with 2 CPUs that prints its Cpus_allowed_list, whose CPUs the app
     container (2 CPUs) reuses. A BestEffort witness shows the shared pool."""
-    n.api.create(pod("witness", [container("app", None)]))
+    n.create(pod("witness", [container("app", None)]))
     side = container("sidecar", "1", restartPolicy="Always")
-    n.api.create(pod("sidecar", [container("app", "500m")], initContainers=[side]))
+    n.create(pod("sidecar", [container("app", "500m")], initContainers=[side]))
     w = n.wait_running("witness", "app")
     sid, app = n.wait_running("sidecar", "sidecar"), n.wait_running("sidecar", "app")
     n.wait_cpus(sid, lambda s: len(cg_cpus(s)) == 1, "the sidecar pinned")
@@ -410,7 +454,7 @@ def sidecar_and_init(n: Node) -> dict[str, Any]:
     n.delete("sidecar")
     init = container("init", "2", command=["sh", "-c",
                                            "grep Cpus_allowed_list /proc/self/status"])
-    n.api.create(pod("init-reuse", [container("app", "2")], initContainers=[init]))
+    n.create(pod("init-reuse", [container("app", "2")], initContainers=[init]))
     app = n.wait_running("init-reuse", "app")
     n.wait_cpus(app, lambda s: len(cg_cpus(s)) == 2, "the app after its init container")
     uid = (n.api.pod("init-reuse") or {})["metadata"]["uid"]
@@ -429,7 +473,7 @@ def container_scope(n: Node) -> dict[str, Any]:
     their own) share the node's pool, never the sidecar's CPUs."""
     budget = {"requests": {"cpu": "4", "memory": "400Mi"},
               "limits": {"cpu": "4", "memory": "400Mi"}}
-    n.api.create(pod("container-scope-mixed", [
+    n.create(pod("container-scope-mixed", [
         container("infrastructure-sidecar", "2", "200Mi"), container("worker-1", None),
         container("worker-2", None)], resources=budget))
     ids = {c: n.wait_running("container-scope-mixed", c)
@@ -456,14 +500,15 @@ def resize(n: Node) -> dict[str, Any]:
     it had (NRI UpdateContainer, the plugin's resize), the shared pool shrinking; then a grow
     to 8 the node cannot give (CPU 0 is reserved): refused, the pod's PodResizeInProgress
     condition says why, the container keeps its 4."""
-    n.api.create(pod("witness", [container("app", None)]))
+    n.create(pod("witness", [container("app", None)]))
     policy = [{"resourceName": "cpu", "restartPolicy": "NotRequired"},
               {"resourceName": "memory", "restartPolicy": "NotRequired"}]
-    n.api.create(pod("resize", [container("app", "2", resizePolicy=policy)]))
+    n.create(pod("resize", [container("app", "2", resizePolicy=policy)]))
     w, cid = n.wait_running("witness", "app"), n.wait_running("resize", "app")
     n.wait_cpus(cid, lambda s: len(cg_cpus(s)) == 2, "the resize pod pinned")
     n.record("resize: before", {"witness": ("witness", "app", w),
                                 "resize": ("resize", "app", cid)})
+    n.events.append({"op": "resize", "name": "resize", "cpu": "4"})  # the oracle stops here
     n.api.kubectl("patch", "pod", "resize", "-n", "default", "--subresource", "resize",
                   "--type", "strategic", "-p", _resize_patch("4"))
     t0 = time.monotonic()
@@ -505,19 +550,24 @@ def resize(n: Node) -> dict[str, Any]:
     return {}
 
 
+POD_BUDGET = {"requests": {"cpu": "4", "memory": "400Mi"},
+              "limits": {"cpu": "4", "memory": "400Mi"}}
+"""The pod-level tutorial's pods' ``.spec.resources``: 4 CPUs, Guaranteed."""
+
+
 def pod_scope(n: Node) -> dict[str, Any]:
-    """The tutorial's pod-scope pod (.spec.resources 4 CPUs; two sidecars without resources,
+    """The plugin restarted with ``topologyManagerScope: pod`` (``single-numa-node``): the
+    tutorial's pod-scope pod (.spec.resources 4 CPUs; two sidecars without resources,
     main-app 2 CPUs): a 4-CPU NUMA-aligned bubble, main-app an exclusive 2-CPU slice, the
     sidecars on the other two, the node's shared pool without the bubble; then its
     empty-shared-pool pod (main-app 3 + metrics-sidecar 1 = the budget, logging-sidecar with
-    nothing left): main-app refused, in the pod's status."""
+    nothing left), its outcome recorded as it is (the kubelet v1.37.2 refuses it with
+    TopologyAffinityError under this policy: its CPU hints for the pod are none)."""
     n.start_plugin("pod")
-    budget = {"requests": {"cpu": "4", "memory": "400Mi"},
-              "limits": {"cpu": "4", "memory": "400Mi"}}
-    n.api.create(pod("witness", [container("app", None)]))
-    n.api.create(pod("pod-scope-mixed", [
+    n.create(pod("witness", [container("app", None)]))
+    n.create(pod("pod-scope-mixed", [
         container("metrics-sidecar", None), container("logging-sidecar", None),
-        container("main-app", "2", "200Mi")], resources=budget))
+        container("main-app", "2", "200Mi")], resources=POD_BUDGET))
     w = n.wait_running("witness", "app")
     ids = {c: n.wait_running("pod-scope-mixed", c)
            for c in ("metrics-sidecar", "logging-sidecar", "main-app")}
@@ -534,28 +584,44 @@ def pod_scope(n: Node) -> dict[str, Any]:
     n.record("pod-scope-mixed", {"witness": ("witness", "app", w), **{
         f"pod-scope-mixed/{c}": ("pod-scope-mixed", c, i) for c, i in ids.items()}})
     n.delete("pod-scope-mixed")
-    n.api.create(pod("empty-shared-pool", [
-        container("metrics-sidecar", "1", "100Mi"), container("logging-sidecar", None),
-        container("main-app", "3", "200Mi")], resources=budget))
-
-    def waiting() -> str:
-        s = n.statuses("empty-shared-pool").get("main-app", {})
-        msg = str(s.get("state", {}).get("waiting", {}).get("message", ""))
-        return msg if "EmptyPodSharedPool" in msg else ""
-
-    msg = _wait(waiting, WAIT, "main-app refused with EmptyPodSharedPoolError")
-    desc = n.describe("empty-shared-pool")
-    ms = n.wait_running("empty-shared-pool", "metrics-sidecar")
-    n.record("empty-shared-pool", {"witness": ("witness", "app", w),
-                                   "empty-shared-pool/metrics-sidecar":
-                                   ("empty-shared-pool", "metrics-sidecar", ms)},
-             refused_message=msg,
-             describe_has_refusal="EmptyPodSharedPoolError" in desc)
-    n.delete("empty-shared-pool", "witness")
+    _empty_shared_pool(n, w)
+    n.delete("witness")
     return {}
 
 
-PHASES = [docs_pods, sidecar_and_init, container_scope, resize, pod_scope]
+def pod_scope_best_effort(n: Node) -> dict[str, Any]:
+    """The plugin restarted with ``topologyManagerPolicy: best-effort`` (pod scope): the
+    empty-shared-pool pod again, beside a BestEffort witness; the kubelet v1.37.2 refuses it
+    with EmptyPodSharedPoolError here (the policy admits without a hint, the CPU manager's
+    allocation refuses it)."""
+    n.start_plugin("pod", policy="best-effort")
+    n.create(pod("witness", [container("app", None)]))
+    w = n.wait_running("witness", "app")
+    _empty_shared_pool(n, w)
+    n.delete("witness")
+    return {}
+
+
+def _empty_shared_pool(n: Node, witness: str) -> None:
+    """The tutorial's empty-shared-pool pod: every container's outcome (running, or refused
+    with the message of its pod status) and the error names ``kubectl describe pod`` shows,
+    recorded in the step ``empty-shared-pool``."""
+    ctrs = ["metrics-sidecar", "logging-sidecar", "main-app"]
+    n.create(pod("empty-shared-pool", [
+        container("metrics-sidecar", "1", "100Mi"), container("logging-sidecar", None),
+        container("main-app", "3", "200Mi")], resources=POD_BUDGET))
+    run, ref = n.outcome("empty-shared-pool", ctrs)
+    desc = n.describe("empty-shared-pool")
+    key = "empty-shared-pool/{}".format
+    n.record("empty-shared-pool", {"witness": ("witness", "app", witness), **{
+        key(c): ("empty-shared-pool", c, i) for c, i in run.items()}},
+        refused={key(c): m for c, m in ref.items()},
+        describe_errors=sorted(set(re.findall(r"\b\w+Error\b", desc))))
+    n.delete("empty-shared-pool")
+
+
+PHASES = [docs_pods, sidecar_and_init, container_scope, resize, pod_scope,
+          pod_scope_best_effort]
 
 
 def run_kubelet_job(job: dict[str, Any], files: Path, out: dict[str, Any],
@@ -594,7 +660,7 @@ def run_kubelet_job(job: dict[str, Any], files: Path, out: dict[str, Any],
         for fn in [f for f in PHASES if not only or f.__name__ in only]:
             print(f"guest: kubelet containerd {version}: {fn.__name__} ...", flush=True)
             t1 = time.monotonic()
-            node.steps = []
+            node.steps, node.events = [], []
             res: dict[str, Any] = {"containerd": version, "scenario": fn.__name__}
             try:
                 res.update(fn(node))
@@ -608,6 +674,8 @@ def run_kubelet_job(job: dict[str, Any], files: Path, out: dict[str, Any],
             except Exception as e:  # noqa: BLE001 - said in the result; next phase runs
                 res["cleanup_error"] = f"{type(e).__name__}: {e}"
             res["steps"] = node.steps
+            res["events"] = node.events
+            res["config"] = dict(node.config)
             res["refused"] = {}
             res["plugin_log_tail"] = node.plugin.log_text()[-3000:] if node.plugin else ""
             res["seconds"] = round(time.monotonic() - t1, 1)

@@ -5,7 +5,8 @@ One boot of the fast topology (``fast = true`` in tests/vm/topologies) runs ever
 driver; the guest records the cpusets of the OCI spec, the cgroup v2 files and /proc, and
 these tests judge them (:mod:`tests.vm.checks`). The guest image is built, or reused from
 ``NRI_VM_CACHE``, by the session fixture (cold: about 4 minutes; the boot and scenarios about
-5). The full matrix (every topology, containerd 1.7 too) is ``make e2e-vm``.
+5). The boot is shared with tests/vm/test_guest_kubelet.py (tests/vm/conftest.py). The full
+matrix (every topology, containerd 1.7 too) is ``make e2e-vm``.
 
 Gate: requested with ``NRI_E2E_VM=1`` (``make test`` and ``make e2e-vm`` set it), else
 skipped with the reason. When requested but the machine cannot run it (not root, tools
@@ -14,13 +15,12 @@ missing) it is skipped, or fails when ``CI`` is set, as tests/e2e/conftest.py do
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.vm import checks, runner, topology
+from tests.vm.conftest import FastGuest
 
 pytestmark = pytest.mark.e2e
 
@@ -28,28 +28,11 @@ FAST_SCENARIOS = ["docs", "full-pcpus-only", "numa-memory"]
 DRIVERS = ["cgroupfs", "systemd"]
 
 
-def _gate() -> None:
-    if os.environ.get("NRI_E2E_VM") != "1":
-        pytest.skip("QEMU guest tests not requested (NRI_E2E_VM=1; make test sets it)")
-    reasons = runner.missing()
-    if reasons:
-        msg = "QEMU guest tests cannot run here: " + "; ".join(reasons)
-        if os.environ.get("CI"):
-            pytest.fail(msg + " (CI is set: the end-to-end tests are required)", pytrace=False)
-        pytest.skip(msg)
-
-
 @pytest.fixture(scope="module")
-def fast_topology() -> topology.Topology:
-    return next(t for t in topology.all_topologies() if t.fast)
-
-
-@pytest.fixture(scope="module")
-def guest(fast_topology: topology.Topology) -> runner.GuestRun:
-    _gate()
-    keep = os.environ.get("NRI_VM_KEEP")
-    return runner.run_guest(fast_topology, containerd=["2.1"], drivers=DRIVERS,
-                            scenarios=FAST_SCENARIOS, keep=Path(keep) if keep else None)
+def guest(fast_guest: FastGuest) -> runner.GuestRun:
+    """The shared boot (tests/vm/conftest.py: with the guest kubelet's phases unless those
+    cannot run)."""
+    return fast_guest.run
 
 
 def test_guest_topology_is_the_data_file(guest: runner.GuestRun,
