@@ -806,7 +806,10 @@ def _explained(s: dict[str, Any], d: dict[str, Any], known: list[dict[str, Any]]
         return None
     for k in known:
         m = k["match"]
-        if m.get("kind") and m["kind"] != d["kind"]:
+        # (a "reason" entry explains a "message" difference too: both sides refused with
+        # the same reason, UnexpectedAdmissionError for a pod admitted whole, another text)
+        if m.get("kind") and m["kind"] != d["kind"] and (m["kind"], d["kind"]) != (
+                "reason", "message"):
             continue
         if m.get("kubelet") and m["kubelet"] not in str(d["kubelet"]):
             continue
