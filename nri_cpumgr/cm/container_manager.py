@@ -330,20 +330,7 @@ class ContainerManager:
         self.tm.add_container(pod, info.name, info.id)
         if self.memory is not None:
             self.memory.container_map[info.id] = key
-        old = self.owner.get(key)
-        if old is not None and old != info.id:
-            self.untrack(old)  # a restart replaces the stopped container
-        cpus = CPUSet(allocated) if allocated else None
-        mems = self.mems(key, cpus)
-        if cpus:
-            self.owner[key] = info.id
-            self.track(info.id, Tracked(info, True, cpus, mems=mems))
-            return Decision(info.id, cpus, exclusive=True, mems=mems)
-        if mems is not None:
-            self.owner[key] = info.id
-        self.track(info.id, Tracked(info, False, None, mems=mems))
-        pool = self.shared_pool() if self.static else None
-        return Decision(info.id, pool, mems=mems, quota=_restored_quota(info))
+        return self._decide(info, key, CPUSet(allocated) if allocated else None)
 
     # ------------------------------------------------------------ whole-pod admission
     def _whole_pod(self, info: ContainerInfo) -> bool:
@@ -435,11 +422,16 @@ class ContainerManager:
         self.tm.add_container(Pod(uid=info.pod_uid), info.name, info.id)
         if mem is not None and self.memory is not None:
             self.memory.container_map[info.id] = key
+        return self._decide(info, key, CPUSet(cpus) if cpus is not None else None)
+
+    def _decide(self, info: ContainerInfo, key: tuple[str, str],
+                cpus: CPUSet | None) -> Decision:
+        """The decision for an admitted container ``info`` (state ``key``) with exclusive
+        ``cpus`` (None or empty: the shared pool), tracked; a restart's stopped predecessor
+        is forgotten."""
         old = self.owner.get(key)
         if old is not None and old != info.id:
             self.untrack(old)  # a restart replaces the stopped container
-        if cpus is not None:
-            cpus = CPUSet(cpus)
         mems = self.mems(key, cpus)
         if cpus:
             self.owner[key] = info.id
