@@ -104,11 +104,12 @@ cluster-modern: setup
 	bash scripts/modern/build.sh >/dev/null
 	NRI_CLUSTER_CONTAINERD=2.1,2.4 $(PY) -m pytest -q tests/cluster/test_modern.py
 
-# the documented migration of a real kubelet 1.37 static-policy node to the plugin (opt-in:
-# tests/cluster/test_adopt_modern.py; one cluster start on the first NRI_CLUSTER_CONTAINERD)
+# the documented migration of a real kubelet 1.37 static-policy node to the plugin alone
+# (tests/cluster/test_adopt_modern.py, also in `make test`; one cluster start on the first
+# NRI_CLUSTER_CONTAINERD)
 cluster-adopt: setup
 	bash scripts/modern/build.sh >/dev/null
-	NRI_CLUSTER_ADOPT=1 nice -n 10 $(PY) -m pytest -q tests/cluster/test_adopt_modern.py
+	nice -n 10 $(PY) -m pytest -q tests/cluster/test_adopt_modern.py
 
 # NRI_E2E_VM=1: includes the QEMU guest fast subset (tests/vm: cgroup v2, both drivers).
 # modern: the kubelet 1.37.2 & co., containerd 2.4.2, runc 1.5.3, crictl, helm and etcd for the
