@@ -113,8 +113,8 @@ cluster-adopt: setup
 
 # NRI_E2E_VM=1: includes the QEMU guest fast subset (tests/vm: cgroup v2, both drivers).
 # modern: the kubelet 1.37.2 & co., containerd 2.4.2, runc 1.5.3, crictl, helm and etcd for the
-# kubelet 1.37 cluster test (tests/cluster/test_modern.py, on containerd 2.1 and 2.4) and the
-# chart tests. The kubelet 1.20.2 cluster (tests/cluster/test_cluster.py) is `make cluster-e2e`
+# kubelet 1.37 cluster tests (tests/cluster/test_modern.py, on containerd 2.1 and 2.4;
+# test_adopt_modern.py, a static-policy node's migration, on 2.1) and the chart tests. The kubelet 1.20.2 cluster (tests/cluster/test_cluster.py) is `make cluster-e2e`
 # only: its kustomize and restart checks run on the 1.37 cluster (docs/development/cluster-test.md)
 test: setup lint kubelet-cri oracle modern
 	NRI_E2E_VM=1 NRI_CLUSTER_CONTAINERD=2.1,2.4 $(PY) -m pytest tests \
