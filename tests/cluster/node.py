@@ -38,6 +38,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +142,14 @@ def _cgroup_root(rel: str) -> None:
                         pass
 
 
+def _epoch(stamp: str | None) -> float:
+    """An API server timestamp (RFC 3339, UTC, "2026-12-06T03:34:15Z") in epoch seconds; 0
+    when absent."""
+    if not stamp:
+        return 0.0
+    return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+
+
 def kubelet_config(spec: dict[str, Any], work: Path) -> dict[str, Any]:
     """The KubeletConfiguration (kubelet.config.k8s.io/v1beta1) of the test node: 1.20's,
     plus :func:`modern_kubelet_config` for kubelet 1.37 (``spec["flavor"]``)."""
@@ -233,12 +242,15 @@ class Inside:
         except urllib.error.HTTPError as e:
             return e.code, e.read()
 
-    def node_ready(self) -> bool:
+    def node_ready(self, since: float = 0.0) -> bool:
+        """The node's Ready condition is True, posted at or after ``since`` (epoch seconds; a
+        restarted kubelet's node is Ready from before until its heartbeat says otherwise)."""
         code, body = self.api_get(f"/api/v1/nodes/{self.spec['node_name']}")
         if code != 200:
             return False
         conds = json.loads(body)["status"].get("conditions", [])
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+        return any(c["type"] == "Ready" and c["status"] == "True"
+                   and _epoch(c.get("lastHeartbeatTime")) >= int(since) for c in conds)
 
     def start(self) -> dict[str, Any]:
         p, pki, kubeconfig = PORTS, self.pki, self.spec["kubeconfig"]
@@ -317,13 +329,14 @@ class Inside:
             "--container-runtime=remote", f"--container-runtime-endpoint={endpoint}",
             f"--image-service-endpoint={endpoint}",
             f"--pod-infra-container-image={self.spec['pause_image']}"]
+        since = time.time()
         self.spawn("kubelet", [
             str(self.bin / "kubelet"), f"--config={self.work / 'kubelet-config.json'}",
             f"--kubeconfig={kubeconfig}", *runtime_flags,
             "--runtime-request-timeout=5m", f"--root-dir={kdir}",
             f"--hostname-override={self.spec['node_name']}", f"--node-ip={NODE_IP}",
             f"--v={self.spec.get('kubelet_verbosity', 2)}"])
-        wait_for(lambda: self.alive() or self.node_ready(), 180, "the node to be Ready",
+        wait_for(lambda: self.alive() or self.node_ready(since), 180, "the node to be Ready",
                  on_timeout=lambda: tail(self.work / "kubelet.log", 6000))
 
     def restart_kubelet(self, request: dict[str, Any]) -> None:
