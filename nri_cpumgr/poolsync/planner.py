@@ -28,7 +28,8 @@ we do better on both lag and cost):
   StartContainer that has already read the spec starts it with the old cpuset (seen with a
   real kubelet 1.37, which starts pods concurrently: the container's spec said the new pool,
   its cgroup the old one). So such a container counts as stale again at its
-  PostStartContainer (``started``), and the next pass sends its update once more (one extra
+  PostStartContainer (``started``), or at the end of the call when it started during it, and
+  the next pass sends its update once more (one extra
   update per container updated between its creation and its start).
 * A container the runtime failed to update stays stale and is retried by the next pass; after
   ``max_failures`` failures the runtime answered it is dropped (it is most likely gone; the
@@ -62,6 +63,9 @@ class Batch:
     ids: list[str]
     mems: dict[str, str]
     shrink: bool  # part of a shrink pass (some container was on exclusive CPUs)
+    # ids of the batch that had not started when it was taken (a start during the call may
+    # leave the update in the spec only: :meth:`PoolPlanner.done`)
+    unstarted: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -249,7 +253,8 @@ class PoolPlanner:
             self.shrink_since = self.grow_since = None
         self.in_pass.update(ids)
         self.sent += len(ids)
-        return Batch(target, ids, {c: self.shared[c].mems for c in ids}, urgent), None
+        return Batch(target, ids, {c: self.shared[c].mems for c in ids}, urgent,
+                     frozenset(c for c in ids if c in self.unstarted)), None
 
     def take_all(self, now: float) -> Batch | None:
         """Reply mode (no UpdateContainers of our own): every stale container at once, to
@@ -301,6 +306,13 @@ class PoolPlanner:
             s.failures = 0
             if cid in self.unstarted:
                 self.updated_unstarted.add(cid)
+            elif cid in batch.unstarted:
+                # it started while the call was under way (a CRI call waits for the start:
+                # 8 s seen with kubelet 1.37 in the QEMU guest): the update may have reached
+                # its spec only, so it stays stale on what it had and this pass sends it
+                # again (once: it has started, so the next batch does not count it unstarted)
+                self.in_pass.discard(cid)
+                continue
             self._leave(cid, s.applied)
             s.applied = batch.cpus
             self._join(cid, batch.cpus)

@@ -327,3 +327,20 @@ def test_sender_retries_timeouts_until_the_runtime_answers(caplog):
     assert "s0" in s.planner.shared and s.planner.shared["s0"].applied == SHRUNK
     assert "giving up" not in caplog.text
     assert caplog.text.count("got no answer") == 4
+
+
+def test_a_container_started_during_its_update_is_sent_again():
+    """A CRI UpdateContainerResources of a container that is starting waits for the start
+    (8 s with kubelet 1.37 on containerd 2.1 in the QEMU guest) and may reach its spec only:
+    the container started during the call, so the call's end leaves it stale on what it had,
+    and the next pass sends it again (seen: spec 0-1, cgroup and /proc 0-3, for good)."""
+    p = planner(0)
+    p.add("new", ALL, "", 0.0, created=True)
+    p.set_target(SHRUNK, 0.0)
+    b, _ = p.plan(1.0)
+    assert b is not None and b.ids == ["new"] and b.unstarted == {"new"}
+    assert p.started("new", 1.5) is False  # during the call: nothing is known yet
+    p.done(b, set(), 2.0)
+    assert p.shared["new"].applied == ALL and p.stale_count() == 1
+    assert sum(drain(p, 2.0), []) == ["new"]  # the same pass, once
+    assert p.shared["new"].applied == SHRUNK and p.stale_count() == 0
