@@ -63,9 +63,10 @@ class Batch:
     ids: list[str]
     mems: dict[str, str]
     shrink: bool  # part of a shrink pass (some container was on exclusive CPUs)
-    # ids of the batch that had not started when it was taken (a start during the call may
-    # leave the update in the spec only: :meth:`PoolPlanner.done`)
-    unstarted: frozenset[str] = frozenset()
+    # ids of the batch that had not started when it was taken -> the cpuset they were
+    # created with (a start during the call may leave the update in the spec only:
+    # :meth:`PoolPlanner.done`)
+    unstarted: dict[str, CPUSet] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -254,7 +255,7 @@ class PoolPlanner:
         self.in_pass.update(ids)
         self.sent += len(ids)
         return Batch(target, ids, {c: self.shared[c].mems for c in ids}, urgent,
-                     frozenset(c for c in ids if c in self.unstarted)), None
+                     {c: self.unstarted[c] for c in ids if c in self.unstarted}), None
 
     def take_all(self, now: float) -> Batch | None:
         """Reply mode (no UpdateContainers of our own): every stale container at once, to
@@ -309,9 +310,16 @@ class PoolPlanner:
             elif cid in batch.unstarted:
                 # it started while the call was under way (a CRI call waits for the start:
                 # 8 s seen with kubelet 1.37 in the QEMU guest): the update may have reached
-                # its spec only, so it stays stale on what it had and this pass sends it
-                # again (once: it has started, so the next batch does not count it unstarted)
+                # its spec only (whatever an UpdateContainer event said meanwhile), so it is
+                # stale again on the cpuset it was created with and this pass sends it again
+                # (once: it has started, so the next batch does not count it unstarted)
+                created = batch.unstarted[cid]
+                self._leave(cid, s.applied)
+                s.applied = created
+                self._join(cid, created)
                 self.in_pass.discard(cid)
+                if created != self.target:
+                    self._note_group(created, now)
                 continue
             self._leave(cid, s.applied)
             s.applied = batch.cpus

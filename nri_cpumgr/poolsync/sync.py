@@ -349,7 +349,7 @@ class SharedPoolSync:
         if gone:
             log.debug("shared pool: %d containers gone or being removed: %s", len(gone),
                       sorted(gone))
-        sub = Batch(batch.cpus, answered, batch.mems, batch.shrink)
+        sub = Batch(batch.cpus, answered, batch.mems, batch.shrink, batch.unstarted)
         dropped = self.planner.done(sub, set(out.failed), now)
         self._pass_n += len(answered) - len(out.failed)
         if out.failed:

@@ -338,8 +338,9 @@ def test_a_container_started_during_its_update_is_sent_again():
     p.add("new", ALL, "", 0.0, created=True)
     p.set_target(SHRUNK, 0.0)
     b, _ = p.plan(1.0)
-    assert b is not None and b.ids == ["new"] and b.unstarted == {"new"}
+    assert b is not None and b.ids == ["new"] and b.unstarted == {"new": ALL}
     assert p.started("new", 1.5) is False  # during the call: nothing is known yet
+    p.add("new", SHRUNK, "", 1.6)  # the runtime's UpdateContainer event, during the call
     p.done(b, set(), 2.0)
     assert p.shared["new"].applied == ALL and p.stale_count() == 1
     assert sum(drain(p, 2.0), []) == ["new"]  # the same pass, once
