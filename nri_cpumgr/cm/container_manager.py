@@ -284,6 +284,12 @@ class ContainerManager:
             self.track(info.id, Tracked(info, False, None))
             return Decision(info.id, None)
         rec = self.admissions.get(info.pod_uid)
+        if rec is not None and rec.refused is not None:
+            # a refused pod holds nothing: its next CreateContainer (the kubelet under policy
+            # none retries it; the CPUs may be free by then: a pod of the same name still
+            # being deleted) admits it again, the same answer while nothing changed
+            del self.admissions[info.pod_uid]
+            rec = None
         if rec is None and self._whole_pod(info):
             rec = self._admit_pod(info, device_numa)
         if rec is not None and info.name in rec.containers:

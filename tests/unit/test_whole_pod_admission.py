@@ -92,9 +92,25 @@ def test_refused_pod_refuses_every_container_and_holds_nothing():
         m.admit(info("x", big, "a"))
     assert m.shared_pool() == pool and "big" not in m.state.assignments
     with pytest.raises(AdmissionError, match="TopologyAffinityError"):
-        m.admit(info("y", big, "b"))  # the recorded refusal, not a fresh admission
+        m.admit(info("y", big, "b"))  # admitted again: the same refusal, nothing changed
     m.remove_pod("big")
     assert "big" not in m.admissions
+
+
+def test_a_refused_pod_is_admitted_at_a_retry_once_its_cpus_are_free():
+    """Under policy none the kubelet retries a refused CreateContainer every few seconds; a
+    pod refused while another (a pod of the same name being deleted) held the CPUs gets them
+    at the retry after that one's deletion (seen in the kubelet 1.37 cluster test: a refusal
+    kept for good after the old pod had gone)."""
+    m = manager()
+    old = spec("old", [("a", "10")])  # 11 CPUs free after the reserved CPU 0
+    m.admit(info("o", old, "a"))
+    new = spec("new", [("a", "2")])
+    with pytest.raises(AdmissionError, match="not enough cpus"):
+        m.admit(info("n1", new, "a"))
+    m.remove_pod("old")
+    d = m.admit(info("n2", new, "a"))
+    assert d.exclusive and len(d.cpus) == 2
 
 
 def test_pod_scope_merges_the_whole_pod():
