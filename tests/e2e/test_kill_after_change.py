@@ -211,8 +211,8 @@ def test_kill_after_resize(node_on, cri, twelve_cpus, grow):
 
 
 def test_kill_after_pod_level_slice(node_on, cri, twelve_cpus):
-    """Pod scope, a 4-CPU budget: a sidecar on the bubble, then main-app's exclusive 2-CPU
-    slice (the sidecar moved in that reply) and the kill."""
+    """Pod scope, a 4-CPU budget: a sidecar on the pod's shared pool and main-app's exclusive
+    2-CPU slice (both decided when the pod is admitted whole at the sidecar), then the kill."""
     # the pod spec from a loopback fake API server: the harness sends the resource-less sidecar
     # the pod's limits, as a kubelet with PodLevelResources does (issue 26)
     api = FakeAPIServer("e2e-node").__enter__()
@@ -235,11 +235,13 @@ def _kill_after_pod_level_slice(node, cri, api) -> None:
                     [("sidecar", None, None), ("main-app", g("2"), g("2"))],
                     pod_resources=budget, namespace=meta.namespace))
     side = cri.create_container(pod, "sidecar")
-    bubble = node.spec(side)
-    assert len(bubble) == 4
+    # the pod admitted whole at its first container (its spec is known): the sidecar gets
+    # the pod's shared pool at once, the bubble less main-app's slice, as the kubelet does
+    pool = node.spec(side)
     main = cri.create_container(pod, "main-app", requests=g("2"), limits=g("2"))
     slice_ = node.spec(main)
-    assert len(slice_) == 2 and slice_ <= bubble
+    bubble = pool | slice_
+    assert len(slice_) == 2 and len(pool) == 2 and len(bubble) == 4
     assert node.spec(side) == bubble - slice_
     node.kill_and_relaunch()
     node.check({main: slice_}, [be], pinned={side: bubble - slice_}, taken=bubble)
