@@ -366,6 +366,20 @@ def areas(s: dict[str, Any]) -> list[str]:
 
 
 # ------------------------------------------------------------------ the two sides
+def oracle_for_tests() -> Oracle:
+    """The oracle for a test module's fixture: without Go (and no ``NRI_CPUMGR_ORACLE``) the
+    test is skipped, or fails when ``CI`` is set."""
+    import shutil
+
+    import pytest
+
+    if not os.environ.get("NRI_CPUMGR_ORACLE") and shutil.which("go") is None:
+        if os.environ.get("CI"):
+            pytest.fail("the kubelet oracle needs Go 1.26 (make oracle)")
+        pytest.skip("no Go: the kubelet oracle cannot be built (make oracle)")
+    return Oracle(oracle_path())
+
+
 def oracle_path() -> Path:
     """The oracle binary: $NRI_CPUMGR_ORACLE, else where `make oracle` puts it."""
     env = os.environ.get("NRI_CPUMGR_ORACLE")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -30,11 +29,7 @@ MODE_SEEDS = [("as-deployed", s) for s in SEEDS] + [
 
 @pytest.fixture(scope="module")
 def oracle() -> Iterator[S.Oracle]:
-    if not os.environ.get("NRI_CPUMGR_ORACLE") and shutil.which("go") is None:
-        if os.environ.get("CI"):
-            pytest.fail("the kubelet oracle needs Go 1.26 (make oracle)")
-        pytest.skip("no Go: the kubelet oracle cannot be built (make oracle)")
-    o = S.Oracle(S.oracle_path())
+    o = S.oracle_for_tests()
     yield o
     o.close()
 

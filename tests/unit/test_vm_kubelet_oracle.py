@@ -12,9 +12,7 @@ oracle run it (``make oracle``; without Go they skip, except under CI).
 from __future__ import annotations
 
 import copy
-import os
 import re
-import shutil
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,11 +34,7 @@ EPSP = ("... CreateContainer request: EmptyPodSharedPoolError: pod rejected, sum
 
 @pytest.fixture(scope="module")
 def oracle() -> Iterator[S.Oracle]:
-    if not os.environ.get("NRI_CPUMGR_ORACLE") and shutil.which("go") is None:
-        if os.environ.get("CI"):
-            pytest.fail("the kubelet oracle needs Go 1.26 (make oracle)")
-        pytest.skip("no Go: the kubelet oracle cannot be built (make oracle)")
-    o = S.Oracle(S.oracle_path())
+    o = S.oracle_for_tests()
     yield o
     o.close()
 
