@@ -55,9 +55,13 @@ async def call(conn: PeerConn, method: str, req, resp_cls, **kw: object):
     size = TTRPC_HEADER + req.ByteSize()
     return await conn.call(method, req, resp_cls,
                            sizes=[FRAME_PAYLOAD] * ((size - 1) // FRAME_PAYLOAD), **kw)
-# the plugin's own UpdateContainers path, as measured before issue 21: the fake runtime has
-# no NRI locks to invert ("auto" would take "reply" for a runtime it does not know)
-CONFIG = 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\nsharedPoolUpdateMode: async\n'
+# the shipped default (sharedPoolUpdateMode auto); the fake runtime introduces itself as
+# containerd 2.4.2 (the newest containerd, the modern node's), where auto takes async as on a
+# real node: the fake has no NRI locks, as 2.4 has no lock-order inversion. An older version
+# (--runtime-version v1.7.24) takes reply there (no CRI socket in the fake: the unmounted
+# socket's degraded path, not what the chart deploys)
+CONFIG = 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n'
+RUNTIME_NAME, RUNTIME_VERSION = "containerd", "v2.4.2"
 ALL_CPUS = "0-255"
 
 
@@ -176,7 +180,8 @@ async def one_round(kind: str, argv: list[str], sock: Path, n: int, creates: int
         conn: PeerConn = await rt.next_conn(30)
         await asyncio.wait_for(asyncio.shield(conn.registered), 30)
         cfg = await call(conn, "Configure", nri_pb2.ConfigureRequest(
-            config="", runtime_name="fake", runtime_version="0.0"), nri_pb2.ConfigureResponse)
+            config="", runtime_name=RUNTIME_NAME, runtime_version=RUNTIME_VERSION),
+            nri_pb2.ConfigureResponse)
         pods = [pod(f"s{i}", "besteffort") for i in range(n)]
         ctrs = [container(f"s{i}", 0) for i in range(n)]
         t = time.perf_counter()
@@ -278,7 +283,13 @@ def main(argv: list[str] | None = None) -> int:
                          "shared container (0: skip)")
     ap.add_argument("--quick", action="store_true", help="N=1000, 1 round of 200")
     ap.add_argument("--keep", action="store_true", help="keep the work dir (plugin logs)")
+    ap.add_argument("--runtime-version", default=RUNTIME_VERSION,
+                    help="containerd version the fake runtime reports in Configure (default "
+                         "%(default)s: sharedPoolUpdateMode auto takes async; below v2.4.0 it "
+                         "takes reply, the fake having no CRI socket)")
     args = ap.parse_args(argv)
+    global RUNTIME_VERSION
+    RUNTIME_VERSION = args.runtime_version
     if args.quick:
         args.shared = args.shared or [1000]
         args.rounds, args.creates = 1, 200

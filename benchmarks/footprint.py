@@ -51,9 +51,13 @@ if str(TOP) not in sys.path:
 from nri_cpumgr.api import nri_pb2  # noqa: E402
 from tests.unit.nri_peer import FakeRuntime  # noqa: E402
 
-# the plugin's own UpdateContainers path, as measured before issue 21: the fake runtime has
-# no NRI locks to invert ("auto" would take "reply" for a runtime it does not know)
-CONFIG = 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\nsharedPoolUpdateMode: async\n'
+# the shipped default (sharedPoolUpdateMode auto); the fake runtime introduces itself as
+# containerd 2.4.2 (the newest containerd, the modern node's), where auto takes async as on a
+# real node: the fake has no NRI locks, as 2.4 has no lock-order inversion. An older version
+# (--runtime-version v1.7.24) takes reply there (no CRI socket in the fake: the unmounted
+# socket's degraded path, not what the chart deploys)
+CONFIG = 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n'
+RUNTIME_NAME, RUNTIME_VERSION = "containerd", "v2.4.2"
 SIZES = (0, 100, 1000)
 FRAME_CHUNK = 4000
 
@@ -155,7 +159,8 @@ async def launch(subject: Subject, n: int, settle: float, keep: bool = True,
             reg_ms = (time.perf_counter() - t0) * 1000
             cpu_ms, wait_ms = sched_ms(proc.pid)
             await conn.call("Configure", nri_pb2.ConfigureRequest(
-                runtime_name="fake", runtime_version="0.0"), nri_pb2.ConfigureResponse)
+                runtime_name=RUNTIME_NAME, runtime_version=RUNTIME_VERSION),
+                nri_pb2.ConfigureResponse)
             req = nri_pb2.SynchronizeRequest(pods=pods, containers=ctrs)
             # the Go stub reads a frame into a 4 KiB buffer (ttrpc bufio; ENOMEM if larger):
             # full frames of FRAME_CHUNK, the remainder (< FRAME_CHUNK + ttrpc header) last
@@ -274,7 +279,13 @@ def main() -> int:
                          "holding this many pods")
     ap.add_argument("--cold-bytecode", action="store_true",
                     help="no bytecode cache (PYTHONDONTWRITEBYTECODE=1)")
+    ap.add_argument("--runtime-version", default=RUNTIME_VERSION,
+                    help="containerd version the fake runtime reports in Configure (default "
+                         "%(default)s: sharedPoolUpdateMode auto takes async; below v2.4.0 it "
+                         "takes reply, the fake having no CRI socket)")
     args = ap.parse_args()
+    global RUNTIME_VERSION
+    RUNTIME_VERSION = args.runtime_version
     with contextlib.suppress(KeyboardInterrupt):
         return asyncio.run(main_async(args))
     return 130
