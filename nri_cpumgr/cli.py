@@ -442,7 +442,8 @@ class _RunOnlyError(Exception):
 
 def _help_width() -> int:
     """The help text's width as argparse takes it (shutil.get_terminal_size's columns, less 2),
-    without importing shutil, which brings bz2, lzma and their libraries (~2 MiB resident)."""
+    without importing shutil, which brings bz2, lzma and their libraries (1.9 MiB resident in a
+    bare interpreter, 0.4-0.6 MiB measured in the plugin)."""
     try:
         columns = int(os.environ.get("COLUMNS", "0"))
     except ValueError:
