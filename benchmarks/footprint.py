@@ -51,9 +51,13 @@ if str(TOP) not in sys.path:
 from nri_cpumgr.api import nri_pb2  # noqa: E402
 from tests.unit.nri_peer import FakeRuntime  # noqa: E402
 
-# the plugin's own UpdateContainers path, as measured before issue 21: the fake runtime has
-# no NRI locks to invert ("auto" would take "reply" for a runtime it does not know)
-CONFIG = 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\nsharedPoolUpdateMode: async\n'
+# the shipped default (sharedPoolUpdateMode auto); the fake runtime introduces itself as
+# containerd 2.4.2 (the newest containerd, the modern node's), where auto takes async as on a
+# real node: the fake has no NRI locks, as 2.4 has no lock-order inversion. An older version
+# (--runtime-version v1.7.24) takes reply there (no CRI socket in the fake: the unmounted
+# socket's degraded path, not what the chart deploys)
+CONFIG = 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n'
+RUNTIME_NAME, RUNTIME_VERSION = "containerd", "v2.4.2"
 SIZES = (0, 100, 1000)
 FRAME_CHUNK = 4000
 
@@ -110,6 +114,7 @@ class Subject:
         self.env = env
         self.reg_ms: list[float] = []
         self.synced_ms: dict[int, list[float]] = {n: [] for n in SIZES}
+        self.synced_cpu_ms: dict[int, list[float]] = {n: [] for n in SIZES}
         self.reg_cpu_ms: list[float] = []
         self.reg_wait_ms: list[float] = []
         self.rss: dict[int, list[float]] = {n: [] for n in SIZES}
@@ -155,7 +160,8 @@ async def launch(subject: Subject, n: int, settle: float, keep: bool = True,
             reg_ms = (time.perf_counter() - t0) * 1000
             cpu_ms, wait_ms = sched_ms(proc.pid)
             await conn.call("Configure", nri_pb2.ConfigureRequest(
-                runtime_name="fake", runtime_version="0.0"), nri_pb2.ConfigureResponse)
+                runtime_name=RUNTIME_NAME, runtime_version=RUNTIME_VERSION),
+                nri_pb2.ConfigureResponse, timeout=30)
             req = nri_pb2.SynchronizeRequest(pods=pods, containers=ctrs)
             # the Go stub reads a frame into a 4 KiB buffer (ttrpc bufio; ENOMEM if larger):
             # full frames of FRAME_CHUNK, the remainder (< FRAME_CHUNK + ttrpc header) last
@@ -163,6 +169,7 @@ async def launch(subject: Subject, n: int, settle: float, keep: bool = True,
             await conn.call("Synchronize", req, nri_pb2.SynchronizeResponse, sizes=frames,
                             timeout=60)
             synced_ms = (time.perf_counter() - t0) * 1000
+            synced_cpu_ms, _ = sched_ms(proc.pid)
             await asyncio.sleep(settle)
             if proc.returncode is not None:
                 raise RuntimeError(f"{subject.name} exited: {(work / 'plugin.log').read_text()}")
@@ -170,6 +177,7 @@ async def launch(subject: Subject, n: int, settle: float, keep: bool = True,
         if keep:
             subject.reg_ms.append(reg_ms)
             subject.synced_ms[n].append(synced_ms)
+            subject.synced_cpu_ms[n].append(synced_cpu_ms)
             subject.reg_cpu_ms.append(cpu_ms)
             subject.reg_wait_ms.append(wait_ms)
             subject.rss[n].append(rss)
@@ -237,14 +245,18 @@ async def main_async(args: argparse.Namespace) -> int:
                   "project's steering repo, not in a plain clone), or set GO_PEER=PATH)")
         for s in subjects:  # warm-up: bytecode, page cache
             await launch(s, 0, 0.0, keep=False)
+        load = [os.getloadavg()]
         for r in range(args.rounds):
             order = subjects if r % 2 == 0 else subjects[::-1]
             for n in SIZES:
                 for s in order:
                     await launch(s, n, args.settle)
+        load.append(os.getloadavg())
         print(f"footprint: {args.rounds} rounds, {os.cpu_count()} CPUs, settle {args.settle}s, "
               f"bytecode {'none' if args.cold_bytecode else 'cached'}; config: "
-              + CONFIG.strip().replace("\n", ", "))
+              + CONFIG.strip().replace("\n", ", ") + f"; runtime {RUNTIME_NAME} {RUNTIME_VERSION}")
+        print("load average (1, 5, 15 min) before / after: "
+              + " / ".join(" ".join(f"{x:.1f}" for x in la) for la in load))
         for s in subjects:
             print(s.name)
             print(line("launch -> registered", s.reg_ms, "ms"))
@@ -252,6 +264,7 @@ async def main_async(args: argparse.Namespace) -> int:
             print(line("  of it waiting for a CPU", s.reg_wait_ms, "ms"))
             for n in SIZES:
                 print(line(f"launch -> synchronized, {n}", s.synced_ms[n], "ms"))
+                print(line("  of it on a CPU", s.synced_cpu_ms[n], "ms"))
             for n in SIZES:
                 print(line(f"VmRSS after sync of {n}", s.rss[n], "MiB"))
         if api is not None:
@@ -263,6 +276,7 @@ async def main_async(args: argparse.Namespace) -> int:
 
 
 def main() -> int:
+    global RUNTIME_VERSION
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--settle", type=float, default=0.5,
@@ -274,7 +288,12 @@ def main() -> int:
                          "holding this many pods")
     ap.add_argument("--cold-bytecode", action="store_true",
                     help="no bytecode cache (PYTHONDONTWRITEBYTECODE=1)")
+    ap.add_argument("--runtime-version", default=RUNTIME_VERSION,
+                    help="containerd version the fake runtime reports in Configure (default "
+                         "%(default)s: sharedPoolUpdateMode auto takes async; below v2.4.0 it "
+                         "takes reply, the fake having no CRI socket)")
     args = ap.parse_args()
+    RUNTIME_VERSION = args.runtime_version
     with contextlib.suppress(KeyboardInterrupt):
         return asyncio.run(main_async(args))
     return 130

@@ -51,7 +51,12 @@ from nri_cpumgr.podmodel.nri import (
     plain_shared,
     qos_from_resources,
 )
-from nri_cpumgr.poolsync import SharedPoolSync, choose_update_mode, cri_endpoint
+from nri_cpumgr.poolsync import (
+    SharedPoolSync,
+    choose_update_mode,
+    cri_endpoint,
+    nri_lock_inversion,
+)
 from nri_cpumgr.runtime.events import EVENTS  # noqa: F401 - re-exported
 from nri_cpumgr.sysfs import device_numa_node
 from nri_cpumgr.topology import Machine
@@ -408,7 +413,11 @@ class Plugin:
         configured = self.config.sharedPoolUpdateMode
         endpoint = cri_endpoint(self.config.containerRuntimeEndpoint, runtime_name)
         why_not: str | None = "not checked (reply)"
-        if configured != "reply":
+        if configured in ("auto", "async") \
+                and nri_lock_inversion(runtime_name, runtime_version) is False:
+            # async whatever the socket says (containerd 2.4+): no probe, no CRI module
+            why_not = "not checked (async)"
+        elif configured != "reply":
             if endpoint is None:
                 why_not = (f"no CRI socket known for runtime {runtime_name or '?'} "
                            f"(containerRuntimeEndpoint {self.config.containerRuntimeEndpoint!r})")

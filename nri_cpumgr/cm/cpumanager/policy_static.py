@@ -17,6 +17,7 @@ containers (the kubelet's ``cpusToReuse``).
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -34,6 +35,7 @@ from nri_cpumgr.cm.cpumanager.policy_options import (
     validate_static_policy_options,
 )
 from nri_cpumgr.cm.cpumanager.state import CPUManagerState
+from nri_cpumgr.cm.topologymanager.family import MaskFamily
 from nri_cpumgr.cm.topologymanager.hint import TopologyHint
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.podmodel import ContainerSpec, Pod, QOSClass
@@ -376,7 +378,7 @@ class StaticPolicy:
 
     def generate_hints(
         self, available: CPUSet, reusable: CPUSet, request: int
-    ) -> list[TopologyHint]:
+    ) -> list[TopologyHint] | MaskFamily:
         """One hint per NUMA node combination holding all ``reusable`` CPUs and at least
         ``request`` CPUs of ``reusable`` + ``available``; preferred are those of the minimal
         size that could hold the request on an empty machine (kubelet
@@ -388,7 +390,11 @@ class StaticPolicy:
         request on an empty machine iff the k largest can), only combinations that hold the
         reusable CPUs' nodes are visited, and each hint is made once (issue 34: 768 CPUs, 16
         NUMA nodes). Same hints, same order: :meth:`_generate_hints_reference` is the
-        literal loop, tests/unit/test_cpu_hints_fast.py compares them."""
+        literal loop, tests/unit/test_cpu_hints_fast.py compares them.
+
+        The hints come as a :class:`MaskFamily` (a sequence of the same hints, listed on first
+        use), so the Topology Manager's merge can work on the description (int bitmasks)
+        instead of 65,535 hints; ``[]`` when no combination holds the request."""
         topo = self.topology
         nodes = sorted(topo.numa_nodes())
         per_node_total = {n: 0 for n in nodes}
@@ -418,18 +424,11 @@ class StaticPolicy:
         required = tuple(sorted(reusable_nodes))
         free = [n for n in nodes if n not in reusable_nodes]
         short = request - len(reusable) - sum(per_node_avail[n] for n in required)
-        avail = per_node_avail.__getitem__
-        align = self.options.align_by_socket
-        out: list[TopologyHint] = []
-        for size in range(max(1, len(required)), len(nodes) + 1):
-            preferred = size == min_size
-            for pick in itertools.combinations(free, size - len(required)):
-                if short > 0 and sum(map(avail, pick)) < short:
-                    continue
-                numa = frozenset(required + pick if required else pick)
-                out.append(TopologyHint(numa, preferred or (
-                    align and self._socket_aligned(numa, min_size))))
-        return out
+        if not nodes or (short > 0 and sum(per_node_avail[n] for n in free) < short):
+            return []  # not even every node together holds the request
+        aligned = (functools.partial(self._socket_aligned, min_size=min_size)
+                   if self.options.align_by_socket else None)
+        return MaskFamily(nodes, required, per_node_avail, short, min_size, aligned)
 
     def _generate_hints_reference(
         self, available: CPUSet, reusable: CPUSet, request: int

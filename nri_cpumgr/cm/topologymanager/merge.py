@@ -40,9 +40,12 @@ computes directly:
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Mapping, Sequence
 
 from nri_cpumgr.cm.topologymanager.bitmask import bits_of, mask_of, nodes_of
+from nri_cpumgr.cm.topologymanager.family import MaskFamily
 from nri_cpumgr.cm.topologymanager.hint import TopologyHint
 from nri_cpumgr.cm.topologymanager.numa_info import NUMAInfo
 
@@ -58,14 +61,16 @@ _ANY_NOT_PREFERRED = TopologyHint(None, False)
 _IntHint = tuple[int | None, bool]
 
 
-def filter_providers_hints(providers_hints: Sequence[ProviderHints]) -> list[list[TopologyHint]]:
+def filter_providers_hints(
+    providers_hints: Sequence[ProviderHints],
+) -> list[Sequence[TopologyHint]]:
     """Flatten the providers' answers into one hint list per (provider, resource).
 
     A provider with no answer contributes ``[any, preferred]``; a resource mapped to ``None``
     contributes ``[any, preferred]``; a resource mapped to an empty list contributes
     ``[any, not preferred]``. Kubelet policy.go filterProvidersHints.
     """
-    out: list[list[TopologyHint]] = []
+    out: list[Sequence[TopologyHint]] = []
     for hints in providers_hints:
         if not hints:
             out.append([_ANY_PREFERRED])
@@ -73,6 +78,8 @@ def filter_providers_hints(providers_hints: Sequence[ProviderHints]) -> list[lis
         for resource_hints in hints.values():
             if resource_hints is None:
                 out.append([_ANY_PREFERRED])
+            elif isinstance(resource_hints, MaskFamily):
+                out.append(resource_hints)  # never empty; kept as described
             elif len(resource_hints) == 0:
                 out.append([_ANY_NOT_PREFERRED])
             else:
@@ -85,10 +92,14 @@ def filter_single_numa_hints(
 ) -> list[list[TopologyHint]]:
     """Keep, per resource, only preferred hints that are "don't care" or name exactly one
     NUMA node (kubelet policy_single_numa_node.go filterSingleNumaHints)."""
-    return [
-        [h for h in hints if h.preferred and (h.numa is None or len(h.numa) == 1)]
-        for hints in all_hints
-    ]
+    out: list[list[TopologyHint]] = []
+    for hints in all_hints:
+        if isinstance(hints, MaskFamily) and hints.simple:
+            single = hints.masks_of_size(1) if hints.min_size == 1 else ()
+            out.append([TopologyHint(nodes_of(m), True) for m in single])
+        else:
+            out.append([h for h in hints if h.preferred and (h.numa is None or len(h.numa) == 1)])
+    return out
 
 
 def max_of_min_affinity_counts(all_hints: Sequence[Sequence[TopologyHint]]) -> int:
@@ -97,6 +108,9 @@ def max_of_min_affinity_counts(all_hints: Sequence[Sequence[TopologyHint]]) -> i
     maxOfMinAffinityCounts)."""
     best = 0
     for hints in all_hints:
+        if isinstance(hints, MaskFamily):
+            best = max(best, hints.min_count())
+            continue
         counts = [len(h.numa) for h in hints if h.numa is not None]
         if counts:
             best = max(best, min(counts))
@@ -292,10 +306,15 @@ def merge_filtered_hints(
     no permutation yields a non-empty mask.
     """
     default = numa_info.default_mask
-    lists = _to_int_hints(all_hints)
     fallback = TopologyHint(nodes_of(default), False)
-    if any(len(lst) == 0 for lst in lists):
+    if any(len(lst) == 0 for lst in all_hints if not isinstance(lst, MaskFamily)):
         return fallback  # no permutation at all
+    if any(isinstance(lst, MaskFamily) for lst in all_hints):
+        found = _merge_with_families(all_hints, numa_info, closest, default, fallback)
+        if found is not None:
+            return found
+        all_hints = [list(lst) if isinstance(lst, MaskFamily) else lst for lst in all_hints]
+    lists = _to_int_hints(all_hints)
     order = MaskOrder(numa_info, closest, max_of_min_affinity_counts(all_hints))
 
     preferred = [m for m in _preferred_candidates(lists, default) if m]
@@ -313,6 +332,99 @@ def merge_filtered_hints(
         if found:
             return TopologyHint(nodes_of(min(found, key=order.fit_key)), False)
     return fallback
+
+
+#: At most this many partial ANDs of the listed hint lists before a family is listed instead.
+_FAMILY_STATES = 256
+
+
+def _merge_with_families(
+    all_hints: Sequence[Sequence[TopologyHint]],
+    numa_info: NUMAInfo,
+    closest: bool,
+    default: int,
+    fallback: TopologyHint,
+) -> TopologyHint | None:
+    """:func:`merge_filtered_hints` where some lists are :class:`MaskFamily` descriptions
+    (up-closed: a superset of a member is a member), without listing them; ``None`` when the
+    case is not covered here (the caller lists the families and merges as usual).
+
+    Preferred: every permutation picking preferred hints that are "don't care" or one common
+    mask M: the families' preferred members are tested for M, never listed when another
+    list is shorter. Non-preferred (only with one family): with S the partial ANDs of the
+    other lists (and the default affinity), a mask Z is achievable iff Z is a non-empty
+    subset of some s in S and ``Z | (nodes - s)`` is a member (up-closed: the largest member
+    meeting s in Z is as good as any); sizes are visited in the non-preferred rank order and
+    the fittest achievable mask of the first size that has one wins, as in
+    :func:`merge_filtered_hints`."""
+    fams = [lst for lst in all_hints if isinstance(lst, MaskFamily)]
+    explicit = _to_int_hints([lst for lst in all_hints if not isinstance(lst, MaskFamily)])
+    order = MaskOrder(numa_info, closest, max_of_min_affinity_counts(all_hints))
+
+    # preferred merged hints: families are always constrained (no "don't care" member)
+    sets: list[set[int]] = []
+    for lst in explicit:
+        masks: set[int] = set()
+        has_nil = False
+        for m, p in lst:
+            if p:
+                if m is None:
+                    has_nil = True
+                else:
+                    masks.add(m)
+        if not has_nil:
+            sets.append(masks)
+    if sets:
+        sets.sort(key=len)
+        common = set(sets[0])
+        for other in sets[1:]:
+            common &= other
+        tests = fams
+    else:
+        first = min(fams, key=lambda f: (not f.simple, _choose(len(f.free),
+                                                               f.min_size - len(f.required))))
+        common = set(first.preferred_masks())
+        tests = [f for f in fams if f is not first]
+    preferred = {
+        m & default for m in common if all(f.is_preferred(m) for f in tests) and m & default
+    }
+    if preferred:
+        return TopologyHint(nodes_of(min(preferred, key=order.preferred_key)), True)
+
+    if len(fams) != 1:
+        return None
+    fam = fams[0]
+    states = {default}
+    for lst in explicit:
+        masks = {default if m is None else (m & default) for m, _ in lst}
+        states = {s & m for s in states for m in masks}
+        states.discard(0)
+        if not states:
+            return fallback
+        if len(states) > _FAMILY_STATES:
+            return None
+    nodes_mask = fam.nodes_mask
+    for size in order.size_order(default.bit_count()):
+        found: set[int] = set()
+        for s in states:
+            inside = s & nodes_mask
+            if inside.bit_count() < size:
+                continue
+            if inside == nodes_mask:
+                found.update(fam.masks_of_size(size))
+                continue
+            outside = nodes_mask & ~s
+            for pick in itertools.combinations(bits_of(inside), size):
+                z = mask_of(pick)
+                if fam.qualifies(z | outside):
+                    found.add(z)
+        if found:
+            return TopologyHint(nodes_of(min(found, key=order.fit_key)), False)
+    return fallback
+
+
+def _choose(n: int, k: int) -> int:
+    return math.comb(n, k) if 0 <= k <= n else 0
 
 
 # ---------------------------------------------------------------------------------------
