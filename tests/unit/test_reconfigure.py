@@ -416,3 +416,73 @@ def test_property_plan_agrees_with_a_fresh_plugin(chunk):
         assert not same.moved, (seed, same.moved)
     print("reconfigure property:", checked, agreed, kept_some)
     assert checked >= 20 and agreed >= 5 and kept_some >= 5, (checked, agreed, kept_some)
+
+
+# ------------------------------------------------------------------ plan --reconfigure
+def _live_node(tmp_path, cfg: str, pods: list[str]) -> tuple[Any, Any, Any]:
+    """A node's files: the config, the topology JSON, the plugin's state directory."""
+    import json
+
+    from nri_cpumgr.checkpoint import Checkpoint
+    from nri_cpumgr.topology.render import to_json
+
+    p = node(cfg, pods)
+    (tmp_path / "old.yaml").write_text(cfg)
+    (tmp_path / "topo.json").write_text(json.dumps(to_json(MACHINE, "test")))
+    state = tmp_path / "state"
+    Checkpoint(state / "cpu_manager_state").save(p.manager.checkpoint())
+    if p.manager.memory is not None:
+        Checkpoint(state / "memory_manager_state").save(p.manager.memory.state.to_dict())
+    return tmp_path / "old.yaml", tmp_path / "topo.json", state
+
+
+def test_cli_plan_reconfigure_prints_the_plan_and_applies_nothing(tmp_path, capsys):
+    import json
+
+    from nri_cpumgr.cli import main
+
+    old, topo, state = _live_node(tmp_path, STATIC, [pod("a", "2"), pod("b", "1"),
+                                                     pod("c", "500m")])
+    before = (state / "cpu_manager_state").read_bytes()
+    new = tmp_path / "new.yaml"
+    new.write_text("cpuManagerPolicy: static\nreservedSystemCPUs: '0-1'\n")
+    argv = ["plan", "--config", str(old), "--topology", str(topo), "--state", str(state),
+            "--reconfigure", str(new)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "reservedSystemCPUs: '0' -> '0-1'" in out
+    assert "CPU(s) 1 became reserved" in out
+    assert "default/b  c          keep (unchanged)" in out
+    assert main(argv + ["--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    acts = {c["pod"]: c["action"] for c in doc["containers"]}
+    assert acts == {"default/a": "move", "default/b": "keep", "default/c": "shared"}
+    assert (state / "cpu_manager_state").read_bytes() == before  # nothing applied
+    # an invalid new config: one line naming the file, status 2
+    new.write_text("cpuManagerPolicy: static\nreservedSystemCPUs: '0-15'\n")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert str(new) in err and "reservedSystemCPUs" in err
+
+
+def test_cli_plan_reconfigure_from_policy_none_needs_the_manifests(tmp_path, capsys):
+    import json
+
+    from nri_cpumgr.cli import main
+
+    pods = [pod("a", "2"), pod("b", "500m")]
+    old, topo, state = _live_node(tmp_path, "cpuManagerPolicy: none\n", pods)
+    new = tmp_path / "new.yaml"
+    new.write_text(STATIC)
+    argv = ["plan", "--config", str(old), "--topology", str(topo), "--state", str(state),
+            "--reconfigure", str(new), "--json"]
+    assert main(argv) == 0
+    got = capsys.readouterr()
+    assert "no known CPU request" in got.err
+    man = tmp_path / "pods.yaml"
+    man.write_text("---\n".join(pods))
+    assert main([*argv, str(man)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    a = next(c for c in doc["containers"] if c["pod"] == "default/a")
+    assert a["action"] == "move" and a["exclusiveAfter"] and len(
+        CPUSet.parse(a["cpusAfter"])) == 2
