@@ -232,12 +232,13 @@ def _parse(v: Any) -> CPUSet | None:
 def config_changes(old: Config, new: Config) -> dict[str, tuple[Any, Any]]:
     """The decision keys (:data:`DECISION_KEYS`) whose value differs, old and new values as
     plain data."""
-    out = {}
-    for k in DECISION_KEYS:
-        a, b = _plain(getattr(old, k)), _plain(getattr(new, k))
-        if a != b:
-            out[k] = (a, b)
-    return out
+    a, b = decision_values(old), decision_values(new)
+    return {k: (a[k], b[k]) for k in DECISION_KEYS if a[k] != b[k]}
+
+
+def decision_values(config: Config) -> dict[str, Any]:
+    """The decision keys (:data:`DECISION_KEYS`) of ``config`` as plain (JSON-able) data."""
+    return {k: _plain(getattr(config, k)) for k in DECISION_KEYS}
 
 
 def _plain(v: Any) -> Any:

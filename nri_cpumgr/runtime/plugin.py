@@ -63,6 +63,8 @@ CHECKPOINT_NAME = "cpu_manager_state"
 MEMORY_CHECKPOINT_NAME = "memory_manager_state"
 #: the shared containers of a CRI batch under way (nri_cpumgr.poolsync.cri.take_in_flight)
 CRI_JOURNAL_NAME = "shared_pool_cri_in_flight"
+#: a config change being applied (nri_cpumgr.runtime.reconfig.PLAN_NAME)
+RECONFIGURATION_PLAN_NAME = "reconfiguration_plan"
 # seconds a checkpoint write waits to gather a burst of decisions (lost on a crash in that
 # window: the runtime's Synchronize restores the truth on restart)
 CHECKPOINT_LINGER = 0.2
@@ -134,6 +136,9 @@ class Plugin:
         self._pod_source: Any = None
         self._spec_wait = 0.0
         self._said_no_spec: set[str] = set()
+        #: a reconfiguration a dead instance left unfinished (nri_cpumgr.runtime.reconfig),
+        #: completed after the runtime's Synchronize
+        self.resume: Any = None
         self._setup(config, provisional=self.provisional)
 
     def _setup(self, config: Config, provisional: bool = False) -> None:
@@ -154,6 +159,15 @@ class Plugin:
                 body = self.checkpoint.load()
             except CheckpointError as e:
                 corrupt = e  # said once the setup is known to go on (not before a fatal exit)
+        self.resume = None
+        if not provisional and config.state_path(RECONFIGURATION_PLAN_NAME).exists():
+            from nri_cpumgr.runtime.reconfig import resume_state
+
+            self.resume = resume_state(config)
+            if self.resume is not None:  # (the plan's state: the checkpoint may predate it)
+                body, corrupt = self.resume.cpu_body, None
+                log.info("an interrupted reconfiguration was recorded: resuming it (%s)",
+                         self.resume.direction)
         # no checkpoint of our own: start from the kubelet's (nri_cpumgr.adopt)
         self.adoption = None
         kubelet_memory = None
@@ -166,6 +180,8 @@ class Plugin:
         if memory is not None:
             if provisional:
                 memory.start(MemoryState())
+            elif self.resume is not None and self.resume.memory_body is not None:
+                memory.start(MemoryState.from_dict(self.resume.memory_body))
             elif kubelet_memory is not None:
                 from nri_cpumgr.adopt.adopt import adopt_memory
 
@@ -222,6 +238,14 @@ class Plugin:
             tm.scope_name,
             config.memoryManagerPolicy,
         )
+
+    async def reconfigure(self, config: Config, source: str = "config file") -> str:
+        """Change the config at runtime (SIGHUP, the config file changed): validate, plan,
+        record, apply, roll back on failure (nri_cpumgr.runtime.reconfig.reconfigure).
+        Returns the result (applied, unchanged, invalid, refused, rolled-back)."""
+        from nri_cpumgr.runtime.reconfig import reconfigure
+
+        return await reconfigure(self, config, source)
 
     def _device_numa(self, info: ContainerInfo) -> frozenset[int]:
         """NUMA nodes of the PCI devices behind the container's device nodes (sysfs)."""
@@ -525,6 +549,14 @@ class Plugin:
         self.synchronized = True
         self.registered = True  # (a Synchronize comes from a runtime, after its Configure)
         reply = [_update(d) for d in updates.values()]
+        if self.resume is not None:  # an interrupted reconfiguration: its updates after the
+            from nri_cpumgr.runtime.reconfig import can_send, resume_updates  # reply
+
+            if can_send(self):
+                resume_updates(self, reply)
+                reply = []
+            else:
+                resume_updates(self, [])
         self._plain_rest = rest
         try:
             asyncio.get_running_loop().call_soon(self._finish_synchronize)
