@@ -139,6 +139,11 @@ class Plugin:
         #: a reconfiguration a dead instance left unfinished (nri_cpumgr.runtime.reconfig),
         #: completed after the runtime's Synchronize
         self.resume: Any = None
+        #: (runtime name, version) of the runtime's Configure
+        self.runtime_id: tuple[str, str] | None = None
+        #: containers a reconfiguration is updating now (their UpdateContainer is our own
+        #: CRI call: not a resize)
+        self.moving: set[str] = set()
         self._setup(config, provisional=self.provisional)
 
     def _setup(self, config: Config, provisional: bool = False) -> None:
@@ -416,6 +421,7 @@ class Plugin:
             extra = f" registration-timeout={req.registration_timeout}ms " \
                     f"request-timeout={req.request_timeout}ms"
         log.info("configure runtime=%s %s%s", req.runtime_name, req.runtime_version, extra)
+        self.runtime_id = (req.runtime_name, req.runtime_version)
         self._choose_update_mode(req.runtime_name, req.runtime_version)
         if self.refused is None:
             self.registered = True
@@ -423,11 +429,14 @@ class Plugin:
                 self._writer = BackgroundWriter(_write_failed)
         self.metrics.connection(True, False)
 
-    def _choose_update_mode(self, runtime_name: str, runtime_version: str) -> None:
+    def _choose_update_mode(self, runtime_name: str, runtime_version: str,
+                            static: bool | None = None) -> None:
         """The shared-pool update path for this runtime (nri_cpumgr.poolsync.runtimes): the
         CRI socket (``containerRuntimeEndpoint``, else the runtime's default) is checked
-        with one ``connect`` unless the mode is ``reply``."""
-        if self.pool_sync is None or self.refused is not None or not self.manager.static:
+        with one ``connect`` unless the mode is ``reply``. ``static``: decide as for the
+        static policy whatever the running one (a reconfiguration from policy none)."""
+        if self.pool_sync is None or self.refused is not None or not (
+                self.manager.static if static is None else static):
             return
         configured = self.config.sharedPoolUpdateMode
         endpoint = cri_endpoint(self.config.containerRuntimeEndpoint, runtime_name)
@@ -696,7 +705,7 @@ class Plugin:
 
         cid = req.container.id
         new = resources_from_nri(req.linux_resources) if req.HasField("linux_resources") \
-            else None
+            and cid not in self.moving else None
         t = self.manager.containers.get(cid)
         before = t.applied if t is not None else None
         try:

@@ -128,12 +128,16 @@ async def apply_steps(plugin: Plugin, plan: ReconfigurationPlan, send: Any,
             c = steps[j][1]
             items.append((c.id, str(c.mems_after) if c.mems_after is not None else ""))
             j += 1
+        ids = {cid for cid, _ in items}
+        plugin.moving |= ids
         try:
             failed = await send(cpus, items)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # ConnectionError, TtrpcError, TimeoutError, OSError
             raise ApplyError(f"the update path failed: {e!r}") from None
+        finally:
+            plugin.moving -= ids
         failed = {cid: why for cid, why in failed.items() if cid in plugin.manager.containers}
         done.update(cid for cid, _ in items if cid not in failed)
         if failed:
@@ -222,6 +226,11 @@ async def _reconfigure(plugin: Plugin, new: Config, source: str) -> str:
         event("Warning", "ReconfigurationInvalid", str(e))
         return "invalid"
     send = _sender(plugin)
+    if send is None and plan.manager is not None and plan.manager.static \
+            and plugin.runtime_id is not None:
+        # from policy none: no update path was chosen at Configure; choose it now
+        plugin._choose_update_mode(*plugin.runtime_id, static=True)
+        send = _sender(plugin)
     if send is None and plan.moved:
         why = (f"{len(plan.moved)} container(s) must be updated and the shared pool update "
                f"mode is {plugin.pool_sync.mode if plugin.pool_sync else 'reply'}: "
@@ -357,7 +366,11 @@ def resume_updates(plugin: Plugin, updates: list[Any]) -> None:
             for (cpus, mems), ids in groups.items():
                 if send is None:
                     break
-                failed = await send(CPUSet.parse(cpus), [(cid, mems) for cid in ids])
+                plugin.moving |= set(ids)
+                try:
+                    failed = await send(CPUSet.parse(cpus), [(cid, mems) for cid in ids])
+                finally:
+                    plugin.moving -= set(ids)
                 for cid, why in failed.items():
                     log.error("resumed reconfiguration: container %s: %s", cid, why)
         finally:

@@ -250,8 +250,10 @@ def test_steps_move_a_container_after_the_one_holding_its_new_cpus():
                   "cpuManagerPolicyOptions: {full-pcpus-only: 'true'}\n")
     held = {c.id: c.cpus_before for c in plan.containers if c.exclusive_before}
     for _phase, c, cpus in plan.steps():
-        others = CPUSet().union(*[v for k, v in held.items() if k != c.id]) \
-            if len(held) > 1 else CPUSet()
+        others = CPUSet()
+        for k, v in held.items():
+            if k != c.id:
+                others = others | v
         if c.exclusive_after:
             assert not (cpus & others), f"{c.pod} moves onto CPUs still held"
         held[c.id] = cpus
