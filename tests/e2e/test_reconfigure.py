@@ -21,8 +21,10 @@ shown to fail once): ``spec``, ``cgroup``, ``proc``, ``unmoved``.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -89,6 +91,17 @@ def test_reserved_grown_moves_only_the_container_on_cpu_1(containerd, cri, e2e_w
         pool = CPUSet({0}) | free
         for cid in shared:
             assert eventually(lambda c=cid: cri.spec_cpus(c), str(pool), 15) == str(pool)
+        # the plan first, on the live node (nothing applied), then the change
+        (e2e_workdir / "next").mkdir()
+        new_yaml = write_config(e2e_workdir / "next", containerd, reservedSystemCPUs="0-1")
+        out = subprocess.run(
+            [sys.executable, "-m", "nri_cpumgr", "plan", "--config",
+             str(e2e_workdir / "config.yaml"),
+             "--sysfs-root", str(twelve_cpus), "--reconfigure", str(new_yaml), "--json"],
+            capture_output=True, text=True, timeout=60, check=True).stdout
+        planned = {c["id"]: c for c in json.loads(out)["containers"]}
+        assert [cid for cid, c in planned.items() if c["action"] == "move"] == on1
+        assert {cri.spec_cpus(cid) for cid in shared} == {str(pool)}  # nothing applied
         since = plugin.log_offset()
         write_config(e2e_workdir, containerd, reservedSystemCPUs="0-1")
         log = _applied(plugin, since)
@@ -99,6 +112,8 @@ def test_reserved_grown_moves_only_the_container_on_cpu_1(containerd, cri, e2e_w
             if INJECT == "unmoved" and cid in on1:
                 want = before[cid]
             assert after[cid] == want, (cid, before[cid], after[cid], log[-3000:])
+        for cid in excl:  # the daemon applied what plan printed
+            assert planned[cid]["cpusAfter"] == str(after[cid]), cid
         new_pool = CPUSet({0, 1})
         for cid in shared:
             assert eventually(lambda c=cid: cri.spec_cpus(c), str(new_pool), 15) == \
