@@ -6,6 +6,9 @@
   test_kill_after_change.py): the host has 2 CPUs, so these containers are created, not
   started, and checked in the OCI spec the runtime keeps. Only the container on CPU 1 moves;
   the config file is rewritten (the plugin's watch picks it up).
+* ``full-pcpus-only`` turned on with one SMT-misaligned exclusive container (made under
+  ``distribute-cpus-across-cores``, a change that moves nothing) on the same topology: that
+  container only moves, onto a whole core.
 * policy none -> static -> none on the host's 2 CPUs with started containers (SIGHUP):
   checked in the OCI spec, the cgroup and /proc; at the end every container is back on every
   CPU (no CPU leaked).
@@ -208,5 +211,54 @@ def test_sigkill_mid_plan_converges_after_the_relaunch(containerd, cri, e2e_work
         assert not (e2e_workdir / "state" / PLAN).exists()
         print(f"\ncontainerd {containerd.version}: SIGKILL mid-plan (reserved 0 -> 1): after "
               "the relaunch g on 0, shared on 1 (spec, cgroup, /proc)")
+    finally:
+        plugin.stop()
+
+
+G2 = {"cpu": "2", "memory": "64Mi"}
+SPREAD = {"cpuManagerPolicyOptions": {"distribute-cpus-across-cores": "true"},
+          "featureGates": {"CPUManagerPolicyAlphaOptions": True}}
+
+
+def test_full_pcpus_only_moves_the_smt_misaligned_container_only(containerd, cri, e2e_workdir,
+                                                                  twelve_cpus):
+    """Two 2-CPU containers on whole cores (the default take), then, under
+    distribute-cpus-across-cores (a change that moves nothing), one spread over two cores;
+    full-pcpus-only then moves that one only (12-CPU topology: core i = CPUs i and i+6)."""
+    plugin = start_plugin(containerd, e2e_workdir, sysfs_root=twelve_cpus)
+    topo_core = {c: c % 6 for c in range(12)}
+
+    def whole(cpus: CPUSet) -> bool:
+        cores = {topo_core[c] for c in cpus}
+        return CPUSet(c for c in range(12) if topo_core[c] in cores) == cpus
+
+    def change(**keys: Any) -> str:
+        since = plugin.log_offset()
+        write_config(e2e_workdir, containerd, **keys)
+        return _applied(plugin, since)
+
+    try:
+        aligned = [cri.create_container(cri.run_pod(f"a{i}", "Guaranteed"), "app",
+                                        requests=G2, limits=G2) for i in range(2)]
+        be = cri.create_container(cri.run_pod("be", "BestEffort"), "app")
+        first = {cid: CPUSet.parse(cri.spec_cpus(cid)) for cid in aligned}
+        assert all(whole(c) for c in first.values()), first
+        log = change(**SPREAD)
+        assert "applied: 0 container(s) updated" in log, log[-2000:]
+        spread = cri.create_container(cri.run_pod("s", "Guaranteed"), "app",
+                                      requests=G2, limits=G2)
+        was = CPUSet.parse(cri.spec_cpus(spread))
+        assert not whole(was), was
+        log = change(cpuManagerPolicyOptions={"full-pcpus-only": "true"})
+        assert "not whole physical cores" in log, log[-3000:]
+        now = CPUSet.parse(cri.spec_cpus(spread))
+        assert whole(now) and len(now) == 2, now
+        want = first if INJECT != "unmoved" else {**first, aligned[0]: was}
+        assert {cid: CPUSet.parse(cri.spec_cpus(cid)) for cid in aligned} == want
+        moved = [line for line in log.splitlines() if "reconfiguration: move" in line]
+        assert len(moved) == 1, moved
+        print(f"\ncontainerd {containerd.version}: full-pcpus-only: the spread container "
+              f"{was} -> {now}; the aligned ones {first} untouched; shared "
+              f"{cri.spec_cpus(be)}")
     finally:
         plugin.stop()
