@@ -102,11 +102,15 @@ class ContainerMove:
     mems_before: CPUSet | None
     mems_after: CPUSet | None
     reason: str = ""
+    #: the CFS quota to set (microseconds per period): ``-1`` for a container that becomes
+    #: exclusive (no quota on exclusive CPUs), its limit's quota for one that stops being
+    #: exclusive (kubelet cm/helpers_linux.go MilliCPUToQuota); None: left alone
+    quota_after: int | None = None
 
     @property
     def changed(self) -> bool:
-        """The container's cpuset or mems must be updated."""
-        return self.cpus_before != self.cpus_after or (
+        """The container's cpuset, mems or CFS quota must be updated."""
+        return self.cpus_before != self.cpus_after or self.quota_after is not None or (
             self.mems_after is not None and self.mems_before != self.mems_after)
 
     def to_json(self) -> dict[str, Any]:
@@ -117,7 +121,7 @@ class ContainerMove:
             "exclusiveBefore": self.exclusive_before, "exclusiveAfter": self.exclusive_after,
             "cpusBefore": _text(self.cpus_before), "cpusAfter": str(self.cpus_after),
             "memsBefore": _text(self.mems_before), "memsAfter": _text(self.mems_after),
-            "reason": self.reason,
+            "reason": self.reason, "quotaAfter": self.quota_after,
         }
 
     @classmethod
@@ -128,7 +132,8 @@ class ContainerMove:
             str(doc["qos"]), str(doc["action"]), bool(doc["exclusiveBefore"]),
             bool(doc["exclusiveAfter"]), _parse(doc["cpusBefore"]),
             CPUSet.parse(doc["cpusAfter"]), _parse(doc["memsBefore"]),
-            _parse(doc["memsAfter"]), str(doc.get("reason", "")))
+            _parse(doc["memsAfter"]), str(doc.get("reason", "")),
+            None if doc.get("quotaAfter") is None else int(doc["quotaAfter"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,9 +404,15 @@ def plan_reconfiguration(
                 reason = "no exclusive CPUs under the new config"
         if mems_after is None and t.mems is not None:
             mems_after = every_node  # was pinned, is not any more
+        quota = None
+        if excl and not t.exclusive:
+            quota = -1
+        elif t.exclusive and not excl:
+            quota = limit_quota(info)
         moves.append(ContainerMove(
             cid, f"{info.namespace}/{info.pod_name}", info.pod_uid, info.name, str(info.qos),
-            action, bool(t.exclusive), excl, before, after, t.mems, mems_after, reason))
+            action, bool(t.exclusive), excl, before, after, t.mems, mems_after, reason,
+            quota))
     return ReconfigurationPlan(
         changes=config_changes(old, new),
         policy_before=old.cpuManagerPolicy,
@@ -414,6 +425,18 @@ def plan_reconfiguration(
         refused=refused,
         manager=m,
     )
+
+
+def limit_quota(info: Any) -> int | None:
+    """The CFS quota of a container's CPU limit (microseconds per period; the kubelet's
+    MilliCPUToQuota, cm/helpers_linux.go v1.37.2: limit x period / 1000, at least 1000), for
+    a container leaving exclusive CPUs; None without a CPU limit."""
+    r = info.resources
+    milli = r.cpu_limit_milli or (r.integer_cpus * 1000)
+    if not milli:
+        return None
+    period = r.cpu_period or 100000
+    return max(1000, milli * period // 1000)
 
 
 def format_reconfiguration(plan: ReconfigurationPlan) -> str:

@@ -81,14 +81,14 @@ def effective(running: Config, new: Config) -> tuple[Config, list[str]]:
 
 
 def _sender(plugin: Plugin) -> Any:
-    """``async (cpus, [(container id, mems)]) -> {id: why}`` of failed updates, through the
+    """``async (cpus, [(container id, mems, quota)]) -> {id: why}`` of failed updates, through the
     shared-pool update path, or None when the plugin has none (``reply``, not connected)."""
     sync = plugin.pool_sync
     mode = sync.mode if sync is not None else "reply"
     if mode == "cri" and plugin.cri is not None:
         cri = plugin.cri
 
-        async def send_cri(cpus: CPUSet, items: list[tuple[str, str]]) -> dict[str, str]:
+        async def send_cri(cpus: CPUSet, items: list[tuple[Any, ...]]) -> dict[str, str]:
             out = await cri.send(str(cpus), items)
             bad = dict(out.failed)
             for cid in out.unanswered:
@@ -101,9 +101,10 @@ def _sender(plugin: Plugin) -> Any:
 
         sender = plugin.sender
 
-        async def send_nri(cpus: CPUSet, items: list[tuple[str, str]]) -> dict[str, str]:
-            failed = await sender(encode_updates([(cid, update_body(cpus, mems))
-                                                  for cid, mems in items]))
+        async def send_nri(cpus: CPUSet, items: list[tuple[Any, ...]]) -> dict[str, str]:
+            failed = await sender(encode_updates([
+                (it[0], update_body(cpus, it[1], it[2] if len(it) > 2 else None))
+                for it in items]))
             return {cid: "the runtime refused the update" for cid in failed}
 
         return send_nri
@@ -126,9 +127,10 @@ async def apply_steps(plugin: Plugin, plan: ReconfigurationPlan, send: Any,
         items = []
         while j < len(steps) and steps[j][0] == phase and steps[j][2] == cpus:
             c = steps[j][1]
-            items.append((c.id, str(c.mems_after) if c.mems_after is not None else ""))
+            items.append((c.id, str(c.mems_after) if c.mems_after is not None else "",
+                          c.quota_after))
             j += 1
-        ids = {cid for cid, _ in items}
+        ids = {it[0] for it in items}
         plugin.moving |= ids
         try:
             failed = await send(cpus, items)
@@ -139,7 +141,7 @@ async def apply_steps(plugin: Plugin, plan: ReconfigurationPlan, send: Any,
         finally:
             plugin.moving -= ids
         failed = {cid: why for cid, why in failed.items() if cid in plugin.manager.containers}
-        done.update(cid for cid, _ in items if cid not in failed)
+        done.update(it[0] for it in items if it[0] not in failed)
         if failed:
             cid, why = next(iter(failed.items()))
             raise ApplyError(f"container {cid} ({phase}, cpus {cpus}): {why}")
@@ -358,17 +360,19 @@ def resume_updates(plugin: Plugin, updates: list[Any]) -> None:
     send = _sender(plugin)
 
     async def run() -> None:
-        groups: dict[tuple[str, str], list[str]] = {}
+        groups: dict[tuple[str, str, int | None], list[str]] = {}
         for u in updates:
             cpu = u.linux.resources.cpu
-            groups.setdefault((cpu.cpus, cpu.mems), []).append(u.container_id)
+            quota = cpu.quota.value if cpu.HasField("quota") else None
+            groups.setdefault((cpu.cpus, cpu.mems, quota), []).append(u.container_id)
         try:
-            for (cpus, mems), ids in groups.items():
+            for (cpus, mems, quota), ids in groups.items():
                 if send is None:
                     break
                 plugin.moving |= set(ids)
                 try:
-                    failed = await send(CPUSet.parse(cpus), [(cid, mems) for cid in ids])
+                    failed = await send(CPUSet.parse(cpus),
+                                        [(cid, mems, quota) for cid in ids])
                 finally:
                     plugin.moving -= set(ids)
                 for cid, why in failed.items():

@@ -160,12 +160,15 @@ def test_none_static_none_leaks_no_cpu(containerd, cri, e2e_workdir):
         g, shared = _started(cri)
         for cid in [g, *shared]:
             assert cri.cgroup_cpus(cid) == "0-1" and cri.proc_cpus(cid) == "0-1"
+        quota = cri.cgroup_cfs_quota(g)
+        assert quota == 100000, quota  # the kubelet's quota of a 1-CPU limit
         since = plugin.log_offset()
         write_config(e2e_workdir, containerd)  # static, reservedSystemCPUs "0"
         os.kill(plugin.pid, signal.SIGHUP)  # (also picked up by the watch: either is fine)
         log = _applied(plugin, since)
         assert "applied" in log, log[-3000:]
         _check(cri, g, "1")
+        assert cri.cgroup_cfs_quota(g) == -1  # exclusive CPUs: no CFS quota
         for cid in shared:
             _check(cri, cid, "0")
         since = plugin.log_offset()
@@ -175,6 +178,7 @@ def test_none_static_none_leaks_no_cpu(containerd, cri, e2e_workdir):
         assert "applied" in log, log[-3000:]
         for cid in [g, *shared]:
             _check(cri, cid, "0-1")
+        assert cri.cgroup_cfs_quota(g) == quota  # its 1-CPU limit's quota is back
         assert not (e2e_workdir / "state" / PLAN).exists()
         print(f"\ncontainerd {containerd.version}: none -> static (g on 1, shared on 0) -> "
               "none (all on 0-1): spec, cgroup and /proc agree")

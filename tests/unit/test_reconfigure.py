@@ -120,6 +120,8 @@ def test_none_to_static_agrees_with_a_fresh_plugin():
     assert rows["a"].cpus_before == MACHINE.topology.cpus()  # not pinned under none
     for name in ("a", "c"):
         assert rows[name].cpus_after == want[name]
+        assert rows[name].quota_after == -1  # exclusive CPUs: no CFS quota
+    assert rows["b"].quota_after is None and rows["d"].quota_after is None
     assert plan.shared_pool_after == fresh.manager.shared_pool()
     # the shared containers shrink first, before any exclusive CPU is given
     phases = [s[0] for s in plan.steps()]
@@ -135,6 +137,8 @@ def test_static_to_none_unpins_everything_and_leaks_no_cpu():
     assert all(c.cpus_after == every and not c.exclusive_after for c in plan.containers)
     assert {c.action for c in plan.containers} == {"unpin"}
     assert by_pod(plan)["a"].reason == "policy none: no exclusive CPUs"
+    assert by_pod(plan)["a"].quota_after == 200000  # its 2-CPU limit's quota is back
+    assert by_pod(plan)["b"].quota_after is None
     assert plan.manager is not None and not plan.manager.state.assignments
 
 
