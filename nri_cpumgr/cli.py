@@ -304,7 +304,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, on_signal, sig)
-            await stub.run()
+            watch = None
+            if source is not None and not (launched and args.config is None):
+                # a config change at runtime: SIGHUP, or the file changed (a ConfigMap's
+                # update swaps a symlink: the resolved file's identity is watched)
+                reload = _Reloader(source, overrides, built)
+                loop.add_signal_handler(signal.SIGHUP, reload.soon, "SIGHUP")
+                watch = loop.create_task(reload.watch(CONFIG_WATCH_INTERVAL))
+            try:
+                await stub.run()
+            finally:
+                if watch is not None:
+                    watch.cancel()
 
         try:
             asyncio.run(main())
@@ -324,6 +335,65 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         log_handler.flush_pending()  # what the stopped event loop did not write
     return 0
+
+
+#: seconds between two looks at the config file (a change is then applied at runtime)
+CONFIG_WATCH_INTERVAL = 2.0
+
+
+class _Reloader:
+    """Reads the config file again on SIGHUP or when it changes, and hands it to the
+    running plugin (nri_cpumgr.runtime.reconfig), one change at a time. An unreadable or
+    invalid file is an ERROR in the log; the plugin keeps its config."""
+
+    def __init__(self, source: str, overrides: dict[str, object],
+                 built: dict[str, object]) -> None:
+        self.source = source
+        self.overrides = overrides
+        self.built = built
+        self.seen = self._identity()
+        self._lock: object = None
+
+    def _identity(self) -> tuple[int, int, int, int] | None:
+        try:
+            st = os.stat(self.source)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns)
+
+    def soon(self, why: str) -> None:
+        import asyncio
+
+        asyncio.get_running_loop().create_task(self.reload(why))
+
+    async def watch(self, interval: float) -> None:
+        import asyncio
+
+        while True:
+            await asyncio.sleep(interval)
+            now = self._identity()
+            if now is not None and now != self.seen:
+                await self.reload("a change of the config file")
+
+    async def reload(self, why: str) -> None:
+        import asyncio
+
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:  # type: ignore[attr-defined]
+            self.seen = self._identity()
+            plugin = self.built.get("plugin")
+            if plugin is None:
+                log.info("%s: the plugin is not built yet; the file is read at its start", why)
+                return
+            try:
+                config = load_config(self.source)
+            except ConfigError as e:
+                log.error("%s: %s; keeping the running config", why, e)
+                plugin.metrics.reconfiguration("invalid")  # type: ignore[attr-defined]
+                return
+            await plugin.reconfigure(  # type: ignore[attr-defined]
+                config.model_copy(update=self.overrides), f"{why} ({self.source})")
 
 
 def cmd_topology(args: argparse.Namespace) -> int:

@@ -22,6 +22,10 @@ nri_cpumgr_nri_connected                        gauge      1 while connected to 
 nri_cpumgr_nri_registered                       gauge      1 while registered (and
                                                            synchronized) with the runtime
 nri_cpumgr_build_info                           gauge      1, labelled with the version
+nri_cpumgr_reconfigurations_total               counter    config changes at runtime by
+                                                           ``result`` (applied, unchanged,
+                                                           invalid, refused, rolled-back,
+                                                           resumed)
 ==============================================  =========  ===================================
 
 The kubelet exposes its metrics with the ``kubelet_`` subsystem prefix; ours have none (they are
@@ -113,6 +117,7 @@ class Metrics:
         self._gauges = dict.fromkeys(_GAUGES, 0.0)
         self._admission = _Histogram(ADMISSION_BUCKETS_MS)
         self._requests: dict[str, _Histogram] = {}
+        self._reconfigurations: dict[str, float] = {}
         self._registry: Any = None
 
     # ------------------------------------------------------------------ recording
@@ -154,6 +159,11 @@ class Metrics:
         c["memory_manager_pinning_requests"] += 1
         if not ok:
             c["memory_manager_pinning_errors"] += 1
+
+    def reconfiguration(self, result: str) -> None:
+        """A config change at runtime ended with ``result`` (nri_cpumgr.runtime.reconfig:
+        applied, unchanged, invalid, refused, rolled-back, resumed)."""
+        self._reconfigurations[result] = self._reconfigurations.get(result, 0.0) + 1
 
     def connection(self, connected: bool, registered: bool) -> None:
         """Connection state to the runtime: socket connected, plugin registered."""
@@ -206,6 +216,13 @@ class Metrics:
         for method, h in list(self._requests.items()):
             req.add_metric([method], buckets(h), h.sum)
         yield req
+        rec = CounterMetricFamily(
+            "nri_cpumgr_reconfigurations",
+            "Config changes at runtime (SIGHUP or the config file), by result.",
+            labels=["result"])
+        for result, n in sorted(self._reconfigurations.items()):
+            rec.add_metric([result], n)
+        yield rec
         for name in ("nri_cpumgr_nri_connected", "nri_cpumgr_nri_registered"):
             yield GaugeMetricFamily(name, _GAUGES[name], value=self._gauges[name])
         info = GaugeMetricFamily("nri_cpumgr_build_info",

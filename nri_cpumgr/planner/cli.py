@@ -142,7 +142,62 @@ def cmd_scenario(path: str) -> int:
     return 0
 
 
+def cmd_reconfigure(args: argparse.Namespace) -> int:
+    """``plan --reconfigure NEW.yaml``: the plan from the node's config (``--config``) and
+    state (``--state``, default: the config's stateDirectory) to NEW.yaml; nothing is
+    applied. Manifests, when given, are the running pods' (their CPU requests, which a
+    checkpoint written under policy none does not hold)."""
+    from nri_cpumgr.config import ConfigError, load_config
+    from nri_cpumgr.locations import config_path
+    from nri_cpumgr.planner.manifest import ManifestError
+    from nri_cpumgr.reconfigure import format_reconfiguration, plan_reconfiguration
+    from nri_cpumgr.reconfigure.rows import node_rows
+    from nri_cpumgr.sysfs import SysfsError
+
+    try:
+        config = load_config(config_path(args.config))
+        if not Path(args.reconfigure).is_file():
+            raise InputError(f"{args.reconfigure}: no such file")
+        new = load_config(args.reconfigure)
+        machine = load_machine(args.sysfs_root, args.topology)
+        where = args.state or config.stateDirectory
+        cpu, mem = load_state(where)
+        if cpu is None:
+            raise InputError(f"{where}: no state to plan on")
+        pods = load_manifests(args.manifests) if args.manifests else []
+        try:
+            rows = node_rows(cpu, mem, pods)
+        except (ValueError, KeyError, TypeError) as e:
+            raise InputError(f"{where}: {e}") from None
+        plan = plan_reconfiguration(machine, config, new, rows.containers, rows.shared_pool,
+                                    rows.reserved, mem)
+    except (InputError, ManifestError) as e:
+        print(f"nri-cpumgr plan: {e}", file=sys.stderr)
+        return 2
+    except ConfigError as e:
+        print(f"nri-cpumgr plan: {args.reconfigure}: {e}", file=sys.stderr)
+        return 2
+    except SysfsError as e:
+        print(f"nri-cpumgr plan: cannot read the topology: {e}", file=sys.stderr)
+        return 2
+    if rows.unknown:
+        print(f"nri-cpumgr plan: {len(rows.unknown)} Guaranteed container(s) of a policy-none "
+              "state have no known CPU request (planned as shared): give the running pods' "
+              "manifests", file=sys.stderr)
+    if args.json:
+        print(json.dumps(plan.to_json(), indent=1))
+    else:
+        print(format_reconfiguration(plan), end="")
+    return 0
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
+    if args.reconfigure:
+        if args.scenario or args.explain:
+            print("nri-cpumgr plan: --reconfigure takes no --scenario or --explain",
+                  file=sys.stderr)
+            return 2
+        return cmd_reconfigure(args)
     if args.scenario:
         if args.manifests:
             print("nri-cpumgr plan: --scenario takes no manifests (the pods are in it)",
@@ -198,6 +253,12 @@ def add_parser(sub: Any) -> None:
                    help="the node's current state: the plugin's state directory, the "
                    "output of `nri-cpumgr status --json`, or the kubelet's cpu_manager_state "
                    "(default: an empty node)")
+    p.add_argument("--reconfigure", metavar="NEW.yaml",
+                   help="the plan from the node's config (--config) and state (--state, "
+                   "default: its stateDirectory) to the config NEW.yaml: what moves, what "
+                   "stays, what the new config would refuse; nothing is applied (the daemon "
+                   "applies the same plan on SIGHUP or a change of its config file). "
+                   "MANIFESTs, if given, are the running pods'")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--explain", action="store_true", help="say why, for each container")
     p.add_argument("--scenario", metavar="JSON",

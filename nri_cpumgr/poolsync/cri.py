@@ -142,18 +142,19 @@ class CRIUpdater:
             )
         return self._update
 
-    def update_all(self, cpus: str, items: list[tuple[str, str]]) -> Outcome:
+    def update_all(self, cpus: str, items: list[tuple[Any, ...]]) -> Outcome:
         """Worker thread: one ``UpdateContainerResources`` per ``(container id, mems)`` with
-        ``cpuset_cpus = cpus`` (and ``cpuset_mems = mems`` when not ""). After a transport
+        ``cpuset_cpus = cpus`` (and ``cpuset_mems = mems`` when not ""; an item's third
+        value, when not None, is a CFS quota to set: nri_cpumgr.runtime.reconfig). After a transport
         failure (no answer in time, socket gone) the rest of the batch is not tried."""
         out = Outcome()
         try:
             call = self._connect()
         except Exception as e:  # noqa: BLE001 - grpcio missing or broken: nothing sent
-            out.unanswered.update(cid for cid, _ in items)
+            out.unanswered.update(it[0] for it in items)
             out.error = f"no CRI client: {e}"
             return out
-        self._journal([cid for cid, _ in items])
+        self._journal([it[0] for it in items])
         try:
             return self._update_all(call, cpus, items, out)
         finally:
@@ -174,14 +175,17 @@ class CRIUpdater:
         except OSError as e:
             log.warning("shared pool: cannot write %s: %s", self.journal, e)
 
-    def _update_all(self, call: Any, cpus: str, items: list[tuple[str, str]],
+    def _update_all(self, call: Any, cpus: str, items: list[tuple[Any, ...]],
                     out: Outcome) -> Outcome:
         grpc = self._grpc
-        for i, (cid, mems) in enumerate(items):
+        for i, item in enumerate(items):
+            cid, mems = item[0], item[1]
             req = cri_pb2.UpdateContainerResourcesRequest(container_id=cid)
             req.linux.cpuset_cpus = cpus
             if mems:
                 req.linux.cpuset_mems = mems
+            if len(item) > 2 and item[2] is not None:  # (a CFS quota: reconfiguration)
+                req.linux.cpu_quota = item[2]
             self.calls += 1
             try:
                 call(req, timeout=self.timeout, wait_for_ready=False)
@@ -193,7 +197,7 @@ class CRIUpdater:
                     out.gone.add(cid)
                 elif code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE,
                               grpc.StatusCode.CANCELLED):
-                    out.unanswered.update(c for c, _ in items[i:])
+                    out.unanswered.update(it[0] for it in items[i:])
                     out.error = f"{code.name}: {text}" if code is not None else text
                     return out
                 else:
@@ -212,7 +216,7 @@ class CRIUpdater:
         self._executor.submit(connect)
 
     # ------------------------------------------------------------------ event loop
-    async def send(self, cpus: str, items: list[tuple[str, str]]) -> Outcome:
+    async def send(self, cpus: str, items: list[tuple[Any, ...]]) -> Outcome:
         """Run :meth:`update_all` on the worker thread; the event loop goes on meanwhile (it
         answers the NRI UpdateContainer each call causes)."""
         loop = asyncio.get_running_loop()

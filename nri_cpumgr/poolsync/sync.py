@@ -50,14 +50,16 @@ _UPDATE_TAG = _varint(_UPDATE_FIELD << 3 | _LEN)
 _ID_TAG = _varint(_ID_FIELD << 3 | _LEN)
 
 
-def update_body(cpus: CPUSet, mems: str = "") -> bytes:
+def update_body(cpus: CPUSet, mems: str = "", quota: int | None = None) -> bytes:
     """A serialized ``ContainerUpdate`` without its ``container_id``: cpuset ``cpus``
-    (and ``mems`` when given), ``ignore_failure`` set (a container that vanished must not
-    fail the others)."""
+    (and ``mems`` when given, the CFS ``quota`` when given), ``ignore_failure`` set (a
+    container that vanished must not fail the others)."""
     u = nri_pb2.ContainerUpdate(ignore_failure=True)
     u.linux.resources.cpu.cpus = str(cpus)
     if mems:
         u.linux.resources.cpu.mems = mems
+    if quota is not None:
+        u.linux.resources.cpu.quota.value = quota
     return u.SerializeToString()
 
 

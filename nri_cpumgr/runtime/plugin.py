@@ -68,6 +68,8 @@ CHECKPOINT_NAME = "cpu_manager_state"
 MEMORY_CHECKPOINT_NAME = "memory_manager_state"
 #: the shared containers of a CRI batch under way (nri_cpumgr.poolsync.cri.take_in_flight)
 CRI_JOURNAL_NAME = "shared_pool_cri_in_flight"
+#: a config change being applied (nri_cpumgr.runtime.reconfig.PLAN_NAME)
+RECONFIGURATION_PLAN_NAME = "reconfiguration_plan"
 # seconds a checkpoint write waits to gather a burst of decisions (lost on a crash in that
 # window: the runtime's Synchronize restores the truth on restart)
 CHECKPOINT_LINGER = 0.2
@@ -139,6 +141,14 @@ class Plugin:
         self._pod_source: Any = None
         self._spec_wait = 0.0
         self._said_no_spec: set[str] = set()
+        #: a reconfiguration a dead instance left unfinished (nri_cpumgr.runtime.reconfig),
+        #: completed after the runtime's Synchronize
+        self.resume: Any = None
+        #: (runtime name, version) of the runtime's Configure
+        self.runtime_id: tuple[str, str] | None = None
+        #: containers a reconfiguration is updating now (their UpdateContainer is our own
+        #: CRI call: not a resize)
+        self.moving: set[str] = set()
         self._setup(config, provisional=self.provisional)
 
     def _setup(self, config: Config, provisional: bool = False) -> None:
@@ -159,6 +169,15 @@ class Plugin:
                 body = self.checkpoint.load()
             except CheckpointError as e:
                 corrupt = e  # said once the setup is known to go on (not before a fatal exit)
+        self.resume = None
+        if not provisional and config.state_path(RECONFIGURATION_PLAN_NAME).exists():
+            from nri_cpumgr.runtime.reconfig import resume_state
+
+            self.resume = resume_state(config)
+            if self.resume is not None:  # (the plan's state: the checkpoint may predate it)
+                body, corrupt = self.resume.cpu_body, None
+                log.info("an interrupted reconfiguration was recorded: resuming it (%s)",
+                         self.resume.direction)
         # no checkpoint of our own: start from the kubelet's (nri_cpumgr.adopt)
         self.adoption = None
         kubelet_memory = None
@@ -171,6 +190,8 @@ class Plugin:
         if memory is not None:
             if provisional:
                 memory.start(MemoryState())
+            elif self.resume is not None and self.resume.memory_body is not None:
+                memory.start(MemoryState.from_dict(self.resume.memory_body))
             elif kubelet_memory is not None:
                 from nri_cpumgr.adopt.adopt import adopt_memory
 
@@ -227,6 +248,14 @@ class Plugin:
             tm.scope_name,
             config.memoryManagerPolicy,
         )
+
+    async def reconfigure(self, config: Config, source: str = "config file") -> str:
+        """Change the config at runtime (SIGHUP, the config file changed): validate, plan,
+        record, apply, roll back on failure (nri_cpumgr.runtime.reconfig.reconfigure).
+        Returns the result (applied, unchanged, invalid, refused, rolled-back)."""
+        from nri_cpumgr.runtime.reconfig import reconfigure
+
+        return await reconfigure(self, config, source)
 
     def _device_numa(self, info: ContainerInfo) -> frozenset[int]:
         """NUMA nodes of the PCI devices behind the container's device nodes (sysfs)."""
@@ -397,6 +426,7 @@ class Plugin:
             extra = f" registration-timeout={req.registration_timeout}ms " \
                     f"request-timeout={req.request_timeout}ms"
         log.info("configure runtime=%s %s%s", req.runtime_name, req.runtime_version, extra)
+        self.runtime_id = (req.runtime_name, req.runtime_version)
         self._choose_update_mode(req.runtime_name, req.runtime_version)
         if self.refused is None:
             self.registered = True
@@ -404,11 +434,14 @@ class Plugin:
                 self._writer = BackgroundWriter(_write_failed)
         self.metrics.connection(True, False)
 
-    def _choose_update_mode(self, runtime_name: str, runtime_version: str) -> None:
+    def _choose_update_mode(self, runtime_name: str, runtime_version: str,
+                            static: bool | None = None) -> None:
         """The shared-pool update path for this runtime (nri_cpumgr.poolsync.runtimes): the
         CRI socket (``containerRuntimeEndpoint``, else the runtime's default) is checked
-        with one ``connect`` unless the mode is ``reply``."""
-        if self.pool_sync is None or self.refused is not None or not self.manager.static:
+        with one ``connect`` unless the mode is ``reply``. ``static``: decide as for the
+        static policy whatever the running one (a reconfiguration from policy none)."""
+        if self.pool_sync is None or self.refused is not None or not (
+                self.manager.static if static is None else static):
             return
         configured = self.config.sharedPoolUpdateMode
         endpoint = cri_endpoint(self.config.containerRuntimeEndpoint, runtime_name)
@@ -534,6 +567,14 @@ class Plugin:
         self.synchronized = True
         self.registered = True  # (a Synchronize comes from a runtime, after its Configure)
         reply = [_update(d) for d in updates.values()]
+        if self.resume is not None:  # an interrupted reconfiguration: its updates after the
+            from nri_cpumgr.runtime.reconfig import can_send, resume_updates  # reply
+
+            if can_send(self):
+                resume_updates(self, reply)
+                reply = []
+            else:
+                resume_updates(self, [])
         self._plain_rest = rest
         try:
             asyncio.get_running_loop().call_soon(self._finish_synchronize)
@@ -673,7 +714,7 @@ class Plugin:
 
         cid = req.container.id
         new = resources_from_nri(req.linux_resources) if req.HasField("linux_resources") \
-            else None
+            and cid not in self.moving else None
         t = self.manager.containers.get(cid)
         before = t.applied if t is not None else None
         try:

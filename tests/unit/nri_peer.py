@@ -53,6 +53,8 @@ class PeerConn:
         self.registered: asyncio.Future[nri_pb2.RegisterPluginRequest] = (
             asyncio.get_running_loop().create_future())
         self.updates: asyncio.Queue[nri_pb2.UpdateContainersRequest] = asyncio.Queue()
+        #: container ids whose UpdateContainers the runtime reports as failed
+        self.fail_updates: set[str] = set()
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._bufs: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
         self._pending: dict[int, asyncio.Future[ttrpc_pb2.Response]] = {}
@@ -141,7 +143,10 @@ class PeerConn:
         elif req.method == "UpdateContainers":
             upd = nri_pb2.UpdateContainersRequest.FromString(req.payload)
             await self.updates.put(upd)
-            self._reply(sid, nri_pb2.UpdateContainersResponse().SerializeToString())
+            resp = nri_pb2.UpdateContainersResponse(failed=[
+                nri_pb2.ContainerUpdate(container_id=u.container_id) for u in upd.update
+                if u.container_id in self.fail_updates])
+            self._reply(sid, resp.SerializeToString())
         else:
             self._reply(sid, code=12, message="unknown method")
 
