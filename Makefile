@@ -105,10 +105,11 @@ e2e-2.4: setup
 	bash scripts/modern/build.sh containerd runc >/dev/null
 	NRI_E2E_CONTAINERD=2.4 $(PY) -m pytest -q tests/e2e
 
-# the e2e suite's core scenarios on CRI-O v1.34.0 from the modern build, with Debian's conmon
+# the e2e suite's core scenarios on CRI-O v1.36.3 from the modern build, with Debian's conmon
 # (installed with apt-get when missing) and runc; docs/development/modern-node.md, CRI-O
 CRIO_E2E ?= tests/e2e/test_harness.py tests/e2e/test_nri_connection.py \
-            tests/e2e/test_static_policy.py tests/e2e/test_shared_pool.py tests/e2e/test_restarts.py
+            tests/e2e/test_static_policy.py tests/e2e/test_shared_pool.py tests/e2e/test_restarts.py \
+            tests/e2e/test_shared_pool_default.py tests/e2e/test_pass_races.py
 e2e-crio: setup
 	command -v conmon >/dev/null || apt-get install -y -qq conmon >/dev/null \
 	  || { apt-get update -qq && apt-get install -y -qq conmon >/dev/null; }

@@ -15,10 +15,12 @@ adaptation.go`` of NRI): containerd 1.7.x (up to 1.7.35: NRI v0.6.1 .. v0.8.0), 
 
 CRI-O's NRI integration (``internal/nri/nri.go``, a port of containerd's) has the same two
 locks in the same orders: its ``l.Lock()`` around every CRI hook and in ``updateFromPlugin``.
-CRI-O v1.34.0 (the release read here, its Go module) vendors NRI
-v0.9.1-0.20250219030224-e597e7849f24, whose ``updateContainers`` takes ``r.Lock()``: the
-inversion. Earlier CRI-O releases vendor older NRIs (before v0.12.1, all with it). No CRI-O
-release was read with a fixed NRI, so a later CRI-O is "not known". Other runtimes are not
+CRI-O v1.36.3 (the newest release the module proxy serves, read in its Go module: the same
+``l.Lock()`` in ``internal/nri/nri.go``) vendors NRI v0.11.0, whose ``updateContainers``
+takes ``r.Lock()``: the inversion. Earlier CRI-O releases vendor older NRIs (before v0.12.1,
+all with it: the module proxy's v1.34.0, a commit of main from May 2025, vendors
+v0.9.1-0.20250219030224-e597e7849f24). No CRI-O release was read with a fixed NRI, so a
+later CRI-O (1.37 on) is "not known". Other runtimes are not
 known either: they get the path that is safe whatever their NRI does.
 
 Where the inversion is (or may be), the shared containers are moved the way the kubelet's CPU
@@ -42,9 +44,9 @@ FIXED_CONTAINERD = (2, 4, 0)
 #: The first NRI release with containerd/nri#301.
 FIXED_NRI = "v0.12.1"
 ISSUE = "containerd/containerd#13733"
-#: The newest CRI-O read (v1.34.0, NRI v0.9.1-0.20250219030224-e597e7849f24): it and every
-#: earlier CRI-O have the inversion; later ones are not known here.
-LAST_READ_CRIO = (1, 34)
+#: The newest CRI-O read (v1.36.3, NRI v0.11.0): it and every earlier CRI-O have the
+#: inversion; later ones are not known here.
+LAST_READ_CRIO = (1, 36)
 
 #: ``sharedPoolUpdateMode`` values: ``auto`` picks ``async``, ``cri`` or ``reply`` per runtime.
 CONFIG_MODES = ("auto", "async", "cri", "reply")
@@ -112,8 +114,8 @@ def parse_version(text: str) -> tuple[int, int, int, bool] | None:
 def nri_lock_inversion(runtime_name: str, runtime_version: str) -> bool | None:
     """True: the runtime's NRI takes its locks in opposite orders for a plugin's
     UpdateContainers and for CRI calls (a plugin calling UpdateContainers can hang it:
-    containerd < 2.4.0, CRI-O <= 1.34.x); False: it does not (containerd >= 2.4.0); None: not
-    known (another runtime, a CRI-O after 1.34, or a version that cannot be read)."""
+    containerd < 2.4.0, CRI-O <= 1.36.x); False: it does not (containerd >= 2.4.0); None: not
+    known (another runtime, a CRI-O after 1.36, or a version that cannot be read)."""
     name = runtime_name.strip().lower()
     if name not in ("containerd", "cri-o"):
         return None

@@ -160,15 +160,21 @@ def helm_values(c: Cluster, **config: Any) -> dict[str, Any]:
     (a deleted pod's CPU back within the test's patience); the plugin's gates; the exporter
     and the plugin's pod watch reach the API server on 127.0.0.1 (no service network); and
     the plugin's own pod requests no CPU, so the kubelet admits a resize to the node's 2 CPUs
-    and the plugin is the one that refuses it."""
+    and the plugin is the one that refuses it. The test containerd's CRI socket is in its work
+    dir, not at /run/containerd/containerd.sock: ``containerRuntimeEndpoint`` names it and
+    ``criSocket.hostDirs`` mounts its directory (as the chart mounts /run/containerd on a node),
+    so the plugin takes what ``auto`` takes on a real node (``cri`` on 2.1, ``async`` on 2.4),
+    not ``reply`` for want of the socket."""
     state = c.work / "plugin-state"
     state.mkdir(exist_ok=True)
     cfg = yaml.safe_load(yaml.safe_dump(_chart_defaults()["config"]))
     cfg.update(socketPath=str(c.nri_socket), stateDirectory=str(state),
                sharedPoolGrowDelay="2s", featureGates=GATES,
-               apiServerURL=f"https://127.0.0.1:{c.ports['apiserver']}", **config)
+               apiServerURL=f"https://127.0.0.1:{c.ports['apiserver']}",
+               containerRuntimeEndpoint=str(c.cri_socket), **config)
     return {
         "config": cfg,
+        "criSocket": {"hostDirs": [str(c.cri_socket.parent)]},
         "namespace": {"create": True},
         "resources": {"plugin": {"requests": {"cpu": "0", "memory": "64Mi"},
                                  "limits": {"cpu": "1", "memory": "256Mi"}},
@@ -324,10 +330,10 @@ def test_helm_install_rolls_out_and_the_plugin_registers(deployed) -> None:
     want = {"2.1": "v2.1.", "2.4": "v2.4.2"}[c.containerd]
     line = next(x for x in log.splitlines() if "configure runtime=" in x)
     assert "containerd" in line and want.lstrip("v") in line, line
-    # the shared-pool update mode auto picks for it (nri_cpumgr/poolsync/runtimes.py): reply
-    # where the NRI lock-order inversion is (2.1), async where it is fixed (2.4)
-    mode = {"2.1": "reply", "2.4": "async"}[c.containerd]
-    assert f"shared pool update mode {mode} (auto: " in log, log[-3000:]
+    # the shared-pool update mode auto picks for it (nri_cpumgr/poolsync/runtimes.py): the CRI
+    # socket where the NRI lock-order inversion is (2.1), async where it is fixed (2.4)
+    want_mode = {"2.1": f"cri on {c.cri_socket} (auto: ", "2.4": "async (auto: "}[c.containerd]
+    assert f"shared pool update mode {want_mode}" in log, log[-3000:]
     v = c.kubectl("version", "-o", "json")
     assert json.loads(v)["serverVersion"]["gitVersion"] == "v1.37.2"
     node = c.get_json("node", NODE_NAME)["status"]["nodeInfo"]

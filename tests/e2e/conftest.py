@@ -3,7 +3,7 @@
 * ``containerd`` - a session-wide :class:`~tests.e2e.harness.Containerd` per version, the
   fixture is parametrized over the versions in ``NRI_E2E_CONTAINERD`` (comma separated,
   default ``1.7,2.1``; ``2.4`` is the scripts/modern/build.sh containerd 2.4.2 with runc
-  1.5.3; ``crio`` is CRI-O v1.34.0 with Debian's conmon and crun,
+  1.5.3; ``crio`` is CRI-O v1.36.3 with Debian's conmon and crun,
   :class:`~tests.e2e.harness.Crio`, the same interface). Restarted if a test left it dead;
   stopped (with full cleanup) at the end.
 * ``cri`` - a :class:`~tests.e2e.harness.CRIClient` on it; after the test every pod it ran is

@@ -24,7 +24,7 @@ Exit status: 0 no hang, 1 hang (the dump's path on the last line), 2 setup error
 
     .venv/bin/python tests/e2e/stress.py --version 1.7 --minutes 10          # shipped mode
     .venv/bin/python tests/e2e/stress.py --version 2.1 --minutes 5 --mode async
-    .venv/bin/python tests/e2e/stress.py --version crio --minutes 4 --mode async  # CRI-O 1.34.0
+    .venv/bin/python tests/e2e/stress.py --version crio --minutes 4 --mode async  # CRI-O 1.36.3
     .venv/bin/python tests/e2e/stress.py --version 2.4 --minutes 10   # containerd 2.4.2 (async)
 
 ``--version crio`` churns the harness's CRI-O (:class:`~tests.e2e.harness.Crio`); its SIGUSR1

@@ -197,7 +197,7 @@ def test_launched_with_no_arguments_as_the_runtime_starts_it(containerd_version)
 
 def test_auto_update_mode_follows_the_runtime_name_and_version(containerd, cri, e2e_workdir):
     """``sharedPoolUpdateMode: auto`` (the default) decides from what the runtime sends in
-    Configure: cri on containerd 1.7 / 2.1 and CRI-O 1.34.0 (NRI before v0.12.1: the
+    Configure: cri on containerd 1.7 / 2.1 and CRI-O 1.36.3 (NRI before v0.12.1: the
     lock-order inversion; the harness gives the plugin the runtime's CRI socket), async on
     containerd 2.4.2 (nri_cpumgr/poolsync/runtimes.py)."""
     from nri_cpumgr.poolsync.runtimes import choose_update_mode

@@ -1,6 +1,6 @@
 """The shared pool with the shipped defaults on an idle node (issue 31), on a real containerd:
-no sharedPoolUpdateMode and no delay in the config, so ``auto`` decides (``cri`` on 1.7.24
-and 2.1.9, ``async`` on 2.4.2) and the default ``sharedPoolGrowDelay`` (10 s) holds.
+no sharedPoolUpdateMode and no delay in the config, so ``auto`` decides (``cri`` on 1.7.24,
+2.1.9 and CRI-O, ``async`` on 2.4.2) and the default ``sharedPoolGrowDelay`` (10 s) holds.
 
 * A deleted Guaranteed pod's CPU is back on the shared containers within
   ``sharedPoolGrowDelay`` + 2 s, with nothing else happening on the node (in ``reply`` it
@@ -46,7 +46,7 @@ def test_idle_node_gets_released_cpus_back_with_the_defaults(containerd, cri, e2
     plugin = start_plugin(containerd, e2e_workdir)
     try:
         log = plugin.log_text()
-        want = "async" if containerd.version >= "2.4" else "cri"
+        want = "async" if containerd.version == "2.4" else "cri"  # (CRI-O: "crio", cri)
         assert f"shared pool update mode {want}" in log, log[-2000:]
         be = cri.create_container(cri.run_pod("be", "BestEffort"), "app")
         cri.start_container(be)
@@ -89,7 +89,8 @@ def test_idle_node_gets_released_cpus_back_with_the_defaults(containerd, cri, e2
         assert "in the reply" not in log
         assert {how for *_, how in moved()} == {
             "CRI UpdateContainerResources" if want == "cri" else "UpdateContainers"}
-        print(f"\ncontainerd {containerd.version} ({want}): released CPU back on the shared "
+        print(f"\n{containerd.runtime_name} {containerd.version} ({want}): released CPU back "
+              f"on the shared "
               f"containers {grow:.2f} s after the delete (sharedPoolGrowDelay "
               f"{GROW_DEFAULT:g} s); Burstable shares/quota/memory {before} unchanged")
     finally:

@@ -196,6 +196,40 @@ def test_not_found_before_the_start_is_retried(runtime):
     asyncio.run(asyncio.wait_for(main(), 20))
 
 
+def test_not_yet_created_on_crio_is_sent_again_at_the_start(runtime):
+    """CRI-O answers "specified container <id> is not yet created" while its CreateContainer
+    is under way: not a failure (never dropped), sent again once the container started."""
+    runtime.answers = {"new": (grpc.StatusCode.UNKNOWN,
+                               "specified container new is not yet created")}
+
+    async def main() -> None:
+        cri = CRIUpdater(str(runtime.path))
+        sync = SharedPoolSync(shrink_delay=0.05, grow_delay=0.05, quiet=0.01, mode="cri")
+        sync.planner.max_failures = 1  # one counted failure would drop it
+        sync.connected(cri.send, CPUSet.parse("0-3"), {})
+        sync.add("new", CPUSet.parse("0-3"), created=True)
+        sync.set_target(CPUSet.parse("0-1"))
+
+        async def settle(n: int) -> None:
+            for _ in range(200):
+                await asyncio.sleep(0.02)
+                if len(runtime.calls) >= n and not sync._busy():
+                    return
+
+        await settle(1)
+        assert len(runtime.calls) == 1
+        assert "new" in sync.planner.shared  # not dropped, even with max_failures 1
+        assert sync.planner.shared["new"].failures == 0
+        runtime.answers = {}
+        sync.started("new")  # PostStartContainer: the update is sent again
+        await settle(2)
+        cri.close()
+        assert runtime.calls[1] == _expected("new", "0-1")
+        sync.close()
+
+    asyncio.run(asyncio.wait_for(main(), 20))
+
+
 def test_the_batch_under_way_is_journaled(runtime, tmp_path):
     """While a batch's calls run its ids are on disk (a plugin killed then leaves them for
     the next instance to send again, take_in_flight); after its last call they are not."""

@@ -63,7 +63,9 @@ def test_parse_version(text, want):
     ("cri-o", "1.34.0", True),             # NRI v0.9.1-0.20250219030224-e597e7849f24
     ("CRI-O", "v1.34.1", True),
     ("cri-o", "1.31.0", True),             # older still
-    ("cri-o", "1.35.0", None),             # not read: not known
+    ("cri-o", "1.35.2", True),
+    ("cri-o", "1.36.3", True),             # NRI v0.11.0: still r.Lock() in updateContainers
+    ("cri-o", "1.37.0", None),             # not read: not known
     ("cri-o", "", None),
     ("podman", "5.0.0", None),             # another runtime: not known here
     ("", "", None),
@@ -83,17 +85,19 @@ NO = "/run/containerd/containerd.sock does not exist"  # a CRI socket that canno
     ("auto", "containerd", "v2.4.0", None, "async", False, False),
     ("auto", "containerd", "v2.4.0", NO, "async", False, False),
     ("auto", "cri-o", "1.31.0", None, "cri", False, False),
-    ("auto", "cri-o", "1.36.0", None, "cri", False, False),   # not known: the safe path
+    ("auto", "cri-o", "1.36.3", None, "cri", False, False),   # the e2e tests' CRI-O
+    ("auto", "cri-o", "1.37.0", None, "cri", False, False),   # not known: the safe path
     ("auto", "", "", None, "cri", False, False),
     ("auto", "containerd", "1.7.24~ds1", NO, "reply", False, False),
-    ("auto", "cri-o", "1.36.0", NO, "reply", False, False),
+    ("auto", "cri-o", "1.37.0", NO, "reply", False, False),
     ("auto", "", "", NO, "reply", False, False),
     # async on a runtime known to have the inversion: not honoured
     ("async", "containerd", "1.7.24~ds1", None, "cri", False, True),
     ("async", "containerd", "1.7.24~ds1", NO, "reply", False, True),
     ("async", "cri-o", "1.31.0", None, "cri", False, True),
+    ("async", "cri-o", "1.36.3", None, "cri", False, True),
     # async on a runtime not known: kept, flagged
-    ("async", "cri-o", "1.36.0", None, "async", True, False),
+    ("async", "cri-o", "1.37.0", None, "async", True, False),
     ("async", "containerd", "v2.4.2", None, "async", False, False),
     ("cri", "containerd", "v2.4.2", None, "cri", False, False),
     ("cri", "containerd", "1.7.24", NO, "reply", False, True),
@@ -228,10 +232,10 @@ def test_explicit_async_on_a_runtime_with_the_bug_is_not_honoured(tmp_path, capl
 
 def test_explicit_async_on_a_runtime_not_known_is_a_warning(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="nri_cpumgr")
-    p = _configured(tmp_path, "sharedPoolUpdateMode: async\n", "cri-o", "1.36.0")
+    p = _configured(tmp_path, "sharedPoolUpdateMode: async\n", "cri-o", "1.37.0")
     assert p.pool_sync is not None and p.pool_sync.mode == "async"
     warn = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert any(m.startswith("shared pool update mode async (configured; cri-o 1.36.0 is not "
+    assert any(m.startswith("shared pool update mode async (configured; cri-o 1.37.0 is not "
                             "known") and "can hang for good" in m for m in warn), warn
     p.close()
 

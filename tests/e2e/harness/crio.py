@@ -2,7 +2,7 @@
 :class:`~.containerd.Containerd` runs containerd: the same public interface, so the e2e
 fixtures hand either to a test (``NRI_E2E_CONTAINERD=crio``).
 
-CRI-O v1.34.0 (``crio``, ``pinns`` and ``copyimg``) comes from ``scripts/modern/build.sh crio``
+CRI-O v1.36.3 (``crio``, ``pinns`` and ``copyimg``) comes from ``scripts/modern/build.sh crio``
 (Go module github.com/cri-o/cri-o; version in scripts/modern/versions.env); ``conmon`` (2.1.6)
 and the OCI runtime are Debian's: runc 1.1.5 of the runtime dir by default;
 ``NRI_E2E_CRIO_RUNTIME=crun`` picks bookworm's crun 1.8.1, which refuses the spec CRI-O 1.34
@@ -149,7 +149,7 @@ class Crio(Containerd):
 
     @property
     def runtime_version(self) -> str:
-        """CRI-O's version as its CRI reports it (``1.34.0``, from versions.env)."""
+        """CRI-O's version as its CRI reports it (``1.36.3``, from versions.env)."""
         return modern_versions()["CRIO_VERSION"].removeprefix("v")
 
     def cgroup_leaf(self, cid: str) -> str:
