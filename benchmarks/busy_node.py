@@ -61,6 +61,10 @@ PLUGIN_NAME = "cpumgr"
 PLUGIN_INDEX = 90
 CONFIG = 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n'
 POLL_TIMEOUT_S = 20.0
+#: more seconds per shared container for "off" and "back": a pass makes one CRI call per shared
+#: container (~30 ms each on a quiet node, several times that under load: 250 at 2 s per 10 would
+#: not fit in POLL_TIMEOUT_S, and the next pod would meet the pass)
+POLL_PER_SHARED_S = 0.15
 GROW_DELAY_S = 10.0  # the shipped sharedPoolGrowDelay (CONFIG leaves it)
 
 
@@ -166,6 +170,8 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
             print(f"  containerd {version}: {n_shared} shared containers running in "
                   f"{time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
 
+            poll_timeout = POLL_TIMEOUT_S + POLL_PER_SHARED_S * n_shared
+
             def shared_cpus() -> list[set[int]]:
                 return [parse_cpus((d / "cpuset.cpus").read_text()) for d in shared_dirs]
 
@@ -205,7 +211,8 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
                         m.setdefault("create+start", []).append((time.perf_counter() - t) * 1000)
                         gcpus = parse_cpus(cri.cgroup_cpus(cid))
                         if mode != "none":
-                            off = wait_until(lambda g=gcpus: all(not s & g for s in shared_cpus()))
+                            off = wait_until(lambda g=gcpus: all(not s & g for s in shared_cpus()),
+                                             poll_timeout)
                             m.setdefault("off", []).append(float("nan") if off is None else off)
                         t = time.perf_counter()
                         cri.stop_container(cid)
@@ -223,7 +230,7 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
                                 cri.update_container_resources(shared_ids[0], None, None,
                                                                "BestEffort")
                             back = wait_until(lambda g=gcpus: all(g <= s for s in shared_cpus()),
-                                              POLL_TIMEOUT_S + GROW_DELAY_S)
+                                              poll_timeout + GROW_DELAY_S)
                             if back is not None:  # ms from the end of the deletion
                                 back = (time.perf_counter() - t_del) * 1000
                             m.setdefault("back", []).append(float("nan") if back is None else back)

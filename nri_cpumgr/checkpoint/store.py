@@ -70,8 +70,13 @@ class Checkpoint:
             raise CheckpointError(f"checkpoint {self.path}: checksum mismatch (corrupt)")
         return body
 
-    def save(self, body: dict[str, Any]) -> None:
-        """Write ``body`` atomically and durably. Raises OSError on I/O failure."""
+    def save(self, body: dict[str, Any], durable: bool = True) -> None:
+        """Write ``body`` atomically (temp file + rename) and, when ``durable``, fsync'd
+        (the file, then the directory). Without ``durable`` the new file survives the death
+        of this process (the kernel's page cache has it: what a release before its reply
+        needs, docs/concepts/crash-after-a-change.md) but not a crash of the machine before
+        the kernel writes it back; two fsyncs fewer (5-9 ms median, 15-30 ms p90 on this
+        project's loaded 2-CPU VM). Raises OSError on I/O failure."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # the body is encoded once: its canonical form is both what the checksum covers and
         # what the file holds (a 1,000-container body costs ~2 ms of GIL once, not twice)
@@ -83,10 +88,13 @@ class Checkpoint:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             os.write(fd, data)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, self.path)
+        if not durable:
+            return
         dfd = os.open(self.path.parent, os.O_RDONLY)
         try:
             os.fsync(dfd)

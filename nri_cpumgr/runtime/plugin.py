@@ -73,6 +73,10 @@ RECONFIGURATION_PLAN_NAME = "reconfiguration_plan"
 # seconds a checkpoint write waits to gather a burst of decisions (lost on a crash in that
 # window: the runtime's Synchronize restores the truth on restart)
 CHECKPOINT_LINGER = 0.2
+# seconds after a release's write before its reply (page cache only) until the background
+# writer writes it again fsync'd: after the rest of the pod's deletion (StopPodSandbox,
+# RemovePodSandbox follow within ~0.3 s), so its fsyncs do not compete with the runtime's
+RELEASE_DURABLE_DELAY = 1.0
 # seconds a Synchronize with Guaranteed containers waits at most for the pod spec source's
 # first LIST (once per connection; below the runtime's 2 s request budget)
 SYNC_SPEC_WAIT = 1.0
@@ -277,8 +281,10 @@ class Plugin:
             out.append((self.explanations, self.explainer.snapshot()))
         return out
 
-    def save(self) -> None:
-        """Write the checkpoints now (disconnect, shutdown)."""
+    def save(self, durable: bool = True) -> None:
+        """Write the checkpoints now (disconnect, shutdown; a release before its reply).
+        ``durable=False``: not fsync'd (nri_cpumgr.checkpoint.Checkpoint.save), safe
+        against the death of this process only; the caller schedules the durable write."""
         if self._plain_rest is not None:
             self._finish_synchronize(connect=False)
         if self.provisional or self.refused is not None or not self.registered:
@@ -287,7 +293,7 @@ class Plugin:
             self._writer.flush()
         for cp, body in self._snapshots():
             try:
-                cp.save(body)
+                cp.save(body, durable)
             except OSError as e:
                 _write_failed(cp, e)
 
@@ -787,9 +793,13 @@ class Plugin:
         after = self.manager.shared_pool()
         if req.event != nri_pb2.REMOVE_POD_SANDBOX and self._held(uid) != held:
             # a release a Synchronize could not show after a crash (the runtime lists no
-            # exited container, and a stopped pod sandbox until it is removed): on disk
-            # before the reply, as the kubelet's state store does
-            self.save()
+            # exited container, and a stopped pod sandbox until it is removed): in the file
+            # before the reply, as the kubelet's state store does. Not fsync'd here: the
+            # page cache keeps it through a crash of this process (the case: a machine's
+            # crash takes the containers along); two fsyncs on the pod's deletion path
+            # (5-30 ms under load) are made later, by the background writer
+            self.save(durable=False)
+            self._changed(RELEASE_DURABLE_DELAY)
         elif after != before or req.event == nri_pb2.REMOVE_CONTAINER:
             self._changed()
         if after != before:

@@ -17,6 +17,27 @@ def test_roundtrip_and_atomic_write(tmp_path):
     assert cp.load() == body2
 
 
+def test_a_write_that_is_not_durable_skips_the_fsyncs_only(tmp_path, monkeypatch):
+    """``durable=False``: the same atomic file (temp file + rename), no fsync; the default
+    fsyncs the file and its directory."""
+    import os
+
+    from nri_cpumgr.checkpoint import store
+
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(store.os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    cp = Checkpoint(tmp_path / "state")
+    body = {"policyName": "static", "defaultCpuSet": "0-3", "entries": {}}
+    cp.save(body, durable=False)
+    assert synced == []
+    assert cp.load() == body
+    assert not list(tmp_path.glob(".*tmp"))
+    cp.save(dict(body, defaultCpuSet="0"))
+    assert len(synced) == 2  # the file, then the directory
+    assert cp.load() == dict(body, defaultCpuSet="0")
+
+
 @pytest.mark.parametrize(
     "mutate, reason",
     [

@@ -237,17 +237,30 @@ def test_pod_level_bubble_and_slice_the_checkpoint_missed():
             assert m3.state.get_cpuset("p", "main-app") == other
 
 
-def test_a_release_is_on_disk_before_its_reply(workdir):
+def test_a_release_is_on_disk_before_its_reply(workdir, monkeypatch):
     """A release is what a Synchronize cannot show (containerd lists no exited container,
     and a stopped pod sandbox until it is removed): the checkpoint has it before the
-    StateChange reply. Shared containers' changes stay after the reply."""
+    StateChange reply (written without fsync there: the deletion path does not wait for
+    the disk; the background writer fsyncs it after RELEASE_DURABLE_DELAY). Shared
+    containers' changes stay after the reply."""
     import asyncio
+    import os
+    import threading
 
     from nri_cpumgr.api import nri_pb2
-    from nri_cpumgr.runtime.plugin import CHECKPOINT_NAME
+    from nri_cpumgr.checkpoint import store
+    from nri_cpumgr.runtime.plugin import CHECKPOINT_NAME, RELEASE_DURABLE_DELAY
     from tests.unit.test_runtime_plugin import STATIC, ctr, pod, run
 
     path = workdir / "state" / CHECKPOINT_NAME
+    synced: list[str] = []  # the threads that called fsync
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(threading.current_thread().name)
+        real_fsync(fd)
+
+    monkeypatch.setattr(store.os, "fsync", fsync)
 
     def entries() -> dict:
         from nri_cpumgr.checkpoint import Checkpoint
@@ -266,9 +279,16 @@ def test_a_release_is_on_disk_before_its_reply(workdir):
             event=nri_pb2.REMOVE_CONTAINER, pod=pod("be", "besteffort"),
             container=ctr("be")), nri_pb2.Empty)
         assert path.stat().st_ino == ino  # a shared container: written later
+        await asyncio.sleep(0.4)
+        synced.clear()
         await conn.call("StateChange", nri_pb2.StateChangeEvent(
             event=nri_pb2.REMOVE_CONTAINER, pod=pod("g"), container=ctr("g")), nri_pb2.Empty)
         assert entries() == {}
+        # in the file before the reply, without fsync on the deletion path (the page cache
+        # keeps it through the death of the plugin); fsync'd by the background writer later
+        assert synced == []
+        await asyncio.sleep(RELEASE_DURABLE_DELAY + 0.5)
+        assert "checkpoint-writer" in synced and entries() == {}
         # the same for a pod sandbox stopped (its CPUs released)
         await conn.call("CreateContainer", nri_pb2.CreateContainerRequest(
             pod=pod("h"), container=ctr("h", 1000)), nri_pb2.CreateContainerResponse)
