@@ -947,8 +947,8 @@ def _pod_scope_later(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str,
     if d["kind"] == "reason" and str(d["kubelet"]).startswith("TopologyAffinityError"):
         return True  # the pod's merged hint refused; the plugin got further, then refused
     if d["kind"] in ("admission", "reason") and str(d["plugin"]) != "admitted":
-        names = re.findall(r"container ([\w-]+)", str(d["plugin"]))
-        return bool(names) and names[-1] in later or "[memorymanager]" in str(d["plugin"])
+        at = pe.get("refusedAt")  # the container the plugin's refusal came at
+        return at in later or "[memorymanager]" in str(d["plugin"])
     if d["kind"] == "admission":
         sets = [frozenset(_numas(s, c.get("cpus", ""))) for c in pe.get("containers") or []
                 if c["name"] in hinted and c.get("exclusive")]
@@ -1056,16 +1056,6 @@ def _takes_the_last_cpu(s: dict[str, Any], d: dict[str, Any],
     if m:
         return m.group(2) == "0"
     return ke.get("sharedPool", "x") == "" or "[memorymanager]" in str(d["kubelet"])
-
-
-def _refusal_names_the_pod(s: dict[str, Any], d: dict[str, Any],
-                           diffs: list[dict[str, Any]]) -> bool:
-    """The same reason; the plugin's message is the kubelet's with the pod (and container)
-    named after it: `` (pod <uid>)`` or `` (pod <uid>, container <name>)``."""
-    k, p = str(d["kubelet"]), str(d["plugin"])
-    uid = ((_event(s, d).get("pod") or {}).get("metadata") or {}).get("uid", "")
-    rest = p[len(k):] if p.startswith(k) else ""
-    return bool(re.fullmatch(rf" \(pod {re.escape(uid)}(, container [\w-]+)?\)", rest))
 
 
 def _memory_topology(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]]) -> bool:
@@ -1208,7 +1198,6 @@ EVIDENCE: dict[str, Evidence] = {
     "same-text": _same_text,
     "memory-unsatisfiable": _memory_unsatisfiable,
     "memory-topology": _memory_topology,
-    "refusal-names-the-pod": _refusal_names_the_pod,
     "takes-the-last-cpu": _takes_the_last_cpu,
     "init-held": _within_init,
     "pod-scope-later-container": _pod_scope_later,

@@ -121,7 +121,7 @@ def test_regression_scenario(oracle: S.Oracle, path: Path) -> None:
         s = {**s, "mode": "as-deployed"}
         k, p = oracle.run(s), S.plugin(s)
         diffs = S.compare(k, p, s)
-        # (what is left is documented and not NRI-imposed: the plugin's refusal naming the pod)
+        # (what is left is documented and not NRI-imposed)
         assert not diffs or S.known_difference(s, diffs) is not None, \
             f"as deployed: {diffs}\nkubelet {json.dumps(k)}\nplugin {json.dumps(p)}"
 

@@ -243,5 +243,12 @@ def test_topology_affinity_error_name_appears_once() -> None:
     )
     result = tm.admit(pod)
     assert (result.admit, result.reason) == (False, "TopologyAffinityError")
-    assert result.message.startswith("Resources cannot be allocated with Topology locality")
+    # the kubelet's text exactly (topology_manager.go TopologyAffinityError.Error, v1.37.2):
+    # the pod and container are named by the plugin's CreateContainer error, not here
+    assert result.message == "Resources cannot be allocated with Topology locality"
     assert isinstance(result.error, TopologyAffinityError)
+    tm_pod = TopologyManager("single-numa-node", numa_nodes=[0, 1], scope="pod")
+    static_manager(topo, CPUSet({0}), {}, tm_pod)
+    result = tm_pod.admit(pod)
+    assert (result.admit, result.reason) == (False, "TopologyAffinityError")
+    assert result.message == "Resources cannot be allocated with Topology locality"
