@@ -1130,37 +1130,50 @@ def _whole_cores(s: dict[str, Any], cpus: set[int]) -> bool:
     return all(threads[core[c]] <= cpus for c in cpus if c in core)
 
 
-def _balanced(s: dict[str, Any], text: str) -> bool:
-    """The CPUs of ``text`` are spread evenly over their NUMA nodes as a distributed take
-    spreads them: whole cores from each node (when the count allows it), the nodes' counts
-    differing by at most a core's threads."""
-    of = {int(r["cpu"]): int(r["numa"]) for r in s["machine"]["cpus"]}
-    cpus = _cpus(text)
-    n = collections.Counter(of[c] for c in cpus if c in of)
-    smt = max(collections.Counter((r["socket"], r["core"]) for r in s["machine"]["cpus"])
-              .values())
-    if not n:
-        return True
-    return max(n.values()) - min(n.values()) <= smt and min(n.values()) >= 2
+_FLOOR_CACHE: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
 
 
-def _more_numas(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]]) -> bool:
-    """The plugin's CPUs of difference ``d`` span more NUMA nodes than the kubelet's (the
-    distributed take's floor), as many CPUs, spread evenly; or, for a pod-level pod, its
-    pod CPUs do (its slices and pod shared pool follow from them); a shared-pool
-    difference, when a CPU difference of the same event does."""
-    if d["kind"] == "shared-pool":
-        return any(_more_numas(s, o, diffs) for o in diffs if o is not d
-                   and o.get("event") == d.get("event") and o["kind"] != "shared-pool")
-    if d["kind"] not in ("cpus", "pod-cpus", "shared-cpus"):
+def _floor_answers(s: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The plugin's answer to ``s`` as it is (with the affinity floor of PR #139456) and with
+    ``StaticPolicy.affinity_floor`` off (the kubelet v1.37.2's distributed take)."""
+    from nri_cpumgr.cm.cpumanager.policy_static import StaticPolicy
+
+    key = json.dumps(s, sort_keys=True)
+    if key not in _FLOOR_CACHE:
+        on = plugin(s)
+        StaticPolicy.affinity_floor = False
+        try:
+            off = plugin(s)
+        finally:
+            StaticPolicy.affinity_floor = True
+        if len(_FLOOR_CACHE) > 8:
+            _FLOOR_CACHE.clear()
+        _FLOOR_CACHE[key] = (on, off)
+    return _FLOOR_CACHE[key]
+
+
+def _floor_only(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]]) -> bool:
+    """Difference ``d`` is the affinity floor's alone (PR #139456): under
+    distribute-cpus-across-numa and a Topology Manager policy other than none, the plugin's
+    answer at ``d`` is what it decides with the floor, and with the floor off it decides
+    what the kubelet did there (the same container's or pod's value at the same event)."""
+    cfg = s.get("config", {})
+    if ("distribute-cpus-across-numa" not in (cfg.get("cpuManagerPolicyOptions") or {})
+            or cfg.get("topologyManagerPolicy", "none") == "none" or d.get("event") is None):
         return False
-    b = d.get("podCPUs") or {"kubelet": d["kubelet"], "plugin": d["plugin"]}
-    if d["kind"] == "shared-cpus" and "podCPUs" not in d:
+    on, off = _floor_answers(s)
+    i = d["event"]
+    if len(on.get("events") or []) <= i or len(off.get("events") or []) <= i:
         return False
-    return (s.get("config", {}).get("topologyManagerPolicy", "none") != "none"
-            and len(_numas(s, b["plugin"])) > len(_numas(s, b["kubelet"]))
-            and len(_cpus(b["plugin"])) == len(_cpus(b["kubelet"]))
-            and _balanced(s, b["plugin"]))
+
+    def differs(a: dict[str, Any], b: dict[str, Any]) -> bool:
+        return any((x["kind"], x["what"]) == (d["kind"], d["what"])
+                   for x in _compare({"events": [a]}, {"events": [b]}))
+
+    ke, pe = _answer_event(s, d, "kubelet"), _answer_event(s, d, "plugin")
+    return (bool(ke) and bool(pe) and not differs(on["events"][i], pe)
+            and differs(on["events"][i], off["events"][i])
+            and not differs(ke, off["events"][i]))
 
 
 def _fewer_sockets(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]]) -> bool:
@@ -1203,7 +1216,7 @@ EVIDENCE: dict[str, Evidence] = {
     "pod-scope-later-container": _pod_scope_later,
     "kubelet-double-assigned": _kubelet_double_assigned,
     "kubelet-counts-a-held-cpu": _counts_a_held_cpu,
-    "plugin-more-numas": _more_numas,
+    "floor-only": _floor_only,
     "plugin-fewer-sockets": _fewer_sockets,
 }
 
