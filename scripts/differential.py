@@ -2,7 +2,7 @@
 """Differential run: seeded random scenarios through the kubelet oracle and the plugin.
 
     scripts/differential.py [-n N | --minutes M] [--seed S] [--mode MODE] [--oracle PATH]
-                            [--json]
+                            [--json] [--log FILE.jsonl]
     scripts/differential.py --replay FILE.json     (one scenario: both answers, the diff)
 
 --mode: ``as-deployed`` (default: the plugin knows every pod's spec, as the deployed
@@ -84,8 +84,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="shrink and print at most this many undocumented mismatches")
     ap.add_argument("--replay", help="run one scenario file and print both answers")
     ap.add_argument("--json", action="store_true", help="the summary as JSON on stdout")
+    ap.add_argument("--log", help="append one JSON line per scenario to this file as it runs "
+                    "(seed, verdict, classes of its differences, the undocumented ones)")
     args = ap.parse_args(argv)
     oracle = S.Oracle(Path(args.oracle) if args.oracle else S.oracle_path())
+    log = None
     try:
         if args.replay:
             s = json.loads(Path(args.replay).read_text())
@@ -103,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         undocumented_scenarios = documented_scenarios = config_refused = 0
         undocumented_seeds: list[Any] = []
         reported: list[dict[str, Any]] = []
+        log = open(args.log, "a") if args.log else None  # noqa: SIM115 - closed below
         t0 = time.monotonic()
         done = 0
         seed = args.seed
@@ -135,6 +139,13 @@ def main(argv: list[str] | None = None) -> int:
                     reported.append(report_mismatch(oracle, s, diffs, sys.stderr))
             for a in S.areas(s):
                 counts[a][verdict] += 1
+            if log is not None:
+                log.write(json.dumps({
+                    "seed": s.get("seed"), "verdict": verdict,
+                    "classes": sorted({c or "UNDOCUMENTED" for c in classes}),
+                    "undocumented": [d for d, c in zip(diffs, classes, strict=True)
+                                     if c is None][:5]}) + "\n")
+                log.flush()
             done += 1
             seed += 1
         secs = time.monotonic() - t0
@@ -177,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if kinds else 0
     finally:
         oracle.close()
+        if log is not None:
+            log.close()
 
 
 if __name__ == "__main__":

@@ -46,7 +46,11 @@ from nri_cpumgr.cm.records import (
     admission_text,
     kubelet_admission_text,
 )
-from nri_cpumgr.cm.topologymanager import ERROR_TOPOLOGY_AFFINITY, TopologyManager
+from nri_cpumgr.cm.topologymanager import (
+    ERROR_TOPOLOGY_AFFINITY,
+    POD_LEVEL_CONTAINER_SCOPE_REFUSAL,
+    TopologyManager,
+)
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.jsontext import RawJSON, encode
 from nri_cpumgr.podmodel import Pod, QOSClass
@@ -331,7 +335,7 @@ class ContainerManager:
                 self.memory.policy.remove_container(self.memory.state, *key)
             self.devices.current.pop(key, None)
             if result.reason == ERROR_TOPOLOGY_AFFINITY or result.error is None:
-                raise AdmissionError(f"{result.reason}: {result.message}")
+                raise AdmissionError(self._refusal_text(pod, result.reason, result.message))
             raise AdmissionError(admission_text(result.error))
         self.tm.add_container(pod, info.name, info.id)
         if self.memory is not None:
@@ -361,6 +365,16 @@ class ContainerManager:
             return False
         return not (self.memory is not None
                     and self.memory.state.get_memory_assignments().get(info.pod_uid))
+
+    def _refusal_text(self, pod: Pod, reason: str, message: str, whole: bool = True) -> str:
+        """A Topology Manager refusal's text (``reason: message``, or the message alone
+        when not ``whole``): under container scope, for a pod with pod-level resources and
+        the pod-level resource managers on, the kubelet's pod-level message
+        (scope_container.go Admit: PodLevelTopologyAffinityError, v1.37.2)."""
+        if (reason == ERROR_TOPOLOGY_AFFINITY and self.pod_level is not None
+                and pod.pod_level_resources and self.tm.scope_name == "container"):
+            message = POD_LEVEL_CONTAINER_SCOPE_REFUSAL
+        return f"{reason}: {message}" if whole else message
 
     def _spec_pod(self, info: ContainerInfo) -> Pod:
         """The whole pod as its spec gives it: init containers in order, then the app
@@ -397,7 +411,9 @@ class ContainerManager:
             # the kubelet's pod admission result as is (reason: message), an allocation
             # error without an admission type included (UnexpectedAdmissionError, "Allocate
             # failed due to <error>, which is unexpected": admission.GetPodAdmitResult)
-            text = kubelet_admission_text(result.reason, result.message, result.error)
+            text = kubelet_admission_text(
+                result.reason, self._refusal_text(pod, result.reason, result.message, False),
+                result.error)
             rec = PodAdmission(text, names)
             log.info("pod %s/%s refused at admission: %s", info.namespace, info.pod_name, text)
         else:

@@ -36,7 +36,9 @@ Output (:func:`run_scenario`), the oracle's shape: ``{"name", "events": [{"op", 
 shared pool, pod-level resource managers; ``podCPUs``: the pod's pod-level CPUs);
 ``configError`` instead of events when the config or machine is refused. ``reason`` is the
 kubelet's admission reason (the error type name: TopologyAffinityError, SMTAlignmentError,
-...; ``UnexpectedAdmissionError`` for an error the kubelet does not type).
+...; ``UnexpectedAdmissionError`` for an error the kubelet does not type). A refused pod's
+event also carries ``refusedAt``: the container whose CreateContainer the refusal came at
+(the plugin's side only: the kubelet refuses the pod).
 """
 
 from __future__ import annotations
@@ -140,6 +142,7 @@ def run_scenario(doc: Mapping[str, Any]) -> dict[str, Any]:
                 except AdmissionError as e:
                     er["admitted"] = False
                     er["reason"], er["message"] = _reason(str(e))
+                    er["refusedAt"] = c.name
                     er.pop("containers")
                     for cid in started:
                         m.stop(cid)

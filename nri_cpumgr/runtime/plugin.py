@@ -662,7 +662,10 @@ class Plugin:
                 "create pod=%s/%s container=%s qos=%s refused: %s",
                 info.namespace, info.pod_name, info.name, info.qos, e,
             )
-            raise PluginError(str(e)) from None
+            # the kubelet's reason and text, then which container: the runtime's log of a
+            # failed CreateContainer shows only this text
+            raise PluginError(f"{e} (pod {info.namespace}/{info.pod_name}, uid {info.pod_uid}, "
+                              f"container {info.name})") from None
         self._count(info, True, t0)
         resp = nri_pb2.CreateContainerResponse()
         cpu = resp.adjust.linux.resources.cpu

@@ -947,8 +947,8 @@ def _pod_scope_later(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str,
     if d["kind"] == "reason" and str(d["kubelet"]).startswith("TopologyAffinityError"):
         return True  # the pod's merged hint refused; the plugin got further, then refused
     if d["kind"] in ("admission", "reason") and str(d["plugin"]) != "admitted":
-        names = re.findall(r"container ([\w-]+)", str(d["plugin"]))
-        return bool(names) and names[-1] in later or "[memorymanager]" in str(d["plugin"])
+        at = pe.get("refusedAt")  # the container the plugin's refusal came at
+        return at in later or "[memorymanager]" in str(d["plugin"])
     if d["kind"] == "admission":
         sets = [frozenset(_numas(s, c.get("cpus", ""))) for c in pe.get("containers") or []
                 if c["name"] in hinted and c.get("exclusive")]
@@ -1058,16 +1058,6 @@ def _takes_the_last_cpu(s: dict[str, Any], d: dict[str, Any],
     return ke.get("sharedPool", "x") == "" or "[memorymanager]" in str(d["kubelet"])
 
 
-def _refusal_names_the_pod(s: dict[str, Any], d: dict[str, Any],
-                           diffs: list[dict[str, Any]]) -> bool:
-    """The same reason; the plugin's message is the kubelet's with the pod (and container)
-    named after it: `` (pod <uid>)`` or `` (pod <uid>, container <name>)``."""
-    k, p = str(d["kubelet"]), str(d["plugin"])
-    uid = ((_event(s, d).get("pod") or {}).get("metadata") or {}).get("uid", "")
-    rest = p[len(k):] if p.startswith(k) else ""
-    return bool(re.fullmatch(rf" \(pod {re.escape(uid)}(, container [\w-]+)?\)", rest))
-
-
 def _memory_topology(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]]) -> bool:
     """The Static Memory Manager under restricted or single-numa-node (where a memory
     request no NUMA set holds is refused at admission by the plugin)."""
@@ -1093,7 +1083,16 @@ def _kubelet_double_assigned(s: dict[str, Any], d: dict[str, Any],
     m = re.search(r"\[([\d, ]+)\]", str(held))
     cpus = {int(x) for x in m.group(1).split(",")} if m else set()
     if d["kind"] in ("cpus", "shared-cpus", "pod-cpus", "shared-pool"):
-        return bool(cpus & (_cpus(d["kubelet"]) ^ _cpus(d["plugin"])))
+        if cpus & (_cpus(d["kubelet"]) ^ _cpus(d["plugin"])):
+            return True
+        # a container of the same pod allocated after the one given the held CPU: the
+        # kubelet's take for it started from a free set one CPU larger (seed 400019)
+        taker = str(held).split(" ", 1)[0]
+        pod, _, first = taker.partition("/")
+        what_pod, _, name = str(d["what"]).partition("/")
+        order = [c["name"] for c in _answer_event(s, d, "kubelet").get("containers") or []]
+        return (d["kind"] == "cpus" and what_pod == pod and first in order and name in order
+                and order.index(name) > order.index(first))
     return d["kind"] in ("admission", "reason", "message")
 
 
@@ -1140,37 +1139,50 @@ def _whole_cores(s: dict[str, Any], cpus: set[int]) -> bool:
     return all(threads[core[c]] <= cpus for c in cpus if c in core)
 
 
-def _balanced(s: dict[str, Any], text: str) -> bool:
-    """The CPUs of ``text`` are spread evenly over their NUMA nodes as a distributed take
-    spreads them: whole cores from each node (when the count allows it), the nodes' counts
-    differing by at most a core's threads."""
-    of = {int(r["cpu"]): int(r["numa"]) for r in s["machine"]["cpus"]}
-    cpus = _cpus(text)
-    n = collections.Counter(of[c] for c in cpus if c in of)
-    smt = max(collections.Counter((r["socket"], r["core"]) for r in s["machine"]["cpus"])
-              .values())
-    if not n:
-        return True
-    return max(n.values()) - min(n.values()) <= smt and min(n.values()) >= 2
+_FLOOR_CACHE: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
 
 
-def _more_numas(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]]) -> bool:
-    """The plugin's CPUs of difference ``d`` span more NUMA nodes than the kubelet's (the
-    distributed take's floor), as many CPUs, spread evenly; or, for a pod-level pod, its
-    pod CPUs do (its slices and pod shared pool follow from them); a shared-pool
-    difference, when a CPU difference of the same event does."""
-    if d["kind"] == "shared-pool":
-        return any(_more_numas(s, o, diffs) for o in diffs if o is not d
-                   and o.get("event") == d.get("event") and o["kind"] != "shared-pool")
-    if d["kind"] not in ("cpus", "pod-cpus", "shared-cpus"):
+def _floor_answers(s: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The plugin's answer to ``s`` as it is (with the affinity floor of PR #139456) and with
+    ``StaticPolicy.affinity_floor`` off (the kubelet v1.37.2's distributed take)."""
+    from nri_cpumgr.cm.cpumanager.policy_static import StaticPolicy
+
+    key = json.dumps(s, sort_keys=True)
+    if key not in _FLOOR_CACHE:
+        on = plugin(s)
+        StaticPolicy.affinity_floor = False
+        try:
+            off = plugin(s)
+        finally:
+            StaticPolicy.affinity_floor = True
+        if len(_FLOOR_CACHE) > 8:
+            _FLOOR_CACHE.clear()
+        _FLOOR_CACHE[key] = (on, off)
+    return _FLOOR_CACHE[key]
+
+
+def _floor_only(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]]) -> bool:
+    """Difference ``d`` is the affinity floor's alone (PR #139456): under
+    distribute-cpus-across-numa and a Topology Manager policy other than none, the plugin's
+    answer at ``d`` is what it decides with the floor, and with the floor off it decides
+    what the kubelet did there (the same container's or pod's value at the same event)."""
+    cfg = s.get("config", {})
+    if ("distribute-cpus-across-numa" not in (cfg.get("cpuManagerPolicyOptions") or {})
+            or cfg.get("topologyManagerPolicy", "none") == "none" or d.get("event") is None):
         return False
-    b = d.get("podCPUs") or {"kubelet": d["kubelet"], "plugin": d["plugin"]}
-    if d["kind"] == "shared-cpus" and "podCPUs" not in d:
+    on, off = _floor_answers(s)
+    i = d["event"]
+    if len(on.get("events") or []) <= i or len(off.get("events") or []) <= i:
         return False
-    return (s.get("config", {}).get("topologyManagerPolicy", "none") != "none"
-            and len(_numas(s, b["plugin"])) > len(_numas(s, b["kubelet"]))
-            and len(_cpus(b["plugin"])) == len(_cpus(b["kubelet"]))
-            and _balanced(s, b["plugin"]))
+
+    def differs(a: dict[str, Any], b: dict[str, Any]) -> bool:
+        return any((x["kind"], x["what"]) == (d["kind"], d["what"])
+                   for x in _compare({"events": [a]}, {"events": [b]}))
+
+    ke, pe = _answer_event(s, d, "kubelet"), _answer_event(s, d, "plugin")
+    return (bool(ke) and bool(pe) and not differs(on["events"][i], pe)
+            and differs(on["events"][i], off["events"][i])
+            and not differs(ke, off["events"][i]))
 
 
 def _fewer_sockets(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]]) -> bool:
@@ -1208,13 +1220,12 @@ EVIDENCE: dict[str, Evidence] = {
     "same-text": _same_text,
     "memory-unsatisfiable": _memory_unsatisfiable,
     "memory-topology": _memory_topology,
-    "refusal-names-the-pod": _refusal_names_the_pod,
     "takes-the-last-cpu": _takes_the_last_cpu,
     "init-held": _within_init,
     "pod-scope-later-container": _pod_scope_later,
     "kubelet-double-assigned": _kubelet_double_assigned,
     "kubelet-counts-a-held-cpu": _counts_a_held_cpu,
-    "plugin-more-numas": _more_numas,
+    "floor-only": _floor_only,
     "plugin-fewer-sockets": _fewer_sockets,
 }
 

@@ -72,10 +72,7 @@ def test_oracle_answers_a_known_case(oracle: S.Oracle) -> None:
 #: seeds of the subset with an undocumented difference found once the documented classes
 #: required their evidence (docs/development/differential.md, "Open"), per mode; strict, so a
 #: fix shows (the seed then passes and must leave this list)
-OPEN: dict[tuple[str, int], str] = {
-    ("as-deployed", 32): "pod7/init0's second CPU: the kubelet 150, the plugin 123 "
-    "(found when whole-pod admission met the evidence rules; not yet explained)",
-}
+OPEN: dict[tuple[str, int], str] = {}
 
 
 @pytest.mark.parametrize(("mode", "seed"), [pytest.param(m, s, marks=pytest.mark.xfail(
@@ -96,11 +93,7 @@ def _regressions() -> list[Path]:
 
 #: regression scenarios whose difference the evidence rules do not explain yet (strict: one
 #: that starts to pass must leave the list)
-OPEN_REGRESSIONS = {
-    "distribute-affinity-floor-whole-pod": "as deployed, app1 gets one thread of two cores on "
-    "two NUMA nodes where the kubelet gives a whole core of one: more NUMA nodes, but not the "
-    "even whole-core spread distribute-affinity-floor's evidence asks (seed 201078)",
-}
+OPEN_REGRESSIONS: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(
@@ -121,7 +114,7 @@ def test_regression_scenario(oracle: S.Oracle, path: Path) -> None:
         s = {**s, "mode": "as-deployed"}
         k, p = oracle.run(s), S.plugin(s)
         diffs = S.compare(k, p, s)
-        # (what is left is documented and not NRI-imposed: the plugin's refusal naming the pod)
+        # (what is left is documented and not NRI-imposed)
         assert not diffs or S.known_difference(s, diffs) is not None, \
             f"as deployed: {diffs}\nkubelet {json.dumps(k)}\nplugin {json.dumps(p)}"
 

@@ -106,7 +106,9 @@ def test_plugin_records_live_containers_and_refusals_for_explain(tmp_path, capsy
         p.create_container(nri_pb2.CreateContainerRequest(pod=_pod("g10"),
                                                           container=_ctr("g10", 10000)))
     except PluginError as e:
-        assert "TopologyAffinityError" in str(e)
+        # the kubelet's reason and text, then the pod and container the runtime's log needs
+        assert str(e) == ("TopologyAffinityError: Resources cannot be allocated with Topology "
+                          "locality (pod ns/g10, uid g10, container app)")
     else:
         raise AssertionError("g10 must be refused")
     p.create_container(nri_pb2.CreateContainerRequest(pod=_pod("be", "besteffort"),

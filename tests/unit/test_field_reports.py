@@ -88,6 +88,17 @@ def test_distributed_take_spreads_over_every_node_of_the_affinity() -> None:
     assert not d.cpus & CPUSet({0, 128})
 
 
+def test_without_the_affinity_floor_the_released_kubelets_take(monkeypatch) -> None:
+    """StaticPolicy.affinity_floor off (the differential's evidence that a difference is PR
+    #139456's alone): #139430's released behaviour, 176 CPUs on 3 of the affinity's 4 nodes."""
+    monkeypatch.setattr(StaticPolicy, "affinity_floor", False)
+    topo = topo_four_numa_256()
+    tm = TopologyManager("best-effort", numa_nodes=[0, 1, 2, 3])
+    m = static_manager(topo, CPUSet({0, 128}), {"distribute-cpus-across-numa": "true"}, tm)
+    d = m.admit(container("g", "p", 176), device_numa=frozenset({0, 1, 2, 3}))
+    assert len(d.cpus) == 176 and len(numa_of(topo, d.cpus)) == 3
+
+
 def test_affinity_floor_ignored_when_request_has_fewer_groups_than_nodes() -> None:
     """2 CPUs cannot be spread over 4 nodes: the floor does not apply and the request stays
     on the fewest nodes (one)."""
@@ -243,5 +254,12 @@ def test_topology_affinity_error_name_appears_once() -> None:
     )
     result = tm.admit(pod)
     assert (result.admit, result.reason) == (False, "TopologyAffinityError")
-    assert result.message.startswith("Resources cannot be allocated with Topology locality")
+    # the kubelet's text exactly (topology_manager.go TopologyAffinityError.Error, v1.37.2):
+    # the pod and container are named by the plugin's CreateContainer error, not here
+    assert result.message == "Resources cannot be allocated with Topology locality"
     assert isinstance(result.error, TopologyAffinityError)
+    tm_pod = TopologyManager("single-numa-node", numa_nodes=[0, 1], scope="pod")
+    static_manager(topo, CPUSet({0}), {}, tm_pod)
+    result = tm_pod.admit(pod)
+    assert (result.admit, result.reason) == (False, "TopologyAffinityError")
+    assert result.message == "Resources cannot be allocated with Topology locality"

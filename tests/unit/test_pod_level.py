@@ -150,8 +150,11 @@ def test_pod_scope_slice_larger_than_the_budget():
 
 def test_pod_scope_bubble_that_fits_no_numa_node_is_refused():
     m = manager()
-    with pytest.raises(AdmissionError, match="TopologyAffinityError"):
+    with pytest.raises(AdmissionError) as e:
         m.admit(ctr("a", "p", "a", res(), res(8, GI)))
+    # the kubelet's text (scope_pod.go admitUsingPodResources, v1.37.2)
+    assert str(e.value) == ("TopologyAffinityError: Pod Scope pod with pod-level resources "
+                            "failed admission under pod-scope topology manager")
     assert m.state.assignments == {} and m.shared_pool() == CPUSet(range(12))
 
 
@@ -482,3 +485,34 @@ def test_container_whose_requests_are_not_its_limits_gets_no_memory_pinned():
     out = _add_one(cfg, pod, _machine(4 * GI))
     assert out["admitted"] is True
     assert [(c["name"], c["mems"]) for c in out["containers"]] == [("app", ""), ("exact", "0")]
+
+
+def test_container_scope_refuses_a_pod_level_pod_with_the_kubelets_text():
+    """topologyManagerScope container, a pod with .spec.resources and the pod-level gates on:
+    a container whose hints the policy refuses refuses the pod with the kubelet's pod-level
+    text (scope_container.go Admit: PodLevelTopologyAffinityError, v1.37.2), as deployed
+    (whole-pod admission) and NRI alone (differential seed 15)."""
+    from nri_cpumgr.planner.scenario import run_scenario
+
+    cpus = [{"cpu": i, "core": i, "socket": 0, "numa": i // 2, "uncore": 0} for i in range(4)]
+    nodes = [{"id": n, "memory_bytes": 4 << 30, "distances": {"0": 10 if n == 0 else 20,
+                                                              "1": 20 if n == 0 else 10}}
+             for n in (0, 1)]
+    r = {"cpu": "3", "memory": "64Mi"}
+    pod = {"metadata": {"name": "p", "namespace": "default", "uid": "uid-p"},
+           "spec": {"containers": [{"name": "app0", "resources": {"requests": r, "limits": r}}],
+                    "resources": {"requests": {"cpu": "3", "memory": "1Gi"},
+                                  "limits": {"cpu": "3", "memory": "1Gi"}}}}
+    for mode in ("as-deployed", "nri-alone"):
+        out = run_scenario({
+            "mode": mode, "machine": {"cpus": cpus, "numa_nodes": nodes},
+            "config": {"cpuManagerPolicy": "static", "reservedSystemCPUs": "3",
+                       "topologyManagerPolicy": "single-numa-node",
+                       "topologyManagerScope": "container",
+                       "featureGates": {"PodLevelResources": True,
+                                        "PodLevelResourceManagers": True}},
+            "events": [{"op": "add", "pod": pod}]})
+        (ev,) = out["events"]
+        assert (ev["admitted"], ev["reason"], ev["message"]) == (
+            False, "TopologyAffinityError", "Pod Scope pod with pod-level resources failed "
+            "admission with a container-level topology manager"), (mode, ev)

@@ -91,6 +91,11 @@ class StaticPolicy:
     """
 
     name = POLICY_STATIC
+    #: the Topology Manager affinity's NUMA node count is the floor of the distributed take
+    #: (kubernetes PR #139456, merged for v1.38, fixing #139430); False: the kubelet
+    #: v1.37.2's take, which may shrink the affinity (the differential's evidence that a
+    #: difference is this fix's alone, tests/differential)
+    affinity_floor: bool = True
 
     def __init__(
         self,
@@ -300,7 +305,8 @@ class StaticPolicy:
             aligned = self._aligned_cpus(nodes, allocatable)
             # the affinity's node count is the distributed take's floor (PR #139456)
             result = take_by_topology(
-                self.topology, aligned, min(len(aligned), count), self.options, len(nodes)
+                self.topology, aligned, min(len(aligned), count), self.options,
+                len(nodes) if self.affinity_floor else 0,
             )
         if count > len(result):
             rest = take_by_topology(  # (no copy of the free CPUs when none were taken)

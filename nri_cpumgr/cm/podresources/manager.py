@@ -416,8 +416,15 @@ class PodLevelManager:
             if cm.memory is not None:
                 cm.memory.policy.remove_container(cm.memory.state, uid, POD_ENTRY)
             cm.devices.current.pop(key, None)
-            if not result.admit and (result.reason == ERROR_TOPOLOGY_AFFINITY
-                                     or result.error is None):
+            if not result.admit and result.reason == ERROR_TOPOLOGY_AFFINITY:
+                # the kubelet's PodLevelTopologyAffinityError texts (scope_pod.go
+                # admitUsingPodResources, scope_container.go Admit, v1.37.2)
+                from nri_cpumgr.cm.topologymanager import POD_LEVEL_CONTAINER_SCOPE_REFUSAL
+
+                text = POD_SCOPE_REFUSAL if cm.tm.scope_name == "pod" \
+                    else POD_LEVEL_CONTAINER_SCOPE_REFUSAL
+                raise AdmissionError(f"{ERROR_TOPOLOGY_AFFINITY}: {text}")
+            if not result.admit and result.error is None:
                 raise AdmissionError(f"{result.reason}: {result.message}")
             if smt_error is not None:
                 raise AdmissionError(admission_text(smt_error))

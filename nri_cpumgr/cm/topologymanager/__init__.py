@@ -2,6 +2,7 @@
 
 from nri_cpumgr.cm.topologymanager.errors import (
     ERROR_TOPOLOGY_AFFINITY,
+    POD_LEVEL_CONTAINER_SCOPE_REFUSAL,
     TopologyAffinityError,
     TopologyManagerConfigError,
 )
@@ -39,6 +40,7 @@ from nri_cpumgr.cm.topologymanager.scope import (
 
 __all__ = [
     "ERROR_TOPOLOGY_AFFINITY",
+    "POD_LEVEL_CONTAINER_SCOPE_REFUSAL",
     "BestEffortPolicy",
     "ContainerScope",
     "HintProvider",

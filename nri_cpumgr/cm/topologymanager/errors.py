@@ -6,6 +6,11 @@ from __future__ import annotations
 #: Admission reason the kubelet reports for a topology refusal
 #: (topologymanager.ErrorTopologyAffinity).
 ERROR_TOPOLOGY_AFFINITY = "TopologyAffinityError"
+#: the message of the kubelet's refusal of a pod with pod-level resources (the
+#: PodLevelResourceManagers gate on) by its container scope (scope_container.go Admit,
+#: PodLevelTopologyAffinityError, v1.37.2)
+POD_LEVEL_CONTAINER_SCOPE_REFUSAL = ("Pod Scope pod with pod-level resources failed admission "
+                                     "with a container-level topology manager")
 
 
 class TopologyManagerConfigError(ValueError):

@@ -182,10 +182,7 @@ class ContainerScope(Scope):
         for name in _containers(pod):
             hint, ok = self.calculate_affinity(pod, name)
             if not ok:
-                err = TopologyAffinityError(
-                    f"Resources cannot be allocated with Topology locality "
-                    f"(pod {pod.uid}, container {name})"
-                )
+                err = TopologyAffinityError()  # the kubelet's text (scope_container.go)
                 return PodAdmitResult(False, ERROR_TOPOLOGY_AFFINITY, err.detail, err)
             self.set_affinity(pod.uid, name, hint)
             error = self._allocate(pod, name)
@@ -213,9 +210,7 @@ class PodScope(Scope):
         container and allocate them in order."""
         hint, ok = self.calculate_affinity(pod)
         if not ok:
-            err = TopologyAffinityError(
-                f"Resources cannot be allocated with Topology locality (pod {pod.uid})"
-            )
+            err = TopologyAffinityError()  # the kubelet's text (scope_pod.go)
             return PodAdmitResult(False, ERROR_TOPOLOGY_AFFINITY, err.detail, err)
         for name in _containers(pod):
             self.set_affinity(pod.uid, name, hint)
