@@ -134,7 +134,8 @@ def run_guest(topo: Topology, *, containerd: list[str], drivers: list[str],
               scenarios: list[str], timeout: float | None = None,
               keep: Path | None = None, kubelet: dict[str, Any] | None = None,
               files: dict[str, str] | None = None,
-              shares: dict[str, tuple[Path, str]] | None = None) -> GuestRun:
+              shares: dict[str, tuple[Path, str]] | None = None,
+              local: list[str] | None = None) -> GuestRun:
     """Boot ``topo`` and run ``scenarios`` for each containerd version and driver; a boot
     whose guest kernel crashed (:data:`KERNEL_CRASH` on the console: emulation, not the
     plugin) is run once more, said on stderr.
@@ -142,20 +143,23 @@ def run_guest(topo: Topology, *, containerd: list[str], drivers: list[str],
     ``keep``: copy the job directory (results.json, guest.log, console.log, containerd logs)
     there. ``kubelet``: the job's kubelet section (:mod:`tests.vm.guest_kubelet`; turns the
     guest's network on); ``files``: name -> text written to ``job/files/`` (credentials);
-    ``shares``: tag -> (host directory, guest mount point), read-only 9p.
+    ``shares``: tag -> (host directory, guest mount point), read-only 9p; ``local``: guest
+    paths inside those shares (files or directories) that guest-run.sh copies to the guest's
+    disk and bind-mounts over themselves before the job (binaries run often: an exec from the
+    uncached 9p share reads the binary again each time).
     Raises GuestError when the guest produced no results.json or crashed twice.
     """
     try:
         return _run_guest_once(topo, containerd=containerd, drivers=drivers,
                                scenarios=scenarios, timeout=timeout, keep=keep,
-                               kubelet=kubelet, files=files, shares=shares)
+                               kubelet=kubelet, files=files, shares=shares, local=local)
     except _GuestCrashed as e:
         print(f"\nQEMU guest kernel crashed ({e.line}); booting it once more",
               file=sys.stderr)
     try:
         return _run_guest_once(topo, containerd=containerd, drivers=drivers,
                                scenarios=scenarios, timeout=timeout, keep=keep,
-                               kubelet=kubelet, files=files, shares=shares)
+                               kubelet=kubelet, files=files, shares=shares, local=local)
     except _GuestCrashed as e:
         raise GuestError(f"the guest kernel crashed twice: {e.line}\n{e.console[-3000:]}") \
             from None
@@ -172,7 +176,8 @@ def _run_guest_once(topo: Topology, *, containerd: list[str], drivers: list[str]
                     scenarios: list[str], timeout: float | None = None,
                     keep: Path | None = None, kubelet: dict[str, Any] | None = None,
                     files: dict[str, str] | None = None,
-                    shares: dict[str, tuple[Path, str]] | None = None) -> GuestRun:
+                    shares: dict[str, tuple[Path, str]] | None = None,
+                    local: list[str] | None = None) -> GuestRun:
     timeout = timeout or float(os.environ.get("NRI_VM_TIMEOUT", "1500"))
     image = build_guest()
     tool_dir = tools()
@@ -198,6 +203,8 @@ def _run_guest_once(topo: Topology, *, containerd: list[str], drivers: list[str]
                 (job / "files" / name).write_text(text)
         if shares:  # read by guest-run.sh: "tag mountpoint" per line
             (job / "shares").write_text("".join(f"{t} {m}\n" for t, (_, m) in shares.items()))
+        if local:  # read by guest-run.sh: one guest path per line
+            (job / "local").write_text("".join(f"{p}\n" for p in local))
         if kubelet:
             (job / "net").write_text("10.0.2.15/24 10.0.2.2\n")  # read by guest-run.sh
         env = dict(os.environ, LD_LIBRARY_PATH=f"{tool_dir}/usr/lib/x86_64-linux-gnu:"

@@ -67,6 +67,15 @@ def run_kubelet_guest(topo: topology.Topology, versions: list[str], dirs: dict[s
     times = {"controlplane_start_seconds": round(time.monotonic() - t0, 1)}
     try:
         modern = dirs["kubernetes"].parents[1]  # .../modern
+
+        def guest(p: Path) -> str:
+            return str(Path(GUEST_MODERN) / p.relative_to(modern))
+
+        # run from the guest's disk, not the uncached 9p share: kubectl (each resize and
+        # describe), containerd 2.4.2's shim (each pod) and runc 1.5.3 (each container
+        # operation); Debian's containerd 2.1 and runc are in the image already
+        local = [guest(dirs["kubernetes"] / "kubectl")] + (
+            [guest(dirs["containerd"]), guest(dirs["runc"])] if "2.4" in versions else [])
         n_scen = len(scenarios or []) * len(containerd or []) * len(drivers or [])
         run = runner.run_guest(
             topo, containerd=containerd or [], drivers=drivers or [],
@@ -76,7 +85,7 @@ def run_kubelet_guest(topo: topology.Topology, versions: list[str], dirs: dict[s
                      "phases": [p for p in os.environ.get("NRI_VM_KUBELET_PHASES", "")
                                 .split(",") if p]},
             files=cp.guest_files("/mnt/job/files/ca.crt"),
-            shares={"modern": (modern, GUEST_MODERN)})
+            shares={"modern": (modern, GUEST_MODERN)}, local=local)
     finally:
         cp.stop()
     return run, times
