@@ -8,9 +8,6 @@ J=/mnt/job
 exec >"$J/guest.log" 2>&1
 echo "guest: job starts at uptime $(cut -d' ' -f1 /proc/uptime) s"
 systemd-analyze blame 2>&1 | head -6; systemd-analyze critical-chain nri-vm-job.service 2>&1 | head -12
-# the 9p transport loaded before this unit's mount (modules_load= of tests/vm/runner.py)
-echo "guest: systemd-modules-load $(systemctl is-active systemd-modules-load.service)," \
-  "9pnet_virtio $(cat /sys/module/9pnet_virtio/initstate 2>&1)"
 set -x
 # more read-only 9p shares ("tag mountpoint" per line: the modern build's binaries)
 if [ -f "$J/shares" ]; then
