@@ -136,7 +136,7 @@ cluster-adopt: setup
 # test_adopt_modern.py, a static-policy node's migration, on 2.1) and the chart tests. The kubelet 1.20.2 cluster (tests/cluster/test_cluster.py) is `make cluster-e2e`
 # only: its kustomize and restart checks run on the 1.37 cluster (docs/development/cluster-test.md)
 test: setup lint kubelet-cri oracle modern
-	NRI_E2E_VM=1 NRI_CLUSTER_CONTAINERD=2.1,2.4 $(PY) -m pytest tests \
+	NRI_E2E_VM=1 NRI_VM_KUBELET_CONTAINERD=2.1,2.4 NRI_CLUSTER_CONTAINERD=2.1,2.4 $(PY) -m pytest tests \
 	    --ignore=tests/cluster/test_cluster.py
 
 # the QEMU guest matrix (cgroup v2, every topology of tests/vm/topologies, containerd 2.1 + 1.7),

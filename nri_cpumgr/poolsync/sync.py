@@ -294,15 +294,16 @@ class SharedPoolSync:
             self.planner.abandon(batch)
             self._send = None
             return
-        except TimeoutError:
+        except TimeoutError as e:
             # containerd 1.7.24 / 2.1.9 (NRI v0.6.1 / v0.8.0) take their two NRI locks in the
             # opposite order for a plugin's UpdateContainers and for CRI calls: if one
             # overlapped, the runtime's NRI may be stuck for good (containerd/containerd#13733,
-            # fixed by containerd/nri#301). Say so loudly; retried by the next pass.
-            log.error("shared pool: UpdateContainers of %d containers got no answer: the "
-                      "runtime's NRI may be deadlocked (containerd/containerd#13733; fixed "
-                      "by containerd/nri#301); check `crictl ps` on this node",
-                      len(batch.ids))
+            # fixed by containerd/nri#301). Or the runtime is slower than the deadline (the
+            # sender's deadline grows then). Say so loudly; retried by the next pass.
+            log.error("shared pool: UpdateContainers of %d containers got no answer%s: a "
+                      "slow runtime, or its NRI is deadlocked (containerd before 2.4: "
+                      "containerd/containerd#13733, fixed by containerd/nri#301); check "
+                      "`crictl ps` on this node", len(batch.ids), f" ({e})" if str(e) else "")
             self.planner.done(batch, set(batch.ids), self._clock(), answered=False)
             self._pass_calls += 1
             return

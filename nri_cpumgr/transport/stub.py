@@ -119,6 +119,11 @@ class _BuildFailed(PluginError):
     request that needed them is not answered (the connection is closed)."""
 
 
+#: How far :meth:`Stub.update_containers` lets its deadline grow on a slow runtime: this
+#: many times ``update_timeout`` (10 s -> 160 s).
+UPDATE_DEADLINE_GROWTH = 16
+
+
 class _SessionFailed(Exception):
     """The connection ended before the plugin was registered."""
 
@@ -143,6 +148,9 @@ class Stub:
     ends :meth:`run` (it is raised from there). ``early``: a connection on which
     RegisterPlugin was already sent (:func:`~nri_cpumgr.transport.wire.register_early`),
     used as the first connection.
+    ``update_timeout``: the deadline of the plugin's own UpdateContainers calls at first,
+    also sent as the call's ``timeout_nano`` (see :meth:`update_containers`: it grows on a
+    runtime slower than that, up to :data:`UPDATE_DEADLINE_GROWTH` times).
     Raises ValueError for a malformed ``idx`` or neither/both of ``socket_path`` and ``fd``
     or of ``handlers`` and ``build_handlers``.
     """
@@ -187,6 +195,7 @@ class Stub:
         self._log = logger or _log
         self._register_timeout = register_timeout
         self._update_timeout = update_timeout
+        self.update_deadline = update_timeout  # what the next UpdateContainers asks for
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
         self._stable_after = stable_after
@@ -319,12 +328,33 @@ class Stub:
         return the ids of the containers the runtime failed to update. The runtime applies
         the whole call under its NRI lock (containerd ``updateFromPlugin``), so callers keep
         calls small. Raises ConnectionError when not registered (or the connection drops),
-        TtrpcError / TimeoutError when the runtime refuses or does not answer in time."""
+        TtrpcError / TimeoutError when the runtime refuses or does not answer in time.
+
+        The deadline (:attr:`update_deadline`, seconds) is the call's ``timeout_nano``, and
+        the runtime applies the updates under it: containerd cancels the container updates
+        still under way when it passes (its ttrpc server's request context), so a call
+        slower than the deadline achieves nothing, and one sent again with the same
+        deadline fails again while holding the runtime's NRI lock as long. So the deadline
+        doubles after each call without an answer (up to ``UPDATE_DEADLINE_GROWTH`` times
+        ``update_timeout``) and comes back down, to 4 times what an answered call took but
+        never under ``update_timeout``. Seen: containerd 2.4.2 with runc 1.5.3 in a QEMU
+        guest on a loaded machine took 10.5 s for 2 containers, six times in a row, each
+        cancelled at 10 s (the shims' answers came 0.6 s later)."""
         client = self._client
         if client is None or not self._registered:
             raise ConnectionError("not registered with the runtime")
-        data = await client.call(RUNTIME_SERVICE, "UpdateContainers", payload,
-                                 timeout=self._update_timeout)
+        deadline = self.update_deadline
+        t0 = time.monotonic()
+        try:
+            data = await client.call(RUNTIME_SERVICE, "UpdateContainers", payload,
+                                     timeout=deadline)
+        except TimeoutError:
+            self.update_deadline = min(deadline * 2,
+                                       self._update_timeout * UPDATE_DEADLINE_GROWTH)
+            raise TimeoutError(f"no answer within {deadline:.0f} s (the next call waits up "
+                               f"to {self.update_deadline:.0f} s)") from None
+        took = time.monotonic() - t0
+        self.update_deadline = max(self._update_timeout, min(deadline, 4 * took))
         try:
             failed = nri_pb2.UpdateContainersResponse.FromString(data).failed
         except DecodeError as exc:

@@ -55,6 +55,10 @@ class PeerConn:
         self.updates: asyncio.Queue[nri_pb2.UpdateContainersRequest] = asyncio.Queue()
         #: container ids whose UpdateContainers the runtime reports as failed
         self.fail_updates: set[str] = set()
+        # UpdateContainers: seconds to wait before answering each call (popped; none left:
+        # at once), and each call's deadline as sent (timeout_nano, in seconds)
+        self.update_delays: list[float] = []
+        self.update_deadlines: list[float] = []
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._bufs: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
         self._pending: dict[int, asyncio.Future[ttrpc_pb2.Response]] = {}
@@ -142,6 +146,9 @@ class PeerConn:
                 self.registered.set_result(reg)
         elif req.method == "UpdateContainers":
             upd = nri_pb2.UpdateContainersRequest.FromString(req.payload)
+            self.update_deadlines.append(req.timeout_nano / 1e9)
+            if self.update_delays:
+                await asyncio.sleep(self.update_delays.pop(0))
             await self.updates.put(upd)
             resp = nri_pb2.UpdateContainersResponse(failed=[
                 nri_pb2.ContainerUpdate(container_id=u.container_id) for u in upd.update

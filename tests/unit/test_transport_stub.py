@@ -232,6 +232,48 @@ def test_client_stream_ids_odd_increasing_per_connection(sock_path: Path) -> Non
     run_scenario(sock_path, body)
 
 
+def test_update_deadline_follows_a_slow_runtime(sock_path: Path) -> None:
+    """UpdateContainers sends its deadline as timeout_nano, and the runtime cancels the
+    updates still under way when it passes (containerd 2.4.2 in a QEMU guest: 2 containers
+    took 10.5 s, six calls in a row cancelled at 10 s). So the deadline doubles after each
+    call without an answer, stays while answered calls are that slow, and comes back down
+    to ``update_timeout`` once they are fast again."""
+    async def body(rt, stub, conn, h):
+        await conn.handshake()
+        await until(lambda: stub.registered)
+        conn.update_delays[:] = [0.5, 0.5, 0.5, 0.0, 0.0]
+        payload = nri_pb2.UpdateContainersRequest(
+            update=[nri_pb2.ContainerUpdate(container_id="c1")]).SerializeToString()
+        for want in ("within 0", "within 0"):  # 0.2 s, then 0.4 s: both too short
+            with pytest.raises(TimeoutError, match=want):
+                await stub.update_containers(payload)
+        assert stub.update_deadline == pytest.approx(0.8)
+        for _ in range(3):  # answered in 0.5 s (kept at 0.8 s), then at once (back to 0.2)
+            assert await stub.update_containers(payload) == set()
+        assert conn.update_deadlines == pytest.approx([0.2, 0.4, 0.8, 0.8, 0.2])
+        assert stub.update_deadline == pytest.approx(0.2)
+
+    run_scenario(sock_path, body, update_timeout=0.2)
+
+
+def test_update_deadline_growth_is_capped(sock_path: Path) -> None:
+    """A runtime that never answers: the deadline stops at UPDATE_DEADLINE_GROWTH times
+    update_timeout."""
+    from nri_cpumgr.transport.stub import UPDATE_DEADLINE_GROWTH
+
+    async def body(rt, stub, conn, h):
+        await conn.handshake()
+        await until(lambda: stub.registered)
+        stub.update_deadline = 0.01 * UPDATE_DEADLINE_GROWTH / 2
+        conn.update_delays[:] = [1.0, 1.0]
+        for _ in range(2):
+            with pytest.raises(TimeoutError):
+                await stub.update_containers(b"")
+        assert stub.update_deadline == pytest.approx(0.01 * UPDATE_DEADLINE_GROWTH)
+
+    run_scenario(sock_path, body, update_timeout=0.01)
+
+
 def test_request_update_sent_after_handler_reply(sock_path: Path) -> None:
     h0 = RecordingHandlers()
     during: list[int] = []

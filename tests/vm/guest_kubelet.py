@@ -223,9 +223,14 @@ class Node:
             if self.kubelet is not None and self.kubelet.poll() is not None:
                 raise KubeletError("the kubelet exited:\n" + self.kubelet_log()[-3000:])
             code, node = self.api.call("GET", f"/api/v1/nodes/{NODE}")
-            return code == 200 and bool(node["status"].get("nodeInfo", {}).get("kubeletVersion"))
+            info = node["status"].get("nodeInfo", {}) if code == 200 else {}
+            # this version's runtime: in a boot running 2.1 then 2.4 the node object is
+            # still the 2.1 kubelet's until the new kubelet's first status update
+            return bool(info.get("kubeletVersion")) and str(
+                info.get("containerRuntimeVersion", "")).startswith(
+                f"containerd://{self.version}.")
 
-        _wait(registered, 300, "the kubelet to register the node")
+        _wait(registered, 300, f"the kubelet to register the node on containerd {self.version}")
         self.extra["kubelet_register_seconds"] = round(time.monotonic() - t0, 1)
         self.extra["node_info"] = self.api.call("GET", f"/api/v1/nodes/{NODE}")[1][
             "status"]["nodeInfo"]

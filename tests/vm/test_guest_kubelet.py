@@ -1,9 +1,8 @@
 """A real kubelet v1.37.2 on cgroup v2, inside a QEMU guest: nri-cpumgr under the kubelet.
 
-The node (containerd ``NRI_VM_KUBELET_CONTAINERD``: default "2.1", Debian's 2.1.9; "2.1,2.4"
-adds the modern build's 2.4.2 with runc 1.5.3, one after the other in one boot, which is not
-in ``make test`` yet: its ``docs_pods`` phase fails, docs/development/qemu-guests.md; the
-plugin; the kubelet) runs in the fast topology's
+The node (containerd ``NRI_VM_KUBELET_CONTAINERD``: default "2.1,2.4", Debian's 2.1.9 then
+the modern build's 2.4.2 with runc 1.5.3, one after the other in one boot, as ``make test``
+runs it; "2.1" or "2.4" alone; the plugin; the kubelet) runs in the fast topology's
 guest (8 vCPUs: 2 sockets = 2 NUMA nodes, 2 cores x 2 threads each); etcd and kube-apiserver
 v1.37.2 run on the host (:mod:`tests.vm.controlplane`), reached through QEMU's user-mode
 network. What the guest runs and records: :mod:`tests.vm.guest_kubelet`; how it is judged:
@@ -38,7 +37,7 @@ GUEST_MODERN = "/var/cache/nri-cpumgr/modern"
 
 
 def kubelet_versions() -> list[str]:
-    vs = [v for v in os.environ.get("NRI_VM_KUBELET_CONTAINERD", "2.1").split(",") if v]
+    vs = [v for v in os.environ.get("NRI_VM_KUBELET_CONTAINERD", "2.1,2.4").split(",") if v]
     bad = [v for v in vs if v not in ("2.1", "2.4")]
     if bad:
         raise pytest.UsageError(f"NRI_VM_KUBELET_CONTAINERD: 2.1 or 2.4, not {bad}")
@@ -67,6 +66,15 @@ def run_kubelet_guest(topo: topology.Topology, versions: list[str], dirs: dict[s
     times = {"controlplane_start_seconds": round(time.monotonic() - t0, 1)}
     try:
         modern = dirs["kubernetes"].parents[1]  # .../modern
+
+        def guest(p: Path) -> str:
+            return str(Path(GUEST_MODERN) / p.relative_to(modern))
+
+        # run from the guest's disk, not the uncached 9p share: kubectl (each resize and
+        # describe), containerd 2.4.2's shim (each pod) and runc 1.5.3 (each container
+        # operation); Debian's containerd 2.1 and runc are in the image already
+        local = [guest(dirs["kubernetes"] / "kubectl")] + (
+            [guest(dirs["containerd"]), guest(dirs["runc"])] if "2.4" in versions else [])
         n_scen = len(scenarios or []) * len(containerd or []) * len(drivers or [])
         run = runner.run_guest(
             topo, containerd=containerd or [], drivers=drivers or [],
@@ -76,7 +84,7 @@ def run_kubelet_guest(topo: topology.Topology, versions: list[str], dirs: dict[s
                      "phases": [p for p in os.environ.get("NRI_VM_KUBELET_PHASES", "")
                                 .split(",") if p]},
             files=cp.guest_files("/mnt/job/files/ca.crt"),
-            shares={"modern": (modern, GUEST_MODERN)})
+            shares={"modern": (modern, GUEST_MODERN)}, local=local)
     finally:
         cp.stop()
     return run, times
