@@ -5,8 +5,8 @@ The node (containerd ``NRI_VM_KUBELET_CONTAINERD``: default "2.1", Debian's 2.1.
 boot, as ``make e2e-vm`` runs it: not in ``make test`` while 2.4's ``resize`` loses a shared
 update now and then, docs/development/qemu-guests.md; the plugin; the kubelet) runs in the
 fast topology's guest (8 vCPUs: 2 sockets = 2 NUMA nodes, 2 cores x 2 threads each); etcd
-and kube-apiserver v1.37.2 run on the host (:mod:`tests.vm.controlplane`), reached through QEMU's user-mode
-network. What the guest runs and records: :mod:`tests.vm.guest_kubelet`; how it is judged:
+and kube-apiserver v1.37.2 run on the host (:mod:`tests.vm.controlplane`), reached through
+QEMU's user-mode network. What the guest runs and records: :mod:`tests.vm.guest_kubelet`; how it is judged:
 :func:`tests.vm.checks.check_kubelet` against the kubelet's own answers for the same pods
 (:mod:`tests.vm.kubelet_oracle`: the oracle of ``make oracle``, built here when missing). The
 kubelet, kubectl, kube-apiserver and etcd come from
