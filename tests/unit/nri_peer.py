@@ -332,3 +332,29 @@ def nri_container(uid: str, cpus_m: int = 0, cpus: str = "", *, cid: str = "",
     if cpus:
         r.cpu.cpus = cpus
     return c
+
+
+def serve_plugin(plugin, workdir: Path, body) -> object:
+    """Run ``plugin`` behind a Stub connected to a FakeRuntime on ``workdir/nri.sock`` and
+    await ``body(conn, plugin)`` (conn: the runtime's PeerConn); close the plugin after it.
+    Returns the plugin; 30 s for the whole run."""
+    from nri_cpumgr.runtime.plugin import EVENTS
+    from nri_cpumgr.transport.stub import Stub
+
+    async def main() -> None:
+        rt = FakeRuntime(workdir / "nri.sock")
+        await rt.start()
+        stub = Stub(plugin, name="cpumgr", idx="90", socket_path=str(workdir / "nri.sock"),
+                    events=EVENTS)
+        plugin.sender = stub.update_containers
+        task = asyncio.create_task(stub.run())
+        try:
+            await body(await rt.next_conn(), plugin)
+        finally:
+            stub.stop()
+            await asyncio.wait_for(task, 5)
+            await rt.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+    plugin.close()
+    return plugin

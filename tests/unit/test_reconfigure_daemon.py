@@ -13,13 +13,11 @@ from nri_cpumgr.checkpoint import Checkpoint
 from nri_cpumgr.config import parse_config
 from nri_cpumgr.runtime.plugin import (
     CHECKPOINT_NAME,
-    EVENTS,
     RECONFIGURATION_PLAN_NAME,
     Plugin,
 )
 from nri_cpumgr.topology import CPUInfo, CPUTopology, Machine
-from nri_cpumgr.transport.stub import Stub
-from tests.unit.nri_peer import FakeRuntime, nri_container, nri_pod
+from tests.unit.nri_peer import nri_container, nri_pod, serve_plugin
 
 MACHINE = Machine(CPUTopology.from_details({c: CPUInfo(0, 0, c) for c in range(4)}))
 OLD = 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\nsharedPoolUpdateMode: async\n'
@@ -38,23 +36,7 @@ def run(workdir: Path, body, config: str = OLD) -> Plugin:
     c = cfg(workdir, config)
     plugin = Plugin(c, MACHINE, overrides={"stateDirectory": c.stateDirectory})
 
-    async def main() -> None:
-        rt = FakeRuntime(workdir / "nri.sock")
-        await rt.start()
-        stub = Stub(plugin, name="cpumgr", idx="90", socket_path=str(workdir / "nri.sock"),
-                    events=EVENTS)
-        plugin.sender = stub.update_containers
-        task = asyncio.create_task(stub.run())
-        try:
-            await body(await rt.next_conn(), plugin)
-        finally:
-            stub.stop()
-            await asyncio.wait_for(task, 5)
-            await rt.stop()
-
-    asyncio.run(asyncio.wait_for(main(), 30))
-    plugin.close()
-    return plugin
+    return serve_plugin(plugin, workdir, body)
 
 
 async def drain(conn) -> list[dict[str, str]]:

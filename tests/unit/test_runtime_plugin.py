@@ -15,10 +15,9 @@ from nri_cpumgr.checkpoint import Checkpoint
 from nri_cpumgr.config import parse_config
 from nri_cpumgr.runtime.plugin import CHECKPOINT_NAME, EVENTS, Plugin
 from nri_cpumgr.topology import CPUInfo, CPUTopology, Machine
-from nri_cpumgr.transport.stub import Stub
-from tests.unit.nri_peer import nri_container, nri_pod
+from tests.unit.nri_peer import nri_container, nri_pod, serve_plugin
 
-from .nri_peer import FakeRuntime, PeerCallError
+from .nri_peer import PeerCallError
 
 MACHINE = Machine(CPUTopology.from_details({0: CPUInfo(0, 0, 0), 1: CPUInfo(0, 0, 1)}))
 STATIC = 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n'
@@ -39,23 +38,7 @@ def run(workdir: Path, body, config: str = STATIC, **plugin_kw) -> Plugin:
     cfg = parse_config(config + f"stateDirectory: {state}\n")
     plugin = Plugin(cfg, MACHINE, overrides={"stateDirectory": state}, **plugin_kw)
 
-    async def main() -> None:
-        rt = FakeRuntime(workdir / "nri.sock")
-        await rt.start()
-        stub = Stub(plugin, name="cpumgr", idx="90", socket_path=str(workdir / "nri.sock"),
-                    events=EVENTS)
-        plugin.sender = stub.update_containers
-        task = asyncio.create_task(stub.run())
-        try:
-            await body(await rt.next_conn(), plugin)
-        finally:
-            stub.stop()
-            await asyncio.wait_for(task, 5)
-            await rt.stop()
-
-    asyncio.run(asyncio.wait_for(main(), 30))
-    plugin.close()
-    return plugin
+    return serve_plugin(plugin, workdir, body)
 
 
 def cpus_of(updates) -> dict[str, str]:

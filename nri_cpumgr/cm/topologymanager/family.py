@@ -16,6 +16,7 @@ import itertools
 from collections.abc import Callable, Iterator, Sequence
 from typing import overload
 
+from nri_cpumgr.cm.topologymanager.bitmask import mask_of, nodes_of
 from nri_cpumgr.cm.topologymanager.hint import TopologyHint
 
 
@@ -48,8 +49,8 @@ class MaskFamily(Sequence[TopologyHint]):
         self.short = short
         self.min_size = min_size
         self.aligned = aligned
-        self.required_mask = _mask(self.required)
-        self.nodes_mask = _mask(self.nodes)
+        self.required_mask = mask_of(self.required)
+        self.nodes_mask = mask_of(self.nodes)
         self._listed: list[TopologyHint] | None = None
 
     # ---- the description -------------------------------------------------------------------
@@ -109,7 +110,7 @@ class MaskFamily(Sequence[TopologyHint]):
         """The preferred members as int bitmasks (needs :attr:`simple`, else lists them)."""
         if self.simple:
             return list(self.masks_of_size(self.min_size))
-        return [_mask(h.numa) for h in self._list() if h.preferred and h.numa is not None]
+        return [mask_of(h.numa) for h in self._list() if h.preferred and h.numa is not None]
 
     def is_preferred(self, mask: int) -> bool:
         """Whether ``mask`` is a preferred member."""
@@ -117,7 +118,7 @@ class MaskFamily(Sequence[TopologyHint]):
             return False
         if mask.bit_count() == self.min_size:
             return True
-        return self.aligned is not None and self.aligned(_nodes(mask))
+        return self.aligned is not None and self.aligned(nodes_of(mask))
 
     # ---- the list ----------------------------------------------------------------------------
     def _list(self) -> list[TopologyHint]:
@@ -127,7 +128,7 @@ class MaskFamily(Sequence[TopologyHint]):
             for size in range(max(1, len(self.required)), len(self.nodes) + 1):
                 preferred = size == self.min_size
                 for m in self.masks_of_size(size):
-                    numa = _nodes(m)
+                    numa = nodes_of(m)
                     out.append(TopologyHint(numa, preferred or (
                         aligned is not None and aligned(numa))))
             self._listed = out
@@ -163,19 +164,3 @@ class MaskFamily(Sequence[TopologyHint]):
     def __repr__(self) -> str:
         return (f"MaskFamily(required={list(self.required)}, short={self.short}, "
                 f"min_size={self.min_size}, aligned={self.aligned is not None})")
-
-
-def _mask(nodes: Sequence[int] | frozenset[int]) -> int:
-    m = 0
-    for n in nodes:
-        m |= 1 << n
-    return m
-
-
-def _nodes(mask: int) -> frozenset[int]:
-    out = []
-    while mask:
-        low = mask & -mask
-        out.append(low.bit_length() - 1)
-        mask ^= low
-    return frozenset(out)

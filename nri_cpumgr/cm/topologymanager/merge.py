@@ -172,19 +172,26 @@ class MaskOrder:
         return sizes
 
 
+def _preferred_masks(lst: list[_IntHint]) -> tuple[set[int], bool]:
+    """The masks of a provider's preferred hints, and whether one of them is "don't care"
+    (a preferred hint without an affinity)."""
+    masks: set[int] = set()
+    has_nil = False
+    for m, p in lst:
+        if p:
+            if m is None:
+                has_nil = True
+            else:
+                masks.add(m)
+    return masks, has_nil
+
+
 def _preferred_candidates(lists: list[list[_IntHint]], default: int) -> set[int]:
     """Merged masks (already ANDed with ``default``) of all-preferred permutations."""
     constrained: list[set[int]] = []
     free: list[set[int]] = []
     for lst in lists:
-        masks: set[int] = set()
-        has_nil = False
-        for m, p in lst:
-            if p:
-                if m is None:
-                    has_nil = True
-                else:
-                    masks.add(m)
+        masks, has_nil = _preferred_masks(lst)
         (free if has_nil else constrained).append(masks)
     if constrained:
         constrained.sort(key=len)
@@ -364,14 +371,7 @@ def _merge_with_families(
     # preferred merged hints: families are always constrained (no "don't care" member)
     sets: list[set[int]] = []
     for lst in explicit:
-        masks: set[int] = set()
-        has_nil = False
-        for m, p in lst:
-            if p:
-                if m is None:
-                    has_nil = True
-                else:
-                    masks.add(m)
+        masks, has_nil = _preferred_masks(lst)
         if not has_nil:
             sets.append(masks)
     if sets:
