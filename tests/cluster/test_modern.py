@@ -662,6 +662,60 @@ def test_install_from_the_chart_repository(deployed) -> None:
         log.close()
 
 
+
+def test_node_preparation_init_container(deployed) -> None:
+    """The chart's opt-in ``nodePreparation`` (its ``enable-nri`` init container, privileged in
+    the host's PID namespace) on the test node, after the chart repository's uninstall:
+
+    1. ``dryRun`` over a copy of the node's containerd config with NRI turned off: the init
+       container's log shows the diff that turns it on and says nothing was changed; the file
+       is byte for byte as it was; the plugin starts after it and registers.
+    2. not a dry run, over a copy of the config the node runs (NRI on): "nothing to do", the
+       file unchanged, the runtime not restarted (the node's containerd keeps its pid).
+
+    Not run here: the edit and restart for real. The restart enters the host's PID 1
+    (``systemctl restart containerd``) and the test node's containerd is not a systemd unit;
+    the edit itself is unit-tested (tests/unit/test_nodeprep.py)."""
+    c, helm, _ = deployed
+    node_cfg = c.work / "node" / "config.toml"
+    text = node_cfg.read_text()
+    on_nri = '[plugins."io.containerd.nri.v1.nri"]\n  disable = false\n'
+    assert on_nri in text, "the node's containerd config changed shape"
+    off, on = c.work / "nodeprep-off" / "config.toml", c.work / "nodeprep-on" / "config.toml"
+    off.parent.mkdir(exist_ok=True)
+    on.parent.mkdir(exist_ok=True)
+    off_text = text.replace(on_nri, on_nri.replace("disable = false", "disable = true"))
+    off.write_text(off_text)
+    on.write_text(text)
+    ctrd_pid = subprocess.run(["pgrep", "-f", f"containerd --config {node_cfg}"],
+                              capture_output=True, text=True).stdout.split()
+    assert len(ctrd_pid) == 1, ctrd_pid
+
+    def init_log(dry: bool, path: Path, verb: str) -> str:
+        values = helm_values(c)
+        values["namespace"]["create"] = False
+        values["image"] = {"repository": "nri-cpumgr", "tag": "dev", "pullPolicy": "Never"}
+        values["nodePreparation"] = {"enabled": True, "runtime": "containerd",
+                                     "config": str(path), "dryRun": dry}
+        helm_apply(c, helm, values, verb=verb)
+        wait_rollout(c, NS, "nri-cpumgr")
+        return c.kubectl("logs", "-n", NS, "ds/nri-cpumgr", "-c", "enable-nri")
+
+    if "nri-cpumgr" in c.helm(helm, "list", "--namespace", NS, "-q").split():
+        c.helm(helm, "uninstall", "nri-cpumgr", "--namespace", NS)
+    log = init_log(True, off, "install")
+    assert "-  disable = true" in log and "+  disable = false" in log, log
+    assert f"dry run: /host{off} not changed, containerd not restarted" in log, log
+    assert off.read_text() == off_text
+    wait_for(lambda: "registered" in plugin_log(c), 60, "the plugin registered")
+    log = init_log(False, on, "upgrade")
+    assert f"NRI is on in /host{on}: nothing to do" in log, log
+    assert on.read_text() == text
+    assert subprocess.run(["pgrep", "-f", f"containerd --config {node_cfg}"],
+                          capture_output=True, text=True).stdout.split() == ctrd_pid
+    c.helm(helm, "uninstall", "nri-cpumgr", "--namespace", NS)
+
+
 CRICTL_CHECKS = [
     ["ps", "--name", "app"],
     ["inspect", "-o", "go-template", "--template",
