@@ -44,6 +44,7 @@ import time
 import traceback
 import urllib.error
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,11 @@ SETTLE = 90.0
 
 class KubeletError(RuntimeError):
     """Something of the node did not happen in time (the message says what)."""
+
+
+def _utc_now() -> str:
+    """Now, as the runtime's logs write it (UTC, microseconds)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _wait(pred: Any, timeout: float, what: str, interval: float = 1.0) -> Any:
@@ -308,8 +314,9 @@ class Node:
 
     def record(self, step: str, containers: dict[str, tuple[str, str, str]],
                **extra: Any) -> dict[str, Any]:
-        """``containers``: key -> (pod, container, id)."""
-        rec = {"step": step, "refused": {},
+        """``containers``: key -> (pod, container, id). ``at``: when the views began to be
+        read (UTC, the guest's clock: the one of the runtime's, kubelet's and plugin's logs)."""
+        rec = {"step": step, "at": _utc_now(), "refused": {},
                "containers": {k: self.entry(p, c, i) for k, (p, c, i) in containers.items()},
                **extra}
         self.steps.append(rec)
@@ -511,15 +518,21 @@ def resize(n: Node) -> dict[str, Any]:
     n.create(pod("resize", [container("app", "2", resizePolicy=policy)]))
     w, cid = n.wait_running("witness", "app"), n.wait_running("resize", "app")
     n.wait_cpus(cid, lambda s: len(cg_cpus(s)) == 2, "the resize pod pinned")
+    online = cg_cpus(cg.host_online_cpus())
+    # the two pods start together: the witness may start while the plugin's update for it
+    # is under way (it then reaches the spec only) and is sent again once started, up to a
+    # second later (the plugin's shrink rate limit); wait for it, as every other step does
+    # (a lost update still fails here)
+    settled = n.wait_cpus(w, lambda s: cg_cpus(s) == online - cg_cpus(n.view(cid)["spec"]),
+                          "the witness on the shared pool without the resize pod's CPUs")
     n.record("resize: before", {"witness": ("witness", "app", w),
-                                "resize": ("resize", "app", cid)})
+                                "resize": ("resize", "app", cid)}, witness_seconds=settled)
     n.events.append({"op": "resize", "name": "resize", "cpu": "4"})  # the oracle stops here
     n.api.kubectl("patch", "pod", "resize", "-n", "default", "--subresource", "resize",
                   "--type", "strategic", "-p", _resize_patch("4"))
     t0 = time.monotonic()
     n.wait_cpus(cid, lambda s: len(cg_cpus(s)) == 4, "the resize to 4 CPUs")
     grow = round(time.monotonic() - t0, 1)
-    online = cg_cpus(cg.host_online_cpus())
     n.wait_cpus(w, lambda s: cg_cpus(s) == online - cg_cpus(n.view(cid)["spec"]),
                 "the shared pool after the resize")
 
