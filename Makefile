@@ -1,9 +1,10 @@
 # nri-cpumgr: two commands on a fresh machine (root, Debian 12):
 #   make demo   set everything up, run a real containerd + the plugin + the docs' example pods
-#   make test   set everything up and run every test (unit, conformance, the docs build,
-#               real-containerd e2e, the kubelet 1.37 single-node cluster on containerd 2.1
-#               and 2.4, the QEMU guest fast subset on cgroup v2, the real kubelet 1.37.2 in
-#               the QEMU guest on containerd 2.1 and 2.4, judged by the kubelet oracle)
+#   make test   set everything up, then lint; unit and conformance tests; the differential
+#               subset (as deployed and NRI alone) and its mutation test; the docs build; the
+#               e2e suite on containerd 1.7 and 2.1; the kubelet 1.37.2 single-node cluster on
+#               containerd 2.1 and 2.4; in a QEMU guest on cgroup v2, the fast subset and a
+#               real kubelet 1.37.2 on containerd 2.1 judged by the kubelet oracle
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -128,13 +129,18 @@ cluster-adopt: setup
 	bash scripts/modern/build.sh >/dev/null
 	nice -n 10 $(PY) -m pytest -q tests/cluster/test_adopt_modern.py
 
+# Every tier of tests/ (the header above): lint, tests/unit (with the docs build,
+# test_docs_build.py), tests/conformance, tests/differential (the fixed-seed subset as deployed
+# and NRI alone, the regressions, the mutation test), tests/e2e on containerd 1.7 and 2.1
+# (NRI_E2E_CONTAINERD), tests/cluster and tests/vm.
 # NRI_E2E_VM=1: includes the QEMU guest fast subset (tests/vm: cgroup v2, both drivers) and the
 # real kubelet 1.37.2 in the guest on containerd 2.1 (2.4: make e2e-vm; tests/vm/test_guest_kubelet.py,
 # judged against the oracle's answers for its pods; NRI_E2E_VM_KUBELET=0 leaves it out).
 # modern: the kubelet 1.37.2 & co., containerd 2.4.2, runc 1.5.3, crictl, helm and etcd for the
 # kubelet 1.37 cluster tests (tests/cluster/test_modern.py, on containerd 2.1 and 2.4;
-# test_adopt_modern.py, a static-policy node's migration, on 2.1) and the chart tests. The kubelet 1.20.2 cluster (tests/cluster/test_cluster.py) is `make cluster-e2e`
-# only: its kustomize and restart checks run on the 1.37 cluster (docs/development/cluster-test.md)
+# test_adopt_modern.py, a static-policy node's migration, on 2.1) and the chart tests. The
+# kubelet 1.20.2 cluster (tests/cluster/test_cluster.py) is `make cluster-e2e` only: its
+# kustomize and restart checks run on the 1.37 cluster (docs/development/cluster-test.md)
 test: setup lint kubelet-cri oracle modern
 	NRI_E2E_VM=1 NRI_CLUSTER_CONTAINERD=2.1,2.4 $(PY) -m pytest tests \
 	    --ignore=tests/cluster/test_cluster.py

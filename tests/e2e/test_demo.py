@@ -65,6 +65,11 @@ def test_demo_shows_the_table_and_the_plugins_status() -> None:
     assert p.returncode == 0, out + err
     work = _work_dir(out.splitlines()[0])
     assert re.search(r"^guaranteed-1cpu +app +Guaranteed +1 +spec=1 cgroup=1$", out, re.M), out
+    # the shared containers on the shared pool (CPU 1 is guaranteed-1cpu's), not on 0-1: the
+    # shipped sharedPoolUpdateMode moves them after that creation, the demo waits for it
+    for name in ("besteffort", "burstable-memory", "burstable-cpu", "guaranteed-1500m"):
+        assert re.search(rf"^{name} +app +\w+ +0 +spec=0 cgroup=0$", out, re.M), out
+    assert "every container runs where the plugin's checkpoint puts it after" in out, out
     assert re.search(r"^guaranteed-limits-only .* refused +NotEnoughCPUsError", out, re.M), out
     status = out.split("as `nri-cpumgr status` shows it on a node:", 1)[1]
     assert f"$ nri-cpumgr status --config {work}/config.yaml" in status
