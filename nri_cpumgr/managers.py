@@ -138,8 +138,10 @@ def restore_state(
     if body and body.get("policyName") not in (None, name):
         raise ConfigError(
             f"checkpoint {path} was written by cpuManagerPolicy {body.get('policyName')!r} but "
-            f"the config says {name!r}: drain the node and remove the checkpoint to change "
-            f"policy (the kubelet refuses the same)"
+            f"the config says {name!r}: start it with the checkpoint's policy and change the "
+            f"policy in its config file while it runs (`nri-cpumgr plan --reconfigure NEW.yaml` "
+            f"shows the moves first), or drain the node and remove the checkpoint (the kubelet "
+            f"refuses the same and knows only the drain)"
         )
     if body:
         state.default_set = CPUSet.parse(body.get("defaultCpuSet", ""))
