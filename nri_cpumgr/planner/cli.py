@@ -107,11 +107,13 @@ def _read(path: str) -> str:
 
 
 def load_manifests(paths: list[str]) -> list[PlannedPod]:
-    from nri_cpumgr.planner.manifest import load_pods
+    from nri_cpumgr.planner.manifest import check_pod_count, load_pods
 
     pods: list[PlannedPod] = []
     for path in paths:
-        pods += load_pods(_read(path), "stdin" if path == "-" else path)
+        source = "stdin" if path == "-" else path
+        pods += load_pods(_read(path), source)
+        check_pod_count(len(pods), source)  # (all the files together)
     return pods
 
 
