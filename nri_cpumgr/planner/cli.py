@@ -107,11 +107,13 @@ def _read(path: str) -> str:
 
 
 def load_manifests(paths: list[str]) -> list[PlannedPod]:
-    from nri_cpumgr.planner.manifest import load_pods
+    from nri_cpumgr.planner.manifest import check_pod_count, load_pods
 
     pods: list[PlannedPod] = []
     for path in paths:
-        pods += load_pods(_read(path), "stdin" if path == "-" else path)
+        source = "stdin" if path == "-" else path
+        pods += load_pods(_read(path), source)
+        check_pod_count(len(pods), source)  # (all the files together)
     return pods
 
 
@@ -150,6 +152,7 @@ def cmd_reconfigure(args: argparse.Namespace) -> int:
     from nri_cpumgr.config import ConfigError, load_config
     from nri_cpumgr.locations import config_path
     from nri_cpumgr.planner.manifest import ManifestError
+    from nri_cpumgr.planner.plan import Planner
     from nri_cpumgr.reconfigure import format_reconfiguration, plan_reconfiguration
     from nri_cpumgr.reconfigure.rows import node_rows
     from nri_cpumgr.sysfs import SysfsError
@@ -164,6 +167,11 @@ def cmd_reconfigure(args: argparse.Namespace) -> int:
         cpu, mem = load_state(where)
         if cpu is None:
             raise InputError(f"{where}: no state to plan on")
+        try:  # the state must fit the machine and the config it was written under, as
+            # for plain `plan --state` (another node's state is no plan)
+            Planner(config, machine, cpu, mem, state_source=str(where))
+        except ConfigError as e:
+            raise InputError(str(e)) from None
         pods = load_manifests(args.manifests) if args.manifests else []
         try:
             rows = node_rows(cpu, mem, pods)

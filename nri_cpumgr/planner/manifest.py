@@ -62,6 +62,11 @@ _WORKLOADS = {
 #: Workloads whose ``spec.replicas`` says how many pods they run.
 _REPLICATED = {"Deployment", "StatefulSet", "ReplicaSet", "ReplicationController"}
 
+#: The most pods one plan takes (all manifests together): a plan is for one node, and a node
+#: runs a few hundred pods at most (the kubelet's maxPods defaults to 110); a bigger count is
+#: a typo that would otherwise build pods for ever.
+MAX_PODS = 10_000
+
 
 class ManifestError(ValueError):
     """A manifest the planner cannot read; the message names the document and the field."""
@@ -113,9 +118,18 @@ def load_pods(text: str, source: str = "<manifest>") -> list[PlannedPod]:
     for n, doc in enumerate(docs, 1):
         where = f"{source} document {n}"
         pods += _pods_of(doc, where)
+        check_pod_count(len(pods), where)
     if not pods:
         raise ManifestError(f"{source}: no Pod in it")
     return pods
+
+
+def check_pod_count(n: int, where: str) -> None:
+    """Raises :class:`ManifestError` when ``n`` pods (the plan's so far, up to ``where``)
+    are more than :data:`MAX_PODS`."""
+    if n > MAX_PODS:
+        raise ManifestError(f"{where}: the manifests make more than {MAX_PODS} pods: a plan "
+                            "is for one node (the kubelet's maxPods defaults to 110)")
 
 
 def _pods_of(doc: Any, where: str) -> list[PlannedPod]:
@@ -144,6 +158,10 @@ def _pods_of(doc: Any, where: str) -> list[PlannedPod]:
         replicas = spec["replicas"]
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
             raise ManifestError(f"{where}: spec.replicas {replicas!r} is not a count")
+        if replicas > MAX_PODS:
+            raise ManifestError(f"{where}: spec.replicas {replicas} is more than {MAX_PODS} "
+                                "pods: a plan is for one node (the kubelet's maxPods "
+                                "defaults to 110)")
         # one pod per replica, named <name>-0..N-1 (a StatefulSet's names; the random
         # suffixes of a Deployment's or ReplicaSet's pods are unknown before they exist)
         base = str(tmeta.get("name") or "")
@@ -182,6 +200,11 @@ def pod_from_spec(meta: Mapping[str, Any], spec: Any, where: str) -> PlannedPod:
                                 "spec": dict(spec)})
     except ValueError as e:
         raise ManifestError(f"{where}: pod {name}: {e}") from None
+    res = spec.get("resources")
+    if isinstance(res, Mapping) and res:  # pod-level resources: the same rules
+        at = f"{where}: pod {name}: spec.resources"
+        check_api_rules(res, _quantities(res.get("requests"), f"{at}.requests"),
+                        _quantities(res.get("limits"), f"{at}.limits"), at)
     if facts.pod_level:
         # with .spec.resources the pod's QoS class is that of its pod-level resources
         # (kubelet apis/core/v1/helper/qos ComputePodQOS, PodLevelResources, v1.37.2)
@@ -207,10 +230,33 @@ def _container(c: Any, where: str) -> ContainerSpec:
         raise ManifestError(f"{where}: {name}: resources is not a mapping")
     requests = _quantities(res.get("requests"), f"{where}: {name}: resources.requests")
     limits = _quantities(res.get("limits"), f"{where}: {name}: resources.limits")
+    check_api_rules(res, requests, limits, f"{where}: {name}: resources")
     # API server defaulting: a limit without a request is also the request
     for k, v in limits.items():
         requests.setdefault(k, v)
     return ContainerSpec(name=name, requests=requests, limits=limits)
+
+
+def check_api_rules(res: Mapping[str, Any], requests: Mapping[str, int],
+                    limits: Mapping[str, int], where: str) -> None:
+    """The API server's rules for a resource requirement (``res``: the manifest's
+    ``resources`` with ``requests`` and ``limits`` parsed as :func:`_quantities` gives
+    them): no quantity is negative and no request is more than its limit (kubernetes
+    pkg/apis/core/validation ValidateResourceRequirements, v1.37.2). Raises
+    :class:`ManifestError` naming ``where``.FIELD.RESOURCE and the quantity as written."""
+    def written(field_: str, k: str) -> str:
+        return next(str(v) for n, v in res[field_].items() if str(n) == k)
+
+    for field_, parsed in (("requests", requests), ("limits", limits)):
+        for k, v in parsed.items():
+            if v < 0:
+                raise ManifestError(f"{where}.{field_}.{k}: {written(field_, k)!r} is "
+                                    "negative (the API server rejects it)")
+    for k, v in requests.items():
+        if k in limits and v > limits[k]:
+            raise ManifestError(
+                f"{where}.requests.{k}: {written('requests', k)!r} is more than its limit "
+                f"{written('limits', k)!r} (the API server rejects it)")
 
 
 def _quantities(m: Any, where: str) -> dict[str, int]:

@@ -219,10 +219,15 @@ class ReconfigurationPlan:
         }
 
     def summary(self) -> dict[str, int]:
+        """``containers``, ``changed``, ``refused`` (the containers the new config would
+        refuse, each once), then the number of containers per other action (``keep``,
+        ``move``, ``shared``, ``unpin``): the counts the text, ``--json`` and the daemon's
+        reconfiguration log line print."""
         counts: dict[str, int] = {"containers": len(self.containers),
                                   "changed": len(self.moved), "refused": len(self.refused)}
         for c in self.containers:
-            counts[c.action] = counts.get(c.action, 0) + 1
+            if c.action != REFUSED:  # (each is a Refusal, counted above)
+                counts[c.action] = counts.get(c.action, 0) + 1
         return counts
 
 

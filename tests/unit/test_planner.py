@@ -290,3 +290,74 @@ def test_deeply_nested_yaml_is_a_clear_error(tmp_path, capsys):
     assert f"{pods}: not a pod manifest: YAML nested too deeply" in err
     with pytest.raises(ConfigError, match="nested too deeply"):
         parse_config(deep)
+
+
+@pytest.mark.parametrize("resources, needle", [
+    ("{requests: {cpu: '-1', memory: 1Gi}, limits: {cpu: '-1', memory: 1Gi}}",
+     "c: resources.requests.cpu: '-1' is negative"),
+    ("{limits: {cpu: '1', memory: -1Gi}}", "c: resources.limits.memory: '-1Gi' is negative"),
+    ("{requests: {cpu: '2', memory: 1Gi}, limits: {cpu: '1', memory: 1Gi}}",
+     "c: resources.requests.cpu: '2' is more than its limit '1'"),
+    ("{requests: {cpu: '1', memory: 2Gi}, limits: {cpu: '1', memory: 1Gi}}",
+     "c: resources.requests.memory: '2Gi' is more than its limit '1Gi'"),
+])
+def test_manifest_quantities_the_api_server_rejects(tmp_path, capsys, resources, needle):
+    """A negative quantity or a request above its limit (the API server's rule: quantities
+    non-negative, a request <= its limit) is a manifest error: one line, status 2."""
+    text = f"kind: Pod\nmetadata: {{name: p}}\nspec:\n  containers:\n" \
+           f"  - {{name: c, resources: {resources}}}\n"
+    with pytest.raises(ManifestError, match="f.yaml") as ei:
+        load_pods(text, "f.yaml")
+    assert needle in str(ei.value), str(ei.value)
+    f = tmp_path / "p.yaml"
+    f.write_text(text)
+    assert main(["plan", "--sysfs-root", str(DUAL), str(f)]) == 2
+    got = capsys.readouterr()
+    assert got.out == "" and len(got.err.strip().splitlines()) == 1
+    assert got.err.startswith(f"nri-cpumgr plan: {f} document 1: pod p containers: c: ")
+    # the same in an init container; pod-level resources (.spec.resources) too
+    init = (f"kind: Pod\nmetadata: {{name: p}}\nspec:\n  initContainers:\n"
+            f"  - {{name: c, resources: {resources}}}\n  containers: [{{name: x}}]\n")
+    with pytest.raises(ManifestError) as ei:
+        load_pods(init, "f.yaml")
+    assert needle in str(ei.value) and "initContainers" in str(ei.value), str(ei.value)
+    pod_level = (f"kind: Pod\nmetadata: {{name: p}}\nspec:\n  resources: {resources}\n"
+                 "  containers: [{name: c}]\n")
+    with pytest.raises(ManifestError) as ei:
+        load_pods(pod_level, "f.yaml")
+    assert needle.replace("c: resources.", "spec.resources.") in str(ei.value), str(ei.value)
+
+
+def test_manifest_zero_quantities_and_equal_request_stay_accepted():
+    zero, eq = load_pods(
+        "kind: Pod\nmetadata: {name: z}\nspec:\n  containers:\n"
+        "  - {name: c, resources: {requests: {cpu: '0'}, limits: {cpu: '0'}}}\n"
+        "---\nkind: Pod\nmetadata: {name: e}\nspec:\n  containers:\n"
+        "  - {name: c, resources: {requests: {cpu: 1000m, memory: 1Gi}, "
+        "limits: {cpu: '1', memory: 1Gi}}}\n")
+    assert zero.qos is QOSClass.BESTEFFORT and eq.qos is QOSClass.GUARANTEED
+
+
+def test_replicas_above_the_bound_are_refused_at_once(tmp_path, capsys):
+    """``replicas: 100000000`` is refused before any pod is built (it ran for ever), as is a
+    plan of more than MAX_PODS pods over several documents; MAX_PODS replicas are planned."""
+    from nri_cpumgr.planner.manifest import MAX_PODS
+
+    dep = ("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n"
+           "  replicas: N\n  template: {spec: {containers: [{name: a}]}}\n")
+    f = tmp_path / "d.yaml"
+    f.write_text(dep.replace("N", "100000000"))
+    assert main(["plan", "--sysfs-root", str(DUAL), str(f)]) == 2
+    got = capsys.readouterr()
+    assert got.out == "" and len(got.err.strip().splitlines()) == 1
+    assert got.err.startswith(f"nri-cpumgr plan: {f} document 1: spec.replicas 100000000 "
+                              f"is more than {MAX_PODS} pods"), got.err
+    assert len(load_pods(dep.replace("N", str(MAX_PODS)))) == MAX_PODS
+    half = dep.replace("N", str(MAX_PODS // 2 + 1))
+    with pytest.raises(ManifestError, match=f"more than {MAX_PODS} pods"):
+        load_pods(f"{half}---\n{half}", "f.yaml")
+    # over several files too
+    g = tmp_path / "half.yaml"
+    g.write_text(half)
+    assert main(["plan", "--sysfs-root", str(DUAL), str(g), str(g)]) == 2
+    assert f"more than {MAX_PODS} pods" in capsys.readouterr().err

@@ -492,3 +492,52 @@ def test_cli_plan_reconfigure_from_policy_none_needs_the_manifests(tmp_path, cap
     a = next(c for c in doc["containers"] if c["pod"] == "default/a")
     assert a["action"] == "move" and a["exclusiveAfter"] and len(
         CPUSet.parse(a["cpusAfter"])) == 2
+
+
+def test_summary_counts_each_refused_container_once(tmp_path, capsys):
+    """The summary's ``refused`` is the number of refused containers (text, --json and the
+    daemon's log line all print plan.summary())."""
+    import json
+
+    from nri_cpumgr.cli import main
+
+    p = node(STATIC, [pod("a", "1"), pod("b", "2")])
+    plan = replan(p, STATIC + "cpuManagerPolicyOptions: {full-pcpus-only: 'true'}\n")
+    assert len(plan.refused) == 1
+    s = plan.summary()
+    assert s["refused"] == 1 and s["containers"] == 2
+    assert sum(v for k, v in s.items() if k not in ("containers", "changed")) == 2, s
+    assert "refused 1," in format_reconfiguration(plan)
+    old, topo, state = _live_node(tmp_path, STATIC, [pod("a", "1"), pod("b", "2")])
+    new = tmp_path / "new.yaml"
+    new.write_text(STATIC + "cpuManagerPolicyOptions: {full-pcpus-only: 'true'}\n")
+    argv = ["plan", "--config", str(old), "--topology", str(topo), "--state", str(state),
+            "--reconfigure", str(new), "--json"]
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["summary"]["refused"] == len(doc["refused"]) == 1
+
+
+def test_cli_plan_reconfigure_refuses_a_state_that_does_not_fit(tmp_path, capsys):
+    """As plain ``plan --state``: another node's state is one line and status 2, no plan."""
+    from nri_cpumgr.checkpoint import Checkpoint
+    from nri_cpumgr.cli import main
+
+    old, topo, _ = _live_node(tmp_path, STATIC, [pod("a", "1")])
+    state = tmp_path / "two-cpu-node"
+    Checkpoint(state / "cpu_manager_state").save({
+        "policyName": "static", "defaultCpuSet": "0", "reservedCpuSet": "0",
+        "entries": {"uid-a": {"c": "1"}},
+        "containers": [{"id": "c1", "pod": "default/a", "podUID": "uid-a", "container": "c",
+                        "qos": "Guaranteed", "exclusive": True, "cpus": "1", "mems": "",
+                        "stopped": False}]})
+    new = tmp_path / "new.yaml"
+    new.write_text("cpuManagerPolicy: static\nreservedSystemCPUs: '1'\n")
+    argv = ["plan", "--config", str(old), "--topology", str(topo), "--state", str(state),
+            "--reconfigure", str(new)]
+    assert main(argv) == 2
+    got = capsys.readouterr()
+    assert got.out == ""
+    assert got.err.startswith(f"nri-cpumgr plan: state {state} does not fit this machine "
+                              "and config: "), got.err
+    assert len(got.err.strip().splitlines()) == 1
