@@ -113,9 +113,11 @@ def test_synchronize_over_4mib(containerd, cri, e2e_workdir):
         # the synchronized containers left CPU 1 soon after (1 s bound + about 10 ms each)
         assert eventually(lambda: [cri.spec_cpus(c) for c in ours], ["0"] * PODS,
                           timeout=15) == ["0"] * PODS
-        assert re.search(r"shared pool: \d+ containers moved to 0 in \d+ "
-                         r"(CRI UpdateContainerResources|UpdateContainers) calls",
-                         plugin.log_text())
+        # the pass logs once its last call is answered: the specs can be seen first
+        moved = re.compile(r"shared pool: \d+ containers moved to 0 in \d+ "
+                           r"(CRI UpdateContainerResources|UpdateContainers) calls")
+        assert eventually(lambda: bool(moved.search(plugin.log_text())), True, timeout=10), \
+            plugin.log_text()[-3000:]
         assert "in the reply" not in plugin.log_text()
         assert plugin.running
         assert "connection to the runtime lost" not in plugin.log_text()

@@ -247,11 +247,29 @@ class Containerd:
             self._wait_ready()
             if self._import_images and not self._images_imported:
                 images_mod.import_images(self.bin_dir / "ctr", str(self.cri_socket))
+                self._wait_images_seen()
                 self._images_imported = True
         except BaseException:
             self._terminate(timeout=5.0)
             raise
         return self
+
+    def _wait_images_seen(self, timeout: float = 30.0) -> None:
+        """Wait until the CRI image service knows the imported images: ``ctr images import``
+        returns once the content store has them, and the CRI plugin learns of them from an
+        event; a RunPodSandbox before that tries to pull the pause image (seen at load ~12 on
+        2.1.9: "failed to pull image docker.io/local/pause:1"). Raises ContainerdError."""
+        refs = [images_mod.PAUSE_IMAGE, images_mod.BUSYBOX_IMAGE]
+        deadline = time.monotonic() + timeout
+        with CRIClient(self.cri_socket, timeout=5.0) as client:
+            while True:
+                missing = [r for r in refs if not client.has_image(r)]
+                if not missing:
+                    return
+                if time.monotonic() > deadline:
+                    raise ContainerdError(f"{self._what()}: CRI does not see {missing} "
+                                          f"{timeout}s after their import:\n" + self.log_tail())
+                time.sleep(0.05)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.start_timeout

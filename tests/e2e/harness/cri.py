@@ -307,6 +307,12 @@ class CRIClient:
         """``VersionResponse`` (runtime_name, runtime_version, runtime_api_version)."""
         return self.runtime.Version(self.pb.VersionRequest(), timeout=self.timeout)
 
+    def has_image(self, ref: str) -> bool:
+        """Whether the runtime's CRI image service knows ``ref`` (ImageStatus)."""
+        resp = self.images.ImageStatus(
+            self.pb.ImageStatusRequest(image=self.pb.ImageSpec(image=ref)), timeout=self.timeout)
+        return resp.HasField("image") and bool(resp.image.id)
+
     # -- pods
     def run_pod(self, name: str, qos: str, uid: str | None = None, namespace: str = "e2e", *,
                 labels: dict[str, str] | None = None,
