@@ -67,6 +67,9 @@ class Batch:
     # created with (a start during the call may leave the update in the spec only:
     # :meth:`PoolPlanner.done`)
     unstarted: dict[str, CPUSet] = field(default_factory=dict)
+    # ids -> the cpuset the planner had for them when the batch was taken (an unanswered
+    # call makes them stale on it again: :meth:`PoolPlanner.done`)
+    prior: dict[str, CPUSet] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -255,7 +258,8 @@ class PoolPlanner:
         self.in_pass.update(ids)
         self.sent += len(ids)
         return Batch(target, ids, {c: self.shared[c].mems for c in ids}, urgent,
-                     {c: self.unstarted[c] for c in ids if c in self.unstarted}), None
+                     {c: self.unstarted[c] for c in ids if c in self.unstarted},
+                     {c: self.shared[c].applied for c in ids}), None
 
     def take_all(self, now: float) -> Batch | None:
         """Reply mode (no UpdateContainers of our own): every stale container at once, to
@@ -291,7 +295,29 @@ class PoolPlanner:
         them when ``answered`` is False: no answer in time, nothing known to be applied).
         Returns the ids dropped after ``max_failures`` answered failures; an unanswered call
         counts toward none (a slow runtime is no sign that a container is gone)."""
-        if not answered:  # each stays stale (in this pass's set): the next pass sends it again
+        if not answered:
+            # each stays stale (in this pass's set): the next pass sends it again. The call
+            # may still have reached the runtime: its UpdateContainer event then said the new
+            # cpuset (PoolPlanner.add), though the update may have reached the spec only (a
+            # container starting meanwhile) or been undone (the call cancelled at our
+            # deadline: containerd resets the spec). So the cpuset from before the call (the
+            # one of its creation for a container that started meanwhile) is what the next
+            # pass compares with, and a container still not started is sent again at its
+            # start: a real kubelet in the QEMU guest on containerd 2.1.9, a besteffort
+            # container at spec 0-1, cgroup 0-7 for good after a 14 s call without an answer
+            for cid in batch.ids:
+                s = self.shared.get(cid)
+                if s is None:
+                    continue
+                if cid in self.unstarted:
+                    self.updated_unstarted.add(cid)
+                before = batch.unstarted.get(cid, batch.prior.get(cid))
+                if before is not None and before != s.applied:
+                    self._leave(cid, s.applied)
+                    s.applied = before
+                    self._join(cid, before)
+                    if before != self.target:
+                        self._note_group(before, now)
             return []
         dropped = []
         for cid in batch.ids:

@@ -365,6 +365,11 @@ class SharedPoolSync:
         if gone:
             log.debug("shared pool: %d containers gone or being removed: %s", len(gone),
                       sorted(gone))
+        if out.unanswered:
+            lost = [cid for cid in batch.ids if cid in out.unanswered and cid not in gone]
+            self.planner.done(Batch(batch.cpus, lost, batch.mems, batch.shrink,
+                                    batch.unstarted, batch.prior), set(lost), now,
+                              answered=False)
         sub = Batch(batch.cpus, answered, batch.mems, batch.shrink, batch.unstarted)
         dropped = self.planner.done(sub, set(out.failed), now)
         self._pass_n += len(answered) - len(out.failed)

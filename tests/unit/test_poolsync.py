@@ -329,6 +329,30 @@ def test_sender_retries_timeouts_until_the_runtime_answers(caplog):
     assert caplog.text.count("got no answer") == 4
 
 
+def test_an_unanswered_update_is_sent_again_whatever_the_runtime_said_meanwhile():
+    """A call without an answer may still reach the runtime: its UpdateContainer event says
+    the new cpuset though the update reached the spec only or was undone (a real kubelet on
+    containerd 2.1.9 in the QEMU guest: a 14 s CRI call without an answer, then a besteffort
+    container at spec 0-1, cgroup 0-7 for good). The next pass sends it again; a container
+    still not started is sent again at its start too."""
+    p = planner(0)
+    p.add("running", ALL, "", 0.0)
+    p.add("new", ALL, "", 0.0, created=True)
+    p.set_target(SHRUNK, 0.0)
+    b, _ = p.plan(1.0)
+    assert b is not None and sorted(b.ids) == ["new", "running"]
+    p.add("running", SHRUNK, "", 1.5)  # the runtime's UpdateContainer events, during the call
+    p.add("new", SHRUNK, "", 1.5)
+    p.done(b, set(b.ids), 15.0, answered=False)
+    assert p.shared["running"].applied == ALL and p.shared["new"].applied == ALL
+    assert p.stale_count() == 2
+    assert drain(p, 15.0) == []  # not in this pass (a slow runtime is not hammered)
+    assert sorted(sum(drain(p, 17.0), [])) == ["new", "running"]  # the next pass
+    assert p.stale_count() == 0
+    assert p.started("new", 18.0) is True  # updated before its start: sent once more
+    assert sum(drain(p, 20.0), []) == ["new"]
+
+
 def test_a_container_started_during_its_update_is_sent_again():
     """A CRI UpdateContainerResources of a container that is starting waits for the start
     (8 s with kubelet 1.37 on containerd 2.1 in the QEMU guest) and may reach its spec only:
