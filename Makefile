@@ -134,7 +134,7 @@ cluster-adopt: setup
 # and NRI alone, the regressions, the mutation test), tests/e2e on containerd 1.7 and 2.1
 # (NRI_E2E_CONTAINERD), tests/cluster and tests/vm.
 # NRI_E2E_VM=1: includes the QEMU guest fast subset (tests/vm: cgroup v2, both drivers) and the
-# real kubelet 1.37.2 in the guest on containerd 2.1 (2.4: make e2e-vm; tests/vm/test_guest_kubelet.py,
+# real kubelet 1.37.2 in the guest on containerd 2.1 and 2.4 (tests/vm/test_guest_kubelet.py,
 # judged against the oracle's answers for its pods; NRI_E2E_VM_KUBELET=0 leaves it out).
 # modern: the kubelet 1.37.2 & co., containerd 2.4.2, runc 1.5.3, crictl, helm and etcd for the
 # kubelet 1.37 cluster tests (tests/cluster/test_modern.py, on containerd 2.1 and 2.4;
@@ -142,7 +142,7 @@ cluster-adopt: setup
 # kubelet 1.20.2 cluster (tests/cluster/test_cluster.py) is `make cluster-e2e` only: its
 # kustomize and restart checks run on the 1.37 cluster (docs/development/cluster-test.md)
 test: setup lint kubelet-cri oracle modern
-	NRI_E2E_VM=1 NRI_CLUSTER_CONTAINERD=2.1,2.4 $(PY) -m pytest tests \
+	NRI_E2E_VM=1 NRI_VM_KUBELET_CONTAINERD=2.1,2.4 NRI_CLUSTER_CONTAINERD=2.1,2.4 $(PY) -m pytest tests \
 	    --ignore=tests/cluster/test_cluster.py
 
 # the QEMU guest matrix (cgroup v2, every topology of tests/vm/topologies, containerd 2.1 + 1.7),

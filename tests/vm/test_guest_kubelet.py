@@ -1,17 +1,16 @@
 """A real kubelet v1.37.2 on cgroup v2, inside a QEMU guest: nri-cpumgr under the kubelet.
 
-The node (containerd ``NRI_VM_KUBELET_CONTAINERD``: default "2.1", Debian's 2.1.9, as ``make
-test`` runs it; "2.1,2.4" adds the modern build's 2.4.2 with runc 1.5.3 in the same boot, as
-``make e2e-vm`` runs it: not in ``make test`` while 2.4's ``resize`` loses a shared update now
-and then, docs/development/qemu-guests.md; the plugin; the kubelet) runs in the fast topology's
-guest (8 vCPUs: 2 sockets = 2 NUMA nodes, 2 cores x 2 threads each); etcd and kube-apiserver
-v1.37.2 run on the host (:mod:`tests.vm.controlplane`), reached through QEMU's user-mode
-network. What the guest runs and records: :mod:`tests.vm.guest_kubelet`; how it is judged:
-:func:`tests.vm.checks.check_kubelet` against the kubelet's own answers for the same pods
-(:mod:`tests.vm.kubelet_oracle`: the oracle of ``make oracle``, built here when missing). The
-kubelet, kubectl, kube-apiserver and etcd come from scripts/modern/build.sh (``make modern``),
-the guest image from scripts/vm/build-guest.sh (unchanged by this test: the binaries reach the
-guest over a read-only 9p share).
+The node (containerd ``NRI_VM_KUBELET_CONTAINERD``: default "2.1,2.4", Debian's 2.1.9 then the
+modern build's 2.4.2 with runc 1.5.3, one after the other in one boot, as ``make test`` and
+``make e2e-vm`` run it; "2.1" or "2.4" alone; the plugin; the kubelet) runs in the fast
+topology's guest (8 vCPUs: 2 sockets = 2 NUMA nodes, 2 cores x 2 threads each); etcd and
+kube-apiserver v1.37.2 run on the host (:mod:`tests.vm.controlplane`), reached through QEMU's
+user-mode network. What the guest runs and records: :mod:`tests.vm.guest_kubelet`; how it is
+judged: :func:`tests.vm.checks.check_kubelet` against the kubelet's own answers for the same
+pods (:mod:`tests.vm.kubelet_oracle`: the oracle of ``make oracle``, built here when missing).
+The kubelet, kubectl, kube-apiserver and etcd come from scripts/modern/build.sh (``make
+modern``), the guest image from scripts/vm/build-guest.sh (unchanged by this test: the binaries
+reach the guest over a read-only 9p share).
 
 Gate: ``NRI_E2E_VM=1`` as tests/vm/test_guest_e2e.py (``make test`` sets it), unless
 ``NRI_E2E_VM_KUBELET=0``; when requested but the machine cannot run it (not root, QEMU tools,
@@ -38,7 +37,7 @@ GUEST_MODERN = "/var/cache/nri-cpumgr/modern"
 
 
 def kubelet_versions() -> list[str]:
-    vs = [v for v in os.environ.get("NRI_VM_KUBELET_CONTAINERD", "2.1").split(",") if v]
+    vs = [v for v in os.environ.get("NRI_VM_KUBELET_CONTAINERD", "2.1,2.4").split(",") if v]
     bad = [v for v in vs if v not in ("2.1", "2.4")]
     if bad:
         raise pytest.UsageError(f"NRI_VM_KUBELET_CONTAINERD: 2.1 or 2.4, not {bad}")
