@@ -28,8 +28,10 @@ Every test in this directory is marked ``e2e``.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -40,6 +42,8 @@ import pytest
 from tests.e2e.harness import VERSIONS, Containerd, CRIClient, e2e_missing, runtime_daemon
 from tests.e2e.harness import cgroups as cg
 from tests.e2e.harness.paths import DEFAULT_VERSIONS
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _versions() -> list[str]:
@@ -160,3 +164,21 @@ def e2e_workdir() -> Iterator[Path]:
     d = _short_tmp("e2e-test-")
     yield d
     shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def twelve_cpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sysfs tree (scripts/make_sysfs_fixtures.py) of the kubelet's topoDualSocketHT."""
+    spec = importlib.util.spec_from_file_location("make_sysfs_fixtures",
+                                                  REPO / "scripts" / "make_sysfs_fixtures.py")
+    assert spec is not None and spec.loader is not None
+    mk = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mk  # (its dataclasses look their module up there)
+    spec.loader.exec_module(mk)
+    cpus = tuple(mk.CPUSpec(cpu=c, package=c % 2, die=0, core_id=c % 6, node=c % 2,
+                            llc=c % 2) for c in range(12))
+    gib_kb = 1024 * 1024
+    nodes = (mk.NodeSpec(0, 8 * gib_kb, {2048: 0}, (10, 21)),
+             mk.NodeSpec(1, 8 * gib_kb, {2048: 0}, (21, 10)))
+    machine = mk.MachineSpec(name="dual-socket-ht", cpus=cpus, nodes=nodes, nr_cpu_ids=12)
+    return mk.write_machine(machine, tmp_path_factory.mktemp("sysfs"))

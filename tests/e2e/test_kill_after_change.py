@@ -16,9 +16,7 @@ own CPUs with started containers, checked in spec, cgroup and /proc.
 
 from __future__ import annotations
 
-import importlib.util
 import signal
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,7 +30,6 @@ from tests.e2e.harness.fakeapi import FakeAPIServer
 from tests.e2e.harness.kubelet_cri import k8s_pod
 from tests.e2e.plugin_run import eventually, start_plugin
 
-REPO = Path(__file__).resolve().parents[2]
 ALL = CPUSet(range(12))
 RESERVED = CPUSet({0})
 RESIZE = {"InPlacePodVerticalScalingExclusiveCPUs": True}
@@ -45,24 +42,6 @@ KILL_AFTER = 0.1
 
 def g(cpu: str) -> dict[str, str]:
     return {"cpu": cpu, "memory": MEM}
-
-
-@pytest.fixture(scope="module")
-def twelve_cpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A sysfs tree (scripts/make_sysfs_fixtures.py) of the kubelet's topoDualSocketHT."""
-    spec = importlib.util.spec_from_file_location("make_sysfs_fixtures",
-                                                  REPO / "scripts" / "make_sysfs_fixtures.py")
-    assert spec is not None and spec.loader is not None
-    mk = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mk  # (its dataclasses look their module up there)
-    spec.loader.exec_module(mk)
-    cpus = tuple(mk.CPUSpec(cpu=c, package=c % 2, die=0, core_id=c % 6, node=c % 2,
-                            llc=c % 2) for c in range(12))
-    gib_kb = 1024 * 1024
-    nodes = (mk.NodeSpec(0, 8 * gib_kb, {2048: 0}, (10, 21)),
-             mk.NodeSpec(1, 8 * gib_kb, {2048: 0}, (21, 10)))
-    machine = mk.MachineSpec(name="dual-socket-ht", cpus=cpus, nodes=nodes, nr_cpu_ids=12)
-    return mk.write_machine(machine, tmp_path_factory.mktemp("sysfs"))
 
 
 class Node:

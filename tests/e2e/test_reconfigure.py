@@ -23,22 +23,17 @@ shown to fail once): ``spec``, ``cgroup``, ``proc``, ``unmoved``.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from nri_cpumgr.cpuset import CPUSet
 from tests.e2e.plugin_run import eventually, start_plugin, write_config
 
-REPO = Path(__file__).resolve().parents[2]
 G1 = {"cpu": "1", "memory": "64Mi"}
 INJECT = os.environ.get("NRI_E2E_RECONF_INJECT", "")
 PLAN = "reconfiguration_plan"
@@ -47,23 +42,6 @@ PLAN = "reconfiguration_plan"
 def _wrong(name: str, value: str) -> str:
     """``value``, or a wrong one when the check ``name`` is the injected one."""
     return "0-1" if INJECT == name and value != "0-1" else ("0" if INJECT == name else value)
-
-
-@pytest.fixture(scope="module")
-def twelve_cpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    spec = importlib.util.spec_from_file_location("make_sysfs_fixtures",
-                                                  REPO / "scripts" / "make_sysfs_fixtures.py")
-    assert spec is not None and spec.loader is not None
-    mk = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mk
-    spec.loader.exec_module(mk)
-    cpus = tuple(mk.CPUSpec(cpu=c, package=c % 2, die=0, core_id=c % 6, node=c % 2,
-                            llc=c % 2) for c in range(12))
-    gib_kb = 1024 * 1024
-    nodes = (mk.NodeSpec(0, 8 * gib_kb, {2048: 0}, (10, 21)),
-             mk.NodeSpec(1, 8 * gib_kb, {2048: 0}, (21, 10)))
-    machine = mk.MachineSpec(name="dual-socket-ht", cpus=cpus, nodes=nodes, nr_cpu_ids=12)
-    return mk.write_machine(machine, tmp_path_factory.mktemp("sysfs"))
 
 
 def _applied(plugin: Any, since: int = 0, timeout: float = 20.0) -> str:
