@@ -390,7 +390,10 @@ class _Reloader:
             try:
                 config = load_config(self.source)
             except ConfigError as e:
+                from nri_cpumgr.runtime.reconfig import event
+
                 log.error("%s: %s; keeping the running config", why, e)
+                event("Warning", "ReconfigurationInvalid", f"{e}; keeping the running config")
                 plugin.metrics.reconfiguration("invalid")  # type: ignore[attr-defined]
                 return
             await plugin.reconfigure(  # type: ignore[attr-defined]
@@ -544,7 +547,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             return build_parser(only_run=True).parse_args(argv)
         except _RunOnlyError:
             pass
-    return build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # said by the sub-command's parser: its usage, not the top level's
+        parser.subcommands[args.cmd].error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 def build_parser(only_run: bool = False) -> argparse.ArgumentParser:
@@ -555,6 +562,7 @@ def build_parser(only_run: bool = False) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action=_VersionAction, help="print the version and exit")
     sub = p.add_subparsers(dest="cmd", required=True)
+    p.subcommands = sub.choices  # type: ignore[attr-defined]  # name -> parser (parse_args)
 
     r = sub.add_parser("run", help="run the NRI plugin")
     r.add_argument("--config", help="YAML config file (KubeletConfiguration-style keys; "

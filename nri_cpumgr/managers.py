@@ -117,7 +117,18 @@ def build_memory_manager(config: Config, machine: Machine) -> MemoryManager | No
             "Static", machine, config.node_allocatable_memory_reservation(), reserved
         )
     except Exception as e:
-        raise ConfigError(f"invalid config: memoryManagerPolicy Static: {e}") from None
+        from nri_cpumgr.cm.memorymanager.errors import (
+            NoSystemReservedMemoryError,
+            ReservedMemoryMismatchError,
+        )
+
+        hint = ""
+        if isinstance(e, ReservedMemoryMismatchError | NoSystemReservedMemoryError):
+            hint = ("; set reservedMemory (per NUMA node) so that, per resource, it adds up to "
+                    "kubeReserved + systemReserved + evictionHard memory.available (here "
+                    f"{config.node_allocatable_memory_reservation() or 'none'}), as the "
+                    "kubelet's own config must")
+        raise ConfigError(f"invalid config: memoryManagerPolicy Static: {e}{hint}") from None
 
 
 def restore_state(

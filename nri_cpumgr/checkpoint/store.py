@@ -59,6 +59,12 @@ class Checkpoint:
             doc = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as e:
             raise CheckpointError(f"checkpoint {self.path}: not JSON: {e}") from None
+        if isinstance(doc, dict) and "policyName" in doc and "data" not in doc:
+            raise CheckpointError(
+                f"checkpoint {self.path}: the kubelet's own checkpoint (policyName "
+                f"{doc['policyName']!r}), not one of the plugin's; the plugin adopts the "
+                "kubelet's cpu_manager_state and memory_manager_state at its first start "
+                "(docs/operations/adopting.md)")
         if not isinstance(doc, dict) or "checksum" not in doc or "data" not in doc:
             raise CheckpointError(f"checkpoint {self.path}: missing data or checksum")
         if doc.get("version") != VERSION:

@@ -164,7 +164,8 @@ class Planner:
             "cpuManagerPolicyOptions": dict(self.config.cpuManagerPolicyOptions),
             "reservedCpus": str(getattr(m.policy, "reserved_cpus", "")),
             "topologyManagerPolicy": m.tm.policy_name,
-            "topologyManagerScope": m.tm.scope_name,
+            # the configured scope (the kubelet's manager runs a "none" scope under policy none)
+            "topologyManagerScope": self.config.topologyManagerScope,
             "memoryManagerPolicy": self.config.memoryManagerPolicy,
         }
 
@@ -231,8 +232,10 @@ def format_plan(result: PlanResult) -> str:
         + (" " + ", ".join(f"{k}={v}" for k, v in s["cpuManagerPolicyOptions"].items())
            if s["cpuManagerPolicyOptions"] else "")
         + (f", reserved {s['reservedCpus']}" if s["reservedCpus"] else "")
-        + f"; topologyManagerPolicy {s['topologyManagerPolicy']} ({s['topologyManagerScope']})"
-        f"; memoryManagerPolicy {s['memoryManagerPolicy']}",
+        + f"; topologyManagerPolicy {s['topologyManagerPolicy']}"
+        + (f" (scope {s['topologyManagerScope']})" if s["topologyManagerPolicy"] != "none"
+           else "")
+        + f"; memoryManagerPolicy {s['memoryManagerPolicy']}",
         f"shared pool before: {result.shared_pool_before or '-'}",
         "",
     ]

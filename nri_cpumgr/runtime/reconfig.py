@@ -209,8 +209,10 @@ async def reconfigure(plugin: Plugin, new: Config, source: str = "config file") 
 
 async def _reconfigure(plugin: Plugin, new: Config, source: str) -> str:
     if plugin.refused is not None or plugin.provisional or not plugin.synchronized:
-        log.error("reconfiguration from %s refused: the plugin is not serving a runtime yet "
-                  "(the new config is read at the next start)", source)
+        why = ("the plugin is not serving a runtime yet (the new config is read at the next "
+               "start)")
+        log.error("reconfiguration from %s refused: %s", source, why)
+        event("Warning", "ReconfigurationRefused", why)
         return "refused"
     old = plugin.config
     target, restart = effective(old, dataclasses.replace(new, **plugin.overrides))
@@ -256,8 +258,9 @@ async def _reconfigure(plugin: Plugin, new: Config, source: str) -> str:
     try:
         record(plugin, old, target, plan)
     except OSError as e:
-        log.error("reconfiguration from %s refused: cannot record the plan in %s: %s",
-                  source, old.stateDirectory, e.strerror or e)
+        why = f"cannot record the plan in {old.stateDirectory}: {e.strerror or e}"
+        log.error("reconfiguration from %s refused: %s", source, why)
+        event("Warning", "ReconfigurationRefused", why)
         return "refused"
     sync = plugin.pool_sync
     if sync is not None:

@@ -425,3 +425,33 @@ def test_state_directory_that_is_a_file_is_one_line(tmp_path, capsys):
     assert err.splitlines() == [
         f"nri-cpumgr: invalid config: stateDirectory {tmp_path}/state: it is not a directory "
         f"({cfg})"]
+
+
+@pytest.mark.parametrize("argv", [["plan", "--bogus"], ["status", "--x"], ["run", "--bogus"]])
+def test_an_unknown_option_is_said_by_the_sub_command(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"nri-cpumgr {argv[0]}: error: unrecognized arguments: {argv[1]}" in err
+    assert f"usage: nri-cpumgr {argv[0]}" in err
+
+
+def test_status_on_a_kubelet_checkpoint_says_what_it_is(tmp_path, capsys):
+    (tmp_path / "cpu_manager_state").write_text(
+        '{"policyName":"static","defaultCpuSet":"0-1","entries":{},"checksum":2447357720}')
+    assert main(["status", "--state-dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "the kubelet's own checkpoint (policyName 'static')" in err
+    assert "adopts" in err
+
+
+def test_static_memory_manager_without_reserved_memory_names_the_keys(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text('cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n'
+                   "memoryManagerPolicy: Static\nevictionHard: {memory.available: 100Mi}\n")
+    assert main(["run", "--config", str(cfg), "--sysfs-root", str(FIXTURES / "this-machine"),
+                 "--state-dir", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err
+    assert 'determined by Node Allocatable feature; set reservedMemory' in err
+    assert "104857600" in err

@@ -361,3 +361,15 @@ def test_replicas_above_the_bound_are_refused_at_once(tmp_path, capsys):
     g.write_text(half)
     assert main(["plan", "--sysfs-root", str(DUAL), str(g), str(g)]) == 2
     assert f"more than {MAX_PODS} pods" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text,scope", [
+    ("cpuManagerPolicy: none\n", "container"),
+    ("cpuManagerPolicy: none\ntopologyManagerScope: pod\n", "pod"),
+    ("cpuManagerPolicy: static\nreservedSystemCPUs: '0'\ntopologyManagerPolicy: restricted\n"
+     "topologyManagerScope: pod\n", "pod"),
+])
+def test_plan_shows_the_configured_topology_manager_scope(text, scope):
+    """The summary names the config's scope, never the kubelet's internal "none" scope of
+    policy none (a value the key cannot take)."""
+    assert planner(text).summary()["topologyManagerScope"] == scope

@@ -242,7 +242,7 @@ def test_the_config_file_watch_and_sighup_reload(tmp_path, caplog):
                 if len(plugin.got) == 2:
                     break
             assert plugin.got[1] == ("0-1", f"SIGHUP ({f})")
-            with caplog.at_level(logging.ERROR):
+            with caplog.at_level(logging.WARNING):
                 bad = tmp_path / "bad.yaml"
                 bad.write_text("cpuManagerPolicy: statik\n")
                 os.replace(bad, f)
@@ -256,12 +256,14 @@ def test_the_config_file_watch_and_sighup_reload(tmp_path, caplog):
 
     asyncio.run(main())
     assert "cpuManagerPolicy" in caplog.text and "keeping the running config" in caplog.text
+    # an unreadable file is an event too, as a refused plan is (a user watches events)
+    assert "event type=Warning reason=ReconfigurationInvalid" in caplog.text
 
 
 def test_reply_mode_has_no_update_path_and_keeps_the_config(workdir, caplog):
     async def body(conn, plugin):
         await conn.handshake(pods=PODS, containers=CONTAINERS)
-        with caplog.at_level(logging.ERROR):
+        with caplog.at_level(logging.WARNING):
             new = cfg(workdir, NEW.replace("async", "reply"))
             assert await plugin.reconfigure(new, "test") == "refused"
         assert plugin.config.reservedSystemCPUs == "0"
@@ -269,3 +271,28 @@ def test_reply_mode_has_no_update_path_and_keeps_the_config(workdir, caplog):
 
     run(workdir, body, config=OLD.replace("async", "reply"))
     assert "needs the cri or async path" in caplog.text
+    assert "event type=Warning reason=ReconfigurationRefused" in caplog.text
+
+
+def test_a_plan_that_cannot_be_recorded_is_refused_with_an_event(workdir, caplog):
+    async def body(conn, plugin):
+        await conn.handshake(pods=PODS, containers=CONTAINERS)
+        await asyncio.sleep(0.05)
+        await drain(conn)
+        from nri_cpumgr.runtime import reconfig
+
+        def no_room(*a, **k):
+            raise OSError(28, "No space left on device")
+
+        orig, reconfig.record = reconfig.record, no_room
+        try:
+            with caplog.at_level(logging.WARNING):
+                assert await plugin.reconfigure(cfg(workdir, NEW), "test") == "refused"
+        finally:
+            reconfig.record = orig
+        assert plugin.config.reservedSystemCPUs == "0"
+        assert await drain(conn) == []
+
+    run(workdir, body)
+    assert "cannot record the plan" in caplog.text and "No space left" in caplog.text
+    assert "event type=Warning reason=ReconfigurationRefused" in caplog.text
