@@ -45,7 +45,6 @@ from nri_cpumgr.transport.stub import Stub  # noqa: E402
 from tests.unit.nri_peer import FakeRuntime  # noqa: E402
 from tests.unit.test_runtime_plugin import ctr, pod  # noqa: E402
 
-
 RUNTIME_VERSION = "v2.4.2"
 
 
