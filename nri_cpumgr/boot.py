@@ -5,13 +5,14 @@ Registration needs three values, the plugin's name, index and socket (``pluginNa
 ``pluginIndex``, ``socketPath``, ``--socket``); the rest of the start (argparse, logging, the
 config model and its dataclasses, ``re``, ``socket``: ~30-45 ms of CPU on a 2-CPU VM before
 the first byte, issue 34) is not needed for it. :func:`main` reads them from the command line
-and a flat config file with builtins alone, sends the registration on a raw ``_socket``
+and the config file with builtins alone, sends the registration on a raw ``_socket``
 (:mod:`nri_cpumgr.transport.early`, no protobuf) and then runs :func:`nri_cpumgr.cli.main` as
 before. That command validates the whole config as it always did (same errors, same exit
 status) and takes the connection only when the validated config names the same plugin and
-socket (:func:`take`); otherwise, or when anything here is unsure (an option it does not
-know, an abbreviation, a document that is not flat ``key: value`` lines, a value that is not a
-plain word), it closes the socket and connects the usual way. The runtime can thus see a
+socket (:func:`take`; otherwise it closes it and connects the usual way). When anything here
+is unsure (an option it does not know, an abbreviation, a document that is not ``key: value`` lines at column 0 with the
+other keys' nested values indented below them, a value that is not a plain word), it sends
+nothing early, and the command registers the usual way. The runtime can thus see a
 registration followed by a closed connection when the config is invalid (it logs the plugin
 as gone), as it already could for the machine-dependent checks made after registration.
 
@@ -107,8 +108,9 @@ def _plain(raw: str, chars: frozenset[str]) -> str | None:
 
 
 def registration_keys(text: str) -> dict[str, str] | None:
-    """``pluginName``, ``pluginIndex``, ``socketPath`` of a flat config document (``key:
-    value`` lines at column 0, comments, blank lines), the defaults for those absent; None
+    """``pluginName``, ``pluginIndex``, ``socketPath`` of a config document made of ``key:
+    value`` lines at column 0 (the values of other keys may go on indented lines below them:
+    options, feature gates), comments and blank lines; the defaults for those absent. None
     when the document is anything else or one of the three is not a plain string. The
     caller checks the result against the validated config (this reads, never validates)."""
     out = dict(DEFAULTS)
@@ -117,8 +119,12 @@ def registration_keys(text: str) -> dict[str, str] | None:
         stripped = line.strip(" ")
         if not stripped or stripped.startswith("#"):
             continue
-        if not line.isascii() or not line.isprintable() or line[0] == " ":
-            return None  # tabs, CR, control or non-ASCII characters, nesting
+        if line[0] == " ":  # a nested value of the key above (options, feature gates):
+            if not seen:  # never a top-level key, whatever it holds
+                return None
+            continue
+        if not line.isascii() or not line.isprintable():
+            return None  # tabs, CR, control or non-ASCII characters
         key, sep, rest = line.partition(":")
         if (not sep or not key.isalnum() or not key[0].islower() or key in seen
                 or (rest and rest[0] != " ")):

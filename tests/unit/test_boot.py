@@ -47,6 +47,10 @@ FLAT_DOCS = [
     "# c\npluginName: cpumgr2   # a comment\npluginIndex: '07'\n\nsocketPath: /run/x.sock\n",
     'pluginName: "a.b_c-d"\npluginIndex: "12" # c\n',
     "pluginName: x\nmetricsAddress: :9109\n",
+    # the chart's config with the cluster tests' feature gates (nested values of other keys)
+    "pluginName: cpumgr\npluginIndex: \"90\"\ncpuManagerPolicy: static\n"
+    "reservedSystemCPUs: \"0\"\ncpuManagerPolicyOptions:\n  full-pcpus-only: \"true\"\n"
+    "featureGates:\n  PodLevelResources: true\n  # a comment\n\nsocketPath: /run/n.sock\n",
 ]
 
 
@@ -68,11 +72,12 @@ def test_registration_keys_are_the_validated_configs(text: str) -> None:
     'pluginName: "a\\tb"\n',
     "pluginName: a\npluginName: b\n",
     "pluginName:\n  nested: 1\n",
+    "  pluginName: x\n",  # indented before any key
     "{pluginName: x}\n",
     "---\npluginName: x\n",
     "pluginName: x\tb\n",
     "pluginName: \"x\"y\n",
-    "pluginName: x # ok\nother:\n - 1\n",
+    "pluginName: x # ok\n\tother: 1\n",
     "socketPath: /a b\n",
     "pluginName: caf\u00e9\n",
 ])
