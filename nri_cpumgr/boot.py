@@ -10,9 +10,9 @@ and the config file with builtins alone, sends the registration on a raw ``_sock
 before. That command validates the whole config as it always did (same errors, same exit
 status) and takes the connection only when the validated config names the same plugin and
 socket (:func:`take`; otherwise it closes it and connects the usual way). When anything here
-is unsure (an option it does not know, an abbreviation, a document that is not ``key: value`` lines at column 0 with the
-other keys' nested values indented below them, a value that is not a plain word), it sends
-nothing early, and the command registers the usual way. The runtime can thus see a
+is unsure (an option it does not know, an abbreviation, a document that is not ``key:
+value`` lines at column 0 with the other keys' nested values indented below them, a value
+that is not a plain word), it sends nothing early, and the command registers the usual way. The runtime can thus see a
 registration followed by a closed connection when the config is invalid (it logs the plugin
 as gone), as it already could for the machine-dependent checks made after registration.
 
