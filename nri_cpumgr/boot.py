@@ -12,9 +12,10 @@ status) and takes the connection only when the validated config names the same p
 socket (:func:`take`; otherwise it closes it and connects the usual way). When anything here
 is unsure (an option it does not know, an abbreviation, a document that is not ``key:
 value`` lines at column 0 with the other keys' nested values indented below them, a value
-that is not a plain word), it sends nothing early, and the command registers the usual way. The runtime can thus see a
-registration followed by a closed connection when the config is invalid (it logs the plugin
-as gone), as it already could for the machine-dependent checks made after registration.
+that is not a plain word), it sends nothing early, and the command registers the usual way.
+The runtime can thus see a registration followed by a closed connection when the config is
+invalid (it logs the plugin as gone), as it already could for the machine-dependent checks
+made after registration.
 
 A plugin the runtime launched (``NRI_PLUGIN_SOCKET``) builds everything before it answers
 (a failed Configure stops containerd 1.7): nothing is sent early there.
