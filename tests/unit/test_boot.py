@@ -184,6 +184,7 @@ def test_the_plugin_started_through_boot_serves_on_its_early_connection(
         sock_path: Path, tmp_path: Path) -> None:
     status, err, regs = _run_plugin(sock_path, tmp_path,
                                     "cpuManagerPolicy: none\npluginName: early\n"
+                                    "featureGates:\n  PodLevelResources: true\n"
                                     "pluginIndex: '07'\n")
     assert status == 0, err
     assert [(r.plugin_name, r.plugin_idx) for r in regs] == [("early", "07")]
