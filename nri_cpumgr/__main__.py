@@ -1,3 +1,3 @@
-from nri_cpumgr.cli import main
+from nri_cpumgr.boot import main
 
 raise SystemExit(main())

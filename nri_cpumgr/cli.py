@@ -184,11 +184,24 @@ def _discover(sysfs_root: str):
 
 
 def _register_early(config: Config):
-    """Send RegisterPlugin on a blocking socket before asyncio and the transport are imported
+    """The connection on which RegisterPlugin was sent before asyncio and the transport are
+    imported: the one :mod:`nri_cpumgr.boot` made before this module was loaded when it
+    registered this config's plugin and socket, else one made now on a blocking socket
     (:func:`nri_cpumgr.transport.wire.register_early`); None when the runtime cannot be
     reached that way (the stub then connects, retries and reports as usual)."""
     from nri_cpumgr.transport import wire
 
+    boot = sys.modules.get("nri_cpumgr.boot")
+    if boot is not None:
+        taken = boot.take(config.pluginName, config.pluginIndex, config.socketPath)
+        if taken is not None:
+            import socket
+
+            fd, sid = taken
+            return wire.EarlyRegistration(
+                socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=fd), sid)
+        if boot.skipped is not None:
+            log.debug("registration not sent at launch: %s", boot.skipped)
     try:
         return wire.register_early(config.pluginName, config.pluginIndex,
                                    socket_path=config.socketPath)
@@ -275,6 +288,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             # the start-up objects (modules, managers, topology) live as long as the
             # process: out of the collector's generations, later collections skip them
             gc.freeze()
+            boot = sys.modules.get("nri_cpumgr.boot")
+            if boot is not None:  # (it turned the collector off for the start)
+                boot.release_gc()
             return plugin
 
         # launched by the runtime, the plugin starts with the runtime itself (containerd waits

@@ -21,6 +21,14 @@ import socket
 import struct
 from dataclasses import dataclass
 
+from nri_cpumgr.transport.early import (  # noqa: F401 - re-exported
+    RUNTIME_SERVICE,
+    RUNTIME_SERVICE_CONN,
+    TYPE_REQUEST,
+    register_request,
+    registration_bytes,
+)
+
 MUX_HEADER = struct.Struct(">II")
 MUX_HEADER_LEN = MUX_HEADER.size
 #: Largest outgoing frame, header included (nri mux.go reads into a 4096-byte buffer).
@@ -28,18 +36,15 @@ MAX_FRAME = 4096
 MAX_CHUNK = MAX_FRAME - MUX_HEADER_LEN
 #: conn 1 carries the Plugin service (we serve), conn 2 the Runtime service (we call).
 PLUGIN_SERVICE_CONN = 1
-RUNTIME_SERVICE_CONN = 2
 
 TTRPC_HEADER = struct.Struct(">IIBB")
 TTRPC_HEADER_LEN = TTRPC_HEADER.size
-TYPE_REQUEST = 1
 TYPE_RESPONSE = 2
 TYPE_DATA = 3
 #: ttrpc's messageLengthMax: the most we ever send in one message (bytes, without header).
 MAX_MESSAGE_OUT = 4 << 20
 
 PLUGIN_SERVICE = "nri.pkg.api.v1alpha1.Plugin"
-RUNTIME_SERVICE = "nri.pkg.api.v1alpha1.Runtime"
 
 
 def event_mask(*events: int) -> int:
@@ -90,37 +95,6 @@ def ttrpc_request(service: str, method: str, payload: bytes, *, timeout: float |
     return data
 
 
-def _pb_varint(n: int) -> bytes:
-    """``n`` (>= 0) as a protobuf base-128 varint."""
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _pb_field(number: int, value: str | bytes | int) -> bytes:
-    """One protobuf field in proto3 encoding: ``value`` a string or bytes (wire type 2) or a
-    non-negative int (wire type 0); nothing for the default ("", b"", 0), as protobuf writes
-    proto3 scalars."""
-    if isinstance(value, int):
-        return _pb_varint(number << 3) + _pb_varint(value) if value else b""
-    data = value.encode() if isinstance(value, str) else value
-    return _pb_varint(number << 3 | 2) + _pb_varint(len(data)) + data if data else b""
-
-
-def register_request(name: str, idx: str, timeout: float) -> bytes:
-    """The serialized ``ttrpc.Request`` carrying ``RegisterPluginRequest(plugin_name=name,
-    plugin_idx=idx)`` to the Runtime service, ``timeout`` seconds as its ``timeout_nano``:
-    byte for byte what protobuf serializes (proto/nri.proto, proto/ttrpc.proto field
-    numbers; tests/unit/test_early_registration.py compares them), encoded here so that the
-    plugin registers before protobuf is imported."""
-    payload = _pb_field(1, name) + _pb_field(2, idx)
-    return (_pb_field(1, RUNTIME_SERVICE) + _pb_field(2, "RegisterPlugin")
-            + _pb_field(3, payload) + _pb_field(4, int(timeout * 1e9)))
-
-
 @dataclass
 class EarlyRegistration:
     """A connection on which RegisterPlugin was sent and not yet answered: ``sock`` (blocking,
@@ -155,10 +129,8 @@ def register_early(name: str, idx: str, *, socket_path: str | None = None,
         sock.settimeout(connect_timeout)
         if socket_path is not None:
             sock.connect(socket_path)
-        req = register_request(name, idx, timeout)
         sid = 1  # a ttrpc client's first stream on a new connection
-        sock.sendall(b"".join(mux_frames(RUNTIME_SERVICE_CONN,
-                                         ttrpc_message(sid, TYPE_REQUEST, req))))
+        sock.sendall(registration_bytes(name, idx, timeout, sid))
     except BaseException:
         if fd is None:
             sock.close()

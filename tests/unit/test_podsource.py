@@ -4,6 +4,7 @@ recovery), and the spec facts of nri_cpumgr.podmodel.spec."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 
@@ -209,3 +210,115 @@ def test_https_with_the_service_account_ca_and_token(tmp_path):
             assert not store.connected and store.get("tls") is None
         finally:
             src.stop()
+
+
+class _Canned:
+    """A loopback server answering each connection's requests with the next canned bytes
+    (None: close the connection without answering); records the request heads."""
+
+    def __init__(self, replies: list[bytes | None]) -> None:
+        import threading
+
+        self.replies = list(replies)
+        self.heads: list[bytes] = []
+        self.conns = 0
+        self.srv = socket.socket()
+        self.srv.bind(("127.0.0.1", 0))
+        self.srv.listen()
+        self.url = f"http://127.0.0.1:{self.srv.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while self.replies:
+            try:
+                c, _ = self.srv.accept()
+            except OSError:
+                return
+            self.conns += 1
+            with c:
+                f = c.makefile("rb")
+                while self.replies:
+                    head = b""
+                    while not head.endswith(b"\r\n\r\n"):
+                        line = f.readline()
+                        if not line:
+                            break
+                        head += line
+                    if not head:
+                        break
+                    self.heads.append(head)
+                    reply = self.replies.pop(0)
+                    if reply is None:
+                        break
+                    c.sendall(reply)
+                    if b"Connection: close" in reply:
+                        break
+
+    def close(self) -> None:
+        self.srv.close()
+
+
+def _http_conn(url: str):
+    import urllib.parse
+
+    from nri_cpumgr.podsource import _HTTPConnection
+
+    return _HTTPConnection(urllib.parse.urlsplit(url), 5.0, "/nonexistent")
+
+
+def test_http_bodies_chunked_and_by_length_on_one_connection():
+    """Chunked lines split across chunks (and a chunk holding two lines), then a
+    Content-Length body on the same keep-alive connection; the request head is HTTP/1.1
+    with Host, identity encoding and the caller's headers."""
+    chunked = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+               b"5\r\n{\"a\":\r\n4;ext=1\r\n1}\n{\r\n6\r\n\"b\":2}\r\n0\r\nX-T: 1\r\n\r\n")
+    srv = _Canned([chunked, b"HTTP/1.1 404 Not Found\r\nContent-Length: 5\r\n\r\nnope!"])
+    try:
+        conn = _http_conn(srv.url)
+        r = conn.request("/x?y=1", {"Authorization": "Bearer t"})
+        assert r.status == 200 and not r.will_close
+        assert [r.readline(), r.readline(), r.readline()] == [b'{"a":1}\n', b'{"b":2}', b""]
+        r = conn.request("/z", {})
+        assert (r.status, r.read(3), r.read()) == (404, b"nop", b"e!")
+        conn.close()
+        assert srv.conns == 1
+        host = srv.url.removeprefix("http://").encode()
+        assert srv.heads[0] == (b"GET /x?y=1 HTTP/1.1\r\nHost: " + host + b"\r\n"
+                                b"Accept-Encoding: identity\r\nAuthorization: Bearer t\r\n\r\n")
+    finally:
+        srv.close()
+
+
+@pytest.mark.parametrize("reply", [
+    b"SSH-2.0-OpenSSH\r\n\r\n",  # not HTTP
+    b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",  # then closed
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",  # bad chunk size
+    b"HTTP/1.1 200 OK\r\nContent-Le",  # headers cut
+])
+def test_http_malformed_responses_are_connection_errors(reply: bytes):
+    srv = _Canned([reply])  # (then the connection is closed)
+    try:
+        conn = _http_conn(srv.url)
+        with pytest.raises(ConnectionError):
+            conn.request("/", {}).read()
+        conn.close()
+    finally:
+        srv.close()
+
+
+def test_list_pages_reconnect_after_connection_close():
+    """A server that closes after each page: the next page comes on a new connection."""
+    page1 = json.dumps({"items": [pod("p1", pod_res=G4)],
+                        "metadata": {"continue": "c1"}}).encode()
+    page2 = json.dumps({"items": [pod("p2", pod_res=G4)],
+                        "metadata": {"resourceVersion": "7"}}).encode()
+    srv = _Canned([b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
+                   % (len(p), p) for p in (page1, page2)])
+    try:
+        store = PodSpecStore()
+        src = APIServerPodSource(store, srv.url, NODE, token_file="/nonexistent")
+        assert src._list() == "7"
+        assert store.get("p1") is not None and store.get("p2") is not None
+        assert srv.conns == 2 and b"continue=c1" in srv.heads[1]
+    finally:
+        srv.close()

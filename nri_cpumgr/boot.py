@@ -1,0 +1,232 @@
+"""The command's entry point (``nri-cpumgr``, ``python -m nri_cpumgr``): for ``nri-cpumgr run``
+dialing a running runtime, RegisterPlugin goes out before the rest of the plugin is imported.
+
+Registration needs three values, the plugin's name, index and socket (``pluginName``,
+``pluginIndex``, ``socketPath``, ``--socket``); the rest of the start (argparse, logging, the
+config model and its dataclasses, ``re``, ``socket``: ~30-45 ms of CPU on a 2-CPU VM before
+the first byte, issue 34) is not needed for it. :func:`main` reads them from the command line
+and the config file with builtins alone, sends the registration on a raw ``_socket``
+(:mod:`nri_cpumgr.transport.early`, no protobuf) and then runs :func:`nri_cpumgr.cli.main` as
+before. That command validates the whole config as it always did (same errors, same exit
+status) and takes the connection only when the validated config names the same plugin and
+socket (:func:`take`; otherwise it closes it and connects the usual way). When anything here
+is unsure (an option it does not know, an abbreviation, a document that is not ``key:
+value`` lines at column 0 with the other keys' nested values indented below them, a value
+that is not a plain word), it sends nothing early, and the command registers the usual way.
+The runtime can thus see a registration followed by a closed connection when the config is
+invalid (it logs the plugin as gone), as it already could for the machine-dependent checks
+made after registration.
+
+A plugin the runtime launched (``NRI_PLUGIN_SOCKET``) builds everything before it answers
+(a failed Configure stops containerd 1.7): nothing is sent early there.
+
+The garbage collector is off from here to the end of the plugin's build
+(:func:`release_gc`, called by the build after ``gc.freeze()``): the start allocates
+long-lived objects only (modules, classes, the topology), which the collections would scan
+again and again.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+
+#: The image's config file, read when ``--config`` is not given (nri_cpumgr.locations).
+DEFAULT_CONFIG = "/etc/nri-cpumgr/config.yaml"
+#: The config model's defaults for the three keys (nri_cpumgr.config.model.Config).
+DEFAULTS = {"pluginName": "cpumgr", "pluginIndex": "90", "socketPath": "/var/run/nri/nri.sock"}
+#: The registration request's deadline (seconds), as the transport's.
+REGISTER_TIMEOUT = 10.0
+#: Seconds the connect and the write may block (a runtime whose listen backlog is full).
+CONNECT_TIMEOUT = 1.0
+
+_OPTIONS_WITH_VALUE = {"--config": "config", "--socket": "socket", "--state-dir": None,
+                       "--sysfs-root": None}
+_FLAGS = ("-v", "--verbose")
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+_PATH_CHARS = _NAME_CHARS | {"/"}
+
+#: The connection sent early: (socket fd, ttrpc stream id, name, index, socket path).
+_early: tuple[int, int, str, str, str] | None = None
+#: Why the early registration was not sent (None: sent, or not tried).
+skipped: str | None = None
+_gc_held = False
+
+
+def run_options(argv: list[str]) -> dict[str, str] | None:
+    """The ``config`` and ``socket`` of a ``run`` command line (``argv`` without the program),
+    the last one given as argparse takes it; None unless every argument is one the ``run``
+    parser takes as written (``--opt VALUE``, ``--opt=VALUE``, ``-v``, ``--verbose``)."""
+    if argv[:1] != ["run"]:
+        return None
+    out: dict[str, str] = {}
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg in _FLAGS:
+            i += 1
+            continue
+        opt, eq, value = arg.partition("=")
+        if opt not in _OPTIONS_WITH_VALUE:
+            return None
+        if not eq:
+            if i + 1 >= len(argv) or argv[i + 1].startswith("-"):
+                return None
+            value = argv[i + 1]
+            i += 1
+        i += 1
+        key = _OPTIONS_WITH_VALUE[opt]
+        if key is not None:
+            out[key] = value
+    return out
+
+
+def _plain(raw: str, chars: frozenset[str]) -> str | None:
+    """A YAML scalar of a flat line (after ``key:``) as a string when it certainly is one
+    made of ``chars``: a plain word starting with a letter, '/' or '_' (not one YAML reads as
+    a bool or null), or a quoted string without escapes; an optional comment after it. None
+    for anything else."""
+    raw = raw.strip(" ")
+    if raw[:1] in ("'", '"'):
+        end = raw.find(raw[0], 1)
+        if end < 0:
+            return None
+        value, rest = raw[1:end], raw[end + 1:]
+        tail = rest.lstrip(" ")
+        if tail and not (tail.startswith("#") and tail != rest):  # only " # a comment"
+            return None
+    else:
+        value, _, _ = raw.partition(" #")
+        value = value.rstrip(" ")
+        if (not value or not (value[0].isalpha() or value[0] in "/_")
+                or value.lower() in ("yes", "no", "true", "false", "on", "off", "null",
+                                     "y", "n")):
+            return None
+    if not value or not set(value) <= chars or "\\" in value:
+        return None
+    return value
+
+
+def registration_keys(text: str) -> dict[str, str] | None:
+    """``pluginName``, ``pluginIndex``, ``socketPath`` of a config document made of ``key:
+    value`` lines at column 0 (the values of other keys may go on indented lines below them:
+    options, feature gates), comments and blank lines; the defaults for those absent. None
+    when the document is anything else or one of the three is not a plain string. The
+    caller checks the result against the validated config (this reads, never validates)."""
+    out = dict(DEFAULTS)
+    seen: set[str] = set()
+    for line in text.split("\n"):
+        stripped = line.strip(" ")
+        if not stripped or stripped.startswith("#"):
+            continue
+        if line[0] == " ":  # a nested value of the key above (options, feature gates):
+            if not seen:  # never a top-level key, whatever it holds
+                return None
+            continue
+        if not line.isascii() or not line.isprintable():
+            return None  # tabs, CR, control or non-ASCII characters
+        key, sep, rest = line.partition(":")
+        if (not sep or not key.isalnum() or not key[0].islower() or key in seen
+                or (rest and rest[0] != " ")):
+            return None
+        seen.add(key)
+        if key in out:
+            value = _plain(rest, _NAME_CHARS if key != "socketPath" else _PATH_CHARS)
+            if value is None:
+                return None
+            out[key] = value
+    return out
+
+
+def _register(argv: list[str]) -> None:
+    """Send RegisterPlugin for a ``run`` command line when its values are certain (module
+    doc); sets :data:`_early` or :data:`skipped`."""
+    global _early, skipped
+    opts = run_options(argv)
+    if opts is None:
+        skipped = "a command line the early registration does not read"
+        return
+    path = opts.get("config")
+    if path is None and os.path.isfile(DEFAULT_CONFIG):
+        path = DEFAULT_CONFIG
+    keys = dict(DEFAULTS)
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                text = f.read().decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            skipped = "the config file could not be read"
+            return
+        got = registration_keys(text)
+        if got is None:
+            skipped = "not a flat config document"
+            return
+        keys = got
+    name, idx = keys["pluginName"], keys["pluginIndex"]
+    socket_path = opts.get("socket") or keys["socketPath"]
+    if len(idx) != 2 or not idx.isdigit() or not name:
+        skipped = "pluginName or pluginIndex not plain"
+        return
+    import _socket
+
+    from nri_cpumgr.transport.early import registration_bytes
+
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        sock.settimeout(CONNECT_TIMEOUT)
+        sock.connect(socket_path)
+        sock.sendall(registration_bytes(name, idx, REGISTER_TIMEOUT, 1))
+        sock.settimeout(None)
+    except OSError as e:
+        sock.close()
+        skipped = f"{socket_path}: {e.strerror or e}"
+        return
+    _early = (sock.detach(), 1, name, idx, socket_path)
+
+
+def take(name: str, idx: str, socket_path: str) -> tuple[int, int] | None:
+    """The early connection, (socket fd, ttrpc stream id of its RegisterPlugin), when it
+    registered ``name``/``idx`` on ``socket_path`` (the validated config's values); None when
+    nothing was sent. A connection made for other values is closed (the caller connects
+    the usual way). Once: the connection belongs to the caller."""
+    global _early, skipped
+    early, _early = _early, None
+    if early is None:
+        return None
+    fd, sid, *sent = early
+    if sent != [name, idx, socket_path]:
+        os.close(fd)
+        skipped = "the validated config names another plugin or socket"
+        return None
+    return fd, sid
+
+
+def release_gc() -> None:
+    """Turn the garbage collector back on if :func:`main` turned it off (the build calls
+    this after ``gc.freeze()``; :func:`main` at the end)."""
+    global _gc_held
+    if _gc_held:
+        _gc_held = False
+        gc.enable()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``nri-cpumgr``: :func:`nri_cpumgr.cli.main`, after the early registration of a
+    ``run`` dialing a runtime (module doc). Returns the exit status."""
+    global _gc_held
+    if argv is None:
+        argv = sys.argv[1:]
+    launched = "NRI_PLUGIN_SOCKET" in os.environ
+    if argv[:1] == ["run"] or (launched and not argv):
+        if gc.isenabled():
+            gc.disable()
+            _gc_held = True
+        if not launched:
+            _register(argv)
+    try:
+        from nri_cpumgr.cli import main as cli_main
+
+        return cli_main(argv)
+    finally:
+        release_gc()
