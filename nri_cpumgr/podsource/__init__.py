@@ -11,11 +11,8 @@ read where the kubelet reads it: the API server.
 resourceVersion (bookmarks on, the server ends it after ``WATCH_SECONDS``; 410 Gone or any
 error relists after a backoff of 0.5 s doubling to 30 s). Every request has a deadline of
 ``REQUEST_TIMEOUT`` (2 s) to connect and answer; a watch stream then reads with the watch's
-own timeout. It speaks HTTP/1.1 itself (:class:`_HTTPConnection`: GET, Content-Length and
-chunked bodies, keep-alive between LIST pages) over a socket, TLS-wrapped for https, with the
-pod's service-account token and CA (re-read at every connection: tokens rotate), no
-Kubernetes client library: ``http.client`` would load the ``email`` package for its header
-parsing, and ``ssl`` even for http (issue 34: ~1.5 MiB and ~4.5 MiB resident).
+own timeout. It uses http.client and the pod's service-account token and CA (re-read at
+every connection: tokens rotate), no Kubernetes client library.
 
 The runtime's handlers only read :class:`PodSpecStore` (a dict lookup); the one wait is
 :meth:`PodSpecStore.wait`, bounded, taken only while the watch is connected (see the README,
@@ -128,149 +125,6 @@ def _facts(obj: Any) -> PodSpecFacts | None:
         return None
 
 
-class _Response:
-    """One response's status and body on a :class:`_HTTPConnection`: ``status`` (int),
-    ``headers`` (lower-case names), :meth:`read` and :meth:`readline` of the body (decoded
-    from chunked transfer coding when it is)."""
-
-    def __init__(self, conn: _HTTPConnection, status: int, headers: dict[str, str]) -> None:
-        self._f = conn.file
-        self.status = status
-        self.headers = headers
-        self._chunked = "chunked" in headers.get("transfer-encoding", "").lower()
-        length = headers.get("content-length")
-        #: body bytes left (Content-Length), None: chunked or up to the connection's end
-        self._left: int | None = int(length) if length is not None and not self._chunked \
-            else None
-        self._chunk_left = 0  # chunked: bytes left in the current chunk
-        self._done = self._left == 0
-        self._buf = b""  # readline's bytes past the last line returned
-        #: the server ends the connection after this response (another needs a new one)
-        self.will_close = (headers.get("connection", "").lower() == "close"
-                           or (self._left is None and not self._chunked))
-
-    def _next_chunk(self) -> bytes:
-        """The next piece of the body (b"" at its end). Raises ConnectionError when the
-        connection ends inside it."""
-        if self._done:
-            return b""
-        if self._chunked:
-            if self._chunk_left == 0:
-                line = self._f.readline(1024)
-                if not line.endswith(b"\n"):
-                    raise ConnectionError("HTTP chunked body ended early")
-                try:
-                    size = int(line.split(b";", 1)[0].strip(), 16)
-                except ValueError:
-                    raise ConnectionError(f"bad HTTP chunk size {line[:40]!r}") from None
-                if size == 0:
-                    while self._f.readline(1024) not in (b"\r\n", b"\n", b""):
-                        pass  # trailers
-                    self._done = True
-                    return b""
-                self._chunk_left = size
-            data = self._f.read1(min(self._chunk_left, 65536))
-            if not data:
-                raise ConnectionError("HTTP chunked body ended early")
-            self._chunk_left -= len(data)
-            if self._chunk_left == 0 and self._f.readline(1024) not in (b"\r\n", b"\n"):
-                raise ConnectionError("HTTP chunk not followed by CRLF")
-            return data
-        want = 65536 if self._left is None else min(self._left, 65536)
-        data = self._f.read1(want)
-        if self._left is not None:
-            if not data:
-                raise ConnectionError("HTTP body ended early")
-            self._left -= len(data)
-            self._done = self._left == 0
-        elif not data:
-            self._done = True
-        return data
-
-    def read(self, amt: int | None = None) -> bytes:
-        """The rest of the body, or at most ``amt`` bytes of it."""
-        parts = [self._buf]
-        n = len(self._buf)
-        self._buf = b""
-        while amt is None or n < amt:
-            data = self._next_chunk()
-            if not data:
-                break
-            parts.append(data)
-            n += len(data)
-        out = b"".join(parts)
-        if amt is not None and len(out) > amt:
-            out, self._buf = out[:amt], out[amt:]
-        return out
-
-    def readline(self) -> bytes:
-        """The body's next line with its newline (without one at the body's end; b"" after
-        it)."""
-        while True:
-            i = self._buf.find(b"\n")
-            if i >= 0:
-                line, self._buf = self._buf[:i + 1], self._buf[i + 1:]
-                return line
-            data = self._next_chunk()
-            if not data:
-                line, self._buf = self._buf, b""
-                return line
-            self._buf += data
-
-
-class _HTTPConnection:
-    """A client HTTP/1.1 connection to ``url``'s host (GET only), TLS for https verified
-    against ``ca_file`` (the system's CAs when it does not exist). ``sock`` is the socket
-    (its timeout the reads' deadline). Raises OSError (ssl.SSLError included) when the host
-    cannot be reached or the handshake fails; :meth:`request` raises OSError for a
-    response that is not HTTP."""
-
-    def __init__(self, url: urllib.parse.SplitResult, timeout: float, ca_file: str) -> None:
-        import socket
-
-        self.url = url
-        self.host = url.netloc.rpartition("@")[2]
-        default = 443 if url.scheme == "https" else 80
-        sock = socket.create_connection((url.hostname, url.port or default), timeout=timeout)
-        try:
-            if url.scheme == "https":
-                import ssl
-
-                ctx = ssl.create_default_context(
-                    cafile=ca_file if os.path.exists(ca_file) else None)
-                sock = ctx.wrap_socket(sock, server_hostname=url.hostname)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock: Any = sock
-        self.file = sock.makefile("rb")
-
-    def request(self, path: str, headers: dict[str, str]) -> _Response:
-        """Send GET ``path`` and read the response's status line and headers."""
-        head = [f"GET {path} HTTP/1.1", f"Host: {self.host}", "Accept-Encoding: identity",
-                *(f"{k}: {v}" for k, v in headers.items()), "", ""]
-        self.sock.sendall("\r\n".join(head).encode("latin-1"))
-        line = self.file.readline(65537)
-        parts = line.split(None, 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
-            raise ConnectionError(f"not an HTTP response: {line[:80]!r}")
-        fields: dict[str, str] = {}
-        while True:
-            h = self.file.readline(65537)
-            if h in (b"\r\n", b"\n"):
-                break
-            if not h.endswith(b"\n"):
-                raise ConnectionError("HTTP headers ended early")
-            name, sep, value = h.decode("latin-1").partition(":")
-            if sep:
-                fields[name.strip().lower()] = value.strip()
-        return _Response(self, int(parts[1]), fields)
-
-    def close(self) -> None:
-        self.file.close()
-        self.sock.close()
-
-
 class APIServerPodSource:
     """The LIST+WATCH thread feeding a :class:`PodSpecStore` (see the module docstring).
 
@@ -329,8 +183,18 @@ class APIServerPodSource:
             self._thread.join(timeout)
 
     # ------------------------------------------------------------------ the HTTP side
-    def _connection(self) -> _HTTPConnection:
-        return _HTTPConnection(self.url, self.request_timeout, self.ca_file)
+    def _connection(self) -> Any:
+        import http.client
+
+        host, port = self.url.hostname, self.url.port
+        if self.url.scheme == "http":
+            return http.client.HTTPConnection(host, port, timeout=self.request_timeout)
+        import ssl
+
+        ctx = ssl.create_default_context(
+            cafile=self.ca_file if os.path.exists(self.ca_file) else None)
+        return http.client.HTTPSConnection(host, port, timeout=self.request_timeout,
+                                           context=ctx)
 
     def _headers(self) -> dict[str, str]:
         h = {"Accept": "application/json", "User-Agent": "nri-cpumgr"}
@@ -345,8 +209,9 @@ class APIServerPodSource:
         q = {"fieldSelector": f"spec.nodeName={self.node}", **query}
         return f"{self.url.path.rstrip('/')}/api/v1/pods?{urllib.parse.urlencode(q)}"
 
-    def _request(self, conn: _HTTPConnection, path: str) -> _Response:
-        resp = conn.request(path, self._headers())
+    def _request(self, conn: Any, path: str) -> Any:
+        conn.request("GET", path, headers=self._headers())
+        resp = conn.getresponse()
         if resp.status != 200:
             body = resp.read(512).decode(errors="replace")
             raise OSError(f"HTTP {resp.status} for {path}: {body.strip()[:200]}")
@@ -357,7 +222,6 @@ class APIServerPodSource:
         resourceVersion to watch from."""
         items: list[PodSpecFacts] = []
         cont = ""
-        reopen = False
         conn = self._connection()
         self._conn = conn
         try:
@@ -365,12 +229,7 @@ class APIServerPodSource:
                 q: dict[str, Any] = {"limit": PAGE}
                 if cont:
                     q["continue"] = cont
-                    if reopen:  # the server closed the last page's connection
-                        conn.close()
-                        conn = self._conn = self._connection()
-                resp = self._request(conn, self._path(**q))
-                doc = json.loads(resp.read())
-                reopen = resp.will_close
+                doc = json.loads(self._request(conn, self._path(**q)).read())
                 for obj in doc.get("items") or ():
                     f = _facts(obj)
                     if f is not None:
