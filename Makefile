@@ -133,7 +133,8 @@ cluster-adopt: setup
 # test_docs_build.py), tests/conformance, tests/differential (the fixed-seed subset as deployed
 # and NRI alone, the regressions, the mutation test), tests/e2e on containerd 1.7 and 2.1
 # (NRI_E2E_CONTAINERD), tests/cluster and tests/vm.
-# NRI_E2E_VM=1: includes the QEMU guest fast subset (tests/vm: cgroup v2, both drivers) and the
+# NRI_E2E_VM=1: includes the QEMU guest fast subset (tests/vm: cgroup v2, both drivers; then
+# the live reconfiguration with running containers, cgroupfs, issue 35) and the
 # real kubelet 1.37.2 in the guest on containerd 2.1 and 2.4 (tests/vm/test_guest_kubelet.py,
 # judged against the oracle's answers for its pods; NRI_E2E_VM_KUBELET=0 leaves it out).
 # modern: the kubelet 1.37.2 & co., containerd 2.4.2, runc 1.5.3, crictl, helm and etcd for the

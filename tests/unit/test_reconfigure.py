@@ -349,8 +349,10 @@ def test_property_plan_agrees_with_a_fresh_plugin(chunk):
     full-pcpus-only's whole cores, a Topology Manager policy that cannot refuse); (c) when it
     keeps no exclusive CPUs, decides every container exactly as a fresh plugin under the new
     config does for the same containers in the same order (CPUs, mems, refusals); (d) with
-    an unchanged config it keeps everything. Pod-level pods are left out (their pod pools
-    are planned by the same managers but compared by the pod-level tests)."""
+    an unchanged config it keeps everything. Pod-level pods are left out: the planner does
+    not keep their pod pools yet (a kept container's CPUs are seeded, its pod's bubble is not,
+    so the pod takes a second one or its pod pool moves:
+    test_pod_level_pods_keep_their_pod_pool, strict xfail on seeds 3 and 6)."""
     from tests.differential.scenarios import generate, pod_level_pods
 
     checked = kept_some = agreed = 0
@@ -541,3 +543,31 @@ def test_cli_plan_reconfigure_refuses_a_state_that_does_not_fit(tmp_path, capsys
     assert got.err.startswith(f"nri-cpumgr plan: state {state} does not fit this machine "
                               "and config: "), got.err
     assert len(got.err.strip().splitlines()) == 1
+
+
+@pytest.mark.xfail(strict=True, reason="pod-level pods: the planner seeds a kept container's "
+                   "CPUs but not its pod's pool (bubble), so admitting the pod again takes a "
+                   "second bubble; the property test leaves such pods out until it does")
+@pytest.mark.parametrize("seed", [3, 6])
+def test_pod_level_pods_keep_their_pod_pool(seed):
+    """The differential generator's scenarios 3 and 6 (pod-level pods under
+    PodLevelResourceManagers): seed 3, a config with no change, the plan takes CPUs 5-7 for a
+    second bubble of pod0 (kept on 2-4) and shrinks the node's shared pool; seed 6,
+    reservedSystemCPUs 1,4,5,7 -> 0-3, pod0's pod pool 8-11 (none reserved) moves to 4-7."""
+    from tests.differential.scenarios import generate
+
+    s = generate(seed)
+    rng = random.Random(f"reconfigure-{seed}")
+    old, running = _scenario_node(s)
+    assert old is not None and running
+    new = Config.model_validate(
+        {k: v for k, v in _mutate(rng, s).items() if k in SCENARIO_CONFIG_KEYS})
+    plan = replan(old, new)
+    m = old.manager
+    for c in plan.containers:  # CPUs none of which became reserved are kept
+        t = m.containers[c.id]
+        if t.applied is not None and not (t.applied & plan.reserved_after):
+            assert c.cpus_after == t.applied, (c.pod, c.container, t.applied, c.cpus_after)
+    assert plan.manager is not None  # no CPU taken beyond what the pods held
+    assert len(plan.manager.state.assigned_cpus()) <= len(m.state.assigned_cpus()), (
+        m.state.assigned_cpus(), plan.manager.state.assigned_cpus())

@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 from nri_cpumgr.cpuset import CPUSet
+from tests.vm import reconfigure_checks
 from tests.vm.topology import Topology
 
 RESERVED = frozenset({0})  # reservedSystemCPUs of every scenario (tests/e2e/plugin_run.py)
@@ -41,7 +42,7 @@ def _views(name: str, c: dict[str, Any]) -> list[str]:
 
 SCENARIOS = ["docs", "full-pcpus-only", "numa-memory", "distribute-cpus-across-numa",
              "prefer-align-cpus-by-uncorecache", "align-by-socket", "strict-cpu-reservation",
-             "churn-plugin-kill"]
+             "churn-plugin-kill", *reconfigure_checks.SCENARIOS]
 
 
 def applicable(topo: Topology, scenario: str) -> bool:
@@ -62,12 +63,15 @@ def applicable(topo: Topology, scenario: str) -> bool:
         return len(topo.numa) > 1 and topo.threads == 1
     if scenario == "numa-memory":
         return len(topo.numa) > 1
+    if scenario in reconfigure_checks.SCENARIOS:
+        return reconfigure_checks.applicable(topo, scenario)
     return scenario in SCENARIOS
 
 
-def check_step(topo: Topology, step: dict[str, Any], strict: bool = False) -> list[str]:
+def check_step(topo: Topology, step: dict[str, Any], strict: bool = False,
+               reserved: frozenset[int] = RESERVED) -> list[str]:
     """Invariants of every recorded step: views agree, exclusive sets are disjoint, of the
-    requested size and free of reserved CPUs; shared containers run on the shared pool
+    requested size and free of ``reserved`` CPUs; shared containers run on the shared pool
     (online - exclusive, and - reserved too under ``strict`` = strict-cpu-reservation)."""
     bad: list[str] = []
     online = frozenset(range(topo.ncpus))
@@ -79,7 +83,7 @@ def check_step(topo: Topology, step: dict[str, Any], strict: bool = False) -> li
             excl[name] = s
             if len(s) != int(c["requests"]["cpu"]):
                 bad.append(f"{name}: {len(s)} cpus ({c['spec']}), requested {c['requests']}")
-            if s & RESERVED:
+            if s & reserved:
                 bad.append(f"{name}: exclusive cpus {c['spec']} include reserved CPUs")
     names = sorted(excl)
     for i, a in enumerate(names):
@@ -88,7 +92,7 @@ def check_step(topo: Topology, step: dict[str, Any], strict: bool = False) -> li
                 bad.append(f"{a} and {b} share cpus {CPUSet(excl[a] & excl[b])}")
     pool = online - frozenset().union(*excl.values()) if excl else online
     if strict:
-        pool -= RESERVED
+        pool -= reserved
     for name, c in step["containers"].items():
         if not _exclusive(c) and cpus(c["cgroup"]) != pool:
             bad.append(f"{name}: shared container on {c['cgroup']}, shared pool is "
@@ -107,6 +111,8 @@ def _within_one(topo: Topology, level: str, s: frozenset[int]) -> bool:
 
 def check(topo: Topology, res: dict[str, Any]) -> list[str]:
     """Failures of one scenario result (empty list = pass)."""
+    if res.get("scenario") in reconfigure_checks.SCENARIOS:
+        return reconfigure_checks.check(topo, res)
     if res.get("error"):
         return [f"did not run to the end: {res['error'].splitlines()[0]}"]
     steps = res.get("steps") or []

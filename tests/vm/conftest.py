@@ -49,13 +49,17 @@ def fast_topology() -> topology.Topology:
 
 @pytest.fixture(scope="session")
 def fast_guest(fast_topology: topology.Topology) -> FastGuest:
-    from tests.vm.test_guest_e2e import DRIVERS, FAST_SCENARIOS
+    from tests.vm import reconfigure_checks
+    from tests.vm.test_guest_e2e import DRIVERS, FAST_SCENARIOS, RECONFIGURE_SCENARIOS
     from tests.vm.test_guest_kubelet import kubelet_versions, missing, run_kubelet_guest
 
     vm_gate()
     keep = os.environ.get("NRI_VM_KEEP")
     keep_dir = Path(keep) if keep else None
-    scen = {"containerd": ["2.1"], "drivers": DRIVERS, "scenarios": FAST_SCENARIOS}
+    names = FAST_SCENARIOS + RECONFIGURE_SCENARIOS
+    scen = {"containerd": ["2.1"], "drivers": DRIVERS,
+            "scenarios": reconfigure_checks.job_names(names, DRIVERS)}
+    guest_seconds = reconfigure_checks.seconds(names, 1, DRIVERS)
     why: str | None = None
     if os.environ.get("NRI_E2E_VM_KUBELET") == "0":
         why = "the guest kubelet test is turned off (NRI_E2E_VM_KUBELET=0)"
@@ -68,7 +72,9 @@ def fast_guest(fast_topology: topology.Topology) -> FastGuest:
                 pytest.fail(why + " (CI is set: the end-to-end tests are required)",
                             pytrace=False)
     if why is None:
-        run, _ = run_kubelet_guest(fast_topology, versions, dirs, keep=keep_dir, **scen)
+        run, _ = run_kubelet_guest(fast_topology, versions, dirs, keep=keep_dir,
+                                   timeout=600 + 900 * len(versions) + guest_seconds, **scen)
     else:
-        run = runner.run_guest(fast_topology, keep=keep_dir, **scen)
+        run = runner.run_guest(fast_topology, keep=keep_dir, timeout=float(
+            os.environ.get("NRI_VM_TIMEOUT") or 300 + guest_seconds), **scen)
     return FastGuest(run, why)

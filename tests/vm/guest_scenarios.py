@@ -288,7 +288,31 @@ SCENARIOS: dict[str, tuple[Callable[[Run, dict[str, Any]], dict[str, Any]], dict
 }
 
 
+
+def scenario(name: str) -> tuple[Callable[[Run, dict[str, Any]], dict[str, Any]],
+                                 dict[str, Any]]:
+    """The function and config of scenario ``name``: :data:`SCENARIOS`, then the live
+    reconfiguration ones (tests/vm/guest_reconfigure.py, imported here: it imports this
+    module)."""
+    if name in SCENARIOS:
+        return SCENARIOS[name]
+    from tests.vm.guest_reconfigure import SCENARIOS as RECONFIGURE
+
+    return RECONFIGURE[name]
+
+
 # ----------------------------------------------------------------------------- driver
+
+def for_driver(names: list[str], driver: str) -> list[str]:
+    """The job's scenarios run with ``driver``: a name ``scenario@driver`` runs with that
+    driver only (the live reconfiguration ones: tests/vm/reconfigure_checks.py)."""
+    out = []
+    for n in names:
+        base, _, only = n.partition("@")
+        if not only or only == driver:
+            out.append(base)
+    return out
+
 
 def guest_facts() -> dict[str, Any]:
     """What the guest kernel reports: cpus, cgroup v2 controllers, sysfs topology."""
@@ -312,7 +336,7 @@ def guest_facts() -> dict[str, Any]:
 
 def run_one(version: str, driver: str, name: str, topo: dict[str, Any],
             ctrd: Containerd, work: Path) -> dict[str, Any]:
-    fn, config = SCENARIOS[name]
+    fn, config = scenario(name)
     res: dict[str, Any] = {"scenario": name, "containerd": version, "driver": driver,
                            "config": config}
     t0 = time.monotonic()
@@ -374,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 ctrd.start()
             except Exception as e:
-                for name in job["scenarios"]:
+                for name in for_driver(job["scenarios"], driver):
                     out["results"].append({"scenario": name, "containerd": version,
                                            "driver": driver, "steps": [], "refused": {},
                                            "error": f"containerd did not start: {e}"})
@@ -382,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             out.setdefault("containerd_start_seconds", {})[f"{version}/{driver}"] = round(
                 time.monotonic() - t0, 1)
-            for name in job["scenarios"]:
+            for name in for_driver(job["scenarios"], driver):
                 print(f"guest: containerd {version} {driver}: {name} ...", flush=True)
                 res = run_one(version, driver, name, job["topology"], ctrd, work)
                 print(f"guest: ... {name} {res['seconds']} s error={bool(res['error'])}",

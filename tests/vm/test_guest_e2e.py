@@ -3,10 +3,12 @@
 One boot of the fast topology (``fast = true`` in tests/vm/topologies) runs every scenario of
 :data:`FAST_SCENARIOS` on containerd 2.1 with the cgroupfs driver and then the systemd
 driver; the guest records the cpusets of the OCI spec, the cgroup v2 files and /proc, and
-these tests judge them (:mod:`tests.vm.checks`). The guest image is built, or reused from
-``NRI_VM_CACHE``, by the session fixture (cold: about 4 minutes; the boot and scenarios about
-5). The boot is shared with tests/vm/test_guest_kubelet.py (tests/vm/conftest.py). The full
-matrix (every topology, containerd 1.7 too) is ``make e2e-vm``.
+these tests judge them (:mod:`tests.vm.checks`); then, with the cgroupfs driver only, the
+live reconfiguration checks of :data:`RECONFIGURE_SCENARIOS`. The guest image is built, or
+reused from ``NRI_VM_CACHE``, by the session fixture (cold: about 4 minutes; the boot and
+scenarios about 5, the reconfiguration ones more). The boot is shared with
+tests/vm/test_guest_kubelet.py (tests/vm/conftest.py). The full matrix (every topology,
+containerd 1.7 too) is ``make e2e-vm``.
 
 Gate: requested with ``NRI_E2E_VM=1`` (``make test`` and ``make e2e-vm`` set it), else
 skipped with the reason. When requested but the machine cannot run it (not root, tools
@@ -19,13 +21,17 @@ from typing import Any
 
 import pytest
 
-from tests.vm import checks, runner, topology
+from tests.vm import checks, reconfigure_checks, runner, topology
 from tests.vm.conftest import FastGuest
 
 pytestmark = pytest.mark.e2e
 
 FAST_SCENARIOS = ["docs", "full-pcpus-only", "numa-memory"]
 DRIVERS = ["cgroupfs", "systemd"]
+#: issue 35's checks with running containers (tests/vm/guest_reconfigure.py), on containerd
+#: 2.1 with the cgroupfs driver only (reconfigure_checks.DRIVER); none -> static -> none and
+#: the SIGKILL mid-plan run in `make e2e-vm` (and on the host's cgroup v1 in `make e2e`)
+RECONFIGURE_SCENARIOS = ["reconfigure-reserved", "reconfigure-full-pcpus-only"]
 
 
 @pytest.fixture(scope="module")
@@ -70,3 +76,14 @@ def test_fast_subset(guest: runner.GuestRun, fast_topology: topology.Topology, d
     assert not bad, (f"{driver}/{scenario}: " + "\n".join(bad) + "\nseen: "
                      + checks.summary(res) + "\nplugin log:\n"
                      + res.get("plugin_log_tail", "")[-1500:])
+
+
+@pytest.mark.parametrize("scenario", RECONFIGURE_SCENARIOS)
+def test_live_reconfiguration(guest: runner.GuestRun, fast_topology: topology.Topology,
+                              scenario: str) -> None:
+    """reservedSystemCPUs 0 -> 0-1 with 20 running containers moves only the one on CPU 1;
+    full-pcpus-only moves the SMT-misaligned container only (spec, cgroup v2, /proc)."""
+    res = _result(guest, reconfigure_checks.DRIVER, scenario)
+    bad = checks.check(fast_topology, res)
+    assert not bad, (f"{scenario}: " + "\n".join(bad) + "\nseen: " + checks.summary(res)
+                     + "\nplugin log:\n" + res.get("plugin_log_tail", "")[-1500:])
