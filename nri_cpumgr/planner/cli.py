@@ -153,7 +153,11 @@ def cmd_reconfigure(args: argparse.Namespace) -> int:
     from nri_cpumgr.locations import config_path
     from nri_cpumgr.planner.manifest import ManifestError
     from nri_cpumgr.planner.plan import Planner
-    from nri_cpumgr.reconfigure import format_reconfiguration, plan_reconfiguration
+    from nri_cpumgr.reconfigure import (
+        format_reconfiguration,
+        plan_reconfiguration,
+        pod_pools_of,
+    )
     from nri_cpumgr.reconfigure.rows import node_rows
     from nri_cpumgr.sysfs import SysfsError
 
@@ -177,8 +181,12 @@ def cmd_reconfigure(args: argparse.Namespace) -> int:
             rows = node_rows(cpu, mem, pods)
         except (ValueError, KeyError, TypeError) as e:
             raise InputError(f"{where}: {e}") from None
+        try:
+            pools = pod_pools_of(cpu.get("entries") or {})
+        except (ValueError, AttributeError) as e:
+            raise InputError(f"{where}: {e}") from None
         plan = plan_reconfiguration(machine, config, new, rows.containers, rows.shared_pool,
-                                    rows.reserved, mem)
+                                    rows.reserved, mem, pools)
     except (InputError, ManifestError) as e:
         print(f"nri-cpumgr plan: {e}", file=sys.stderr)
         return 2

@@ -9,6 +9,7 @@ from nri_cpumgr.reconfigure.plan import (
     Refusal,
     format_reconfiguration,
     plan_reconfiguration,
+    pod_pools_of,
 )
 
 __all__ = [
@@ -17,4 +18,5 @@ __all__ = [
     "Refusal",
     "format_reconfiguration",
     "plan_reconfiguration",
+    "pod_pools_of",
 ]

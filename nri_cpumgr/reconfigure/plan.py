@@ -49,6 +49,8 @@ from typing import Any
 from nri_cpumgr.cm.container_manager import AdmissionError, ContainerManager
 from nri_cpumgr.cm.cpumanager import CPUManagerState, StaticPolicy
 from nri_cpumgr.cm.memorymanager.state import MemoryState
+from nri_cpumgr.cm.podresources.gates import pod_level_enabled
+from nri_cpumgr.cm.podresources.manager import POD_ENTRY, takes_pod_pool
 from nri_cpumgr.cm.records import Tracked
 from nri_cpumgr.config import Config
 from nri_cpumgr.cpuset import CPUSet
@@ -79,13 +81,15 @@ KUBELET_WOULD = (
 
 # actions
 KEEP, MOVE, SHARED, UNPIN, REFUSED = "keep", "move", "shared", "unpin", "refused"
+POD_POOL = "pod-pool"
 
 
 @dataclass(frozen=True, slots=True)
 class ContainerMove:
     """One running container under the plan. ``action``: ``keep`` (exclusive CPUs kept),
     ``move`` (exclusive CPUs elsewhere, or newly exclusive), ``shared`` (follows the shared
-    pool), ``unpin`` (no pinning under the new config: every CPU), ``refused`` (the new
+    pool), ``pod-pool`` (follows its pod's pool: pod-level resource managers), ``unpin``
+    (no pinning under the new config: every CPU), ``refused`` (the new
     config would refuse it: it runs on the shared pool). ``cpus_before`` of a container
     that was not pinned (policy none) is every CPU; ``mems_*`` None: left alone."""
 
@@ -182,7 +186,10 @@ class ReconfigurationPlan:
         the first of it goes first), ``pool`` (shared containers onto the new pool)."""
         moved = self.moved
         out: list[tuple[str, ContainerMove, CPUSet]] = []
-        shared = [c for c in moved if not c.exclusive_after]
+        # (a container on its pod's pool goes there after the exclusive moves, never
+        # through the node's shared pool)
+        shared = [c for c in moved if not c.exclusive_after and c.action != POD_POOL]
+        pod_pool = [c for c in moved if not c.exclusive_after and c.action == POD_POOL]
         exclusive = [c for c in moved if c.exclusive_after]
         before = self.shared_pool_before
         if before is None and exclusive:
@@ -202,7 +209,7 @@ class ReconfigurationPlan:
             c = waiting.pop(next(free, 0))  # (in a cycle, the first goes first)
             held.pop(c.id, None)
             out.append(("exclusive", c, c.cpus_after))
-        out += [("pool", c, c.cpus_after) for c in shared]
+        out += [("pool", c, c.cpus_after) for c in shared + pod_pool]
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -291,6 +298,29 @@ def invalid_cpus(policy: StaticPolicy, state: CPUManagerState, cpus: CPUSet,
     return None
 
 
+def pod_pools_of(entries: Mapping[str, Mapping[str, Any]]) -> dict[str, CPUSet]:
+    """The pod-level pods' pools (bubbles) of a CPU manager state's ``entries`` (pod uid ->
+    container name -> CPUs, as CPUSet or cpulist text): pod uid -> the bubble's CPUs, recorded
+    under the pod's pseudo entry (nri_cpumgr.cm.podresources.POD_ENTRY). Raises ValueError
+    on a malformed cpulist."""
+    out: dict[str, CPUSet] = {}
+    for uid, conts in entries.items():
+        cpus = conts.get(POD_ENTRY)
+        if cpus:
+            out[uid] = cpus if isinstance(cpus, CPUSet) else CPUSet.parse(cpus)
+    return out
+
+
+def _keeps_pod_pools(old: Config, new: Config) -> bool:
+    """Whether a pod-level pod's pool may stay where it is under ``new``: the pod-level
+    resource managers still on in pod scope and the Topology Manager deciding as before (a
+    kept pool is not admitted again through the Topology Manager)."""
+    same_tm = all(getattr(old, k) == getattr(new, k) for k in (
+        "topologyManagerPolicy", "topologyManagerScope", "topologyManagerPolicyOptions"))
+    return (same_tm and new.topologyManagerScope == "pod"
+            and pod_level_enabled(dict(new.featureGates)))
+
+
 def plan_reconfiguration(
     machine: Machine,
     old: Config,
@@ -299,6 +329,7 @@ def plan_reconfiguration(
     shared_pool_before: CPUSet | None = None,
     reserved_before: CPUSet | None = None,
     memory_state: Mapping[str, Any] | None = None,
+    pod_pools: Mapping[str, CPUSet] | None = None,
 ) -> ReconfigurationPlan:
     """The plan from ``old`` to ``new`` for ``containers`` (container id -> tracked record,
     in admission order; stopped ones are left out of the plan: their held CPUs are given up
@@ -306,7 +337,10 @@ def plan_reconfiguration(
     shared pool (None under policy none); ``reserved_before``: the old reserved CPUs;
     ``memory_state``: the old Memory Manager's state (its checkpoint body; None under
     ``memoryManagerPolicy: None``): under Static -> Static a container keeps its memory
-    blocks with its CPUs (when the old state fits the new reservations).
+    blocks with its CPUs (when the old state fits the new reservations). ``pod_pools``: the
+    pod-level pods' pools (pod uid -> CPUs, :func:`pod_pools_of`): a pool whose CPUs stay
+    valid is kept with its pod's slices inside it (the pod-level managers on, the Topology
+    Manager unchanged); else the pod is admitted again, pool and slices.
 
     Raises :class:`~nri_cpumgr.config.ConfigError` when ``new`` cannot be used on this
     machine (the same checks as at start-up)."""
@@ -325,6 +359,27 @@ def plan_reconfiguration(
     running = [(cid, t) for cid, t in containers.items() if not t.stopped]
     reasons: dict[str, str] = {}
     seeded: list[tuple[str, Tracked]] = []
+    # 0. the pod-level pods' pools that stay valid, before the containers' CPUs
+    kept_pools: dict[str, CPUSet] = {}
+    moved_pools: dict[str, str] = {}
+    live_pods = {t.info.pod_uid for _, t in running}
+    for uid, cpus in (pod_pools or {}).items():
+        if uid not in live_pods or not cpus:
+            continue
+        if not static:
+            moved_pools[uid] = "policy none: no pod pools"
+            continue
+        assert isinstance(policy, StaticPolicy)
+        why = (invalid_cpus(policy, state, cpus, 0) if _keeps_pod_pools(old, new) else
+               "the pod-level resource managers or the Topology Manager change")
+        if why is not None:
+            moved_pools[uid] = f"its pod's pool {cpus} is admitted again: {why}"
+            continue
+        state.set_cpuset(uid, POD_ENTRY, cpus)
+        state.default_set = state.default_set - cpus
+        kept_pools[uid] = cpus
+    in_pool: dict[str, CPUSet] = {}  # pod uid -> its slices seeded so far
+    pod_level = pod_level_enabled(dict(new.featureGates))
     # 1. the exclusive CPUs that stay valid are seeded into the new state
     for cid, t in running:
         if not (t.exclusive and t.applied):
@@ -333,6 +388,24 @@ def plan_reconfiguration(
             reasons[cid] = "policy none: no exclusive CPUs"
             continue
         assert isinstance(policy, StaticPolicy)
+        uid = t.info.pod_uid
+        if uid in moved_pools:
+            reasons[cid] = moved_pools[uid]
+            continue
+        if uid in kept_pools:  # a slice of a kept pool stays when it is one
+            taken = in_pool.get(uid, CPUSet())
+            requested = t.info.resources.integer_cpus
+            if (t.applied <= kept_pools[uid] and not (t.applied & taken)
+                    and (not requested or requested == len(t.applied))):
+                state.set_cpuset(uid, t.info.name, t.applied)
+                in_pool[uid] = taken | t.applied
+                seeded.append((cid, t))
+            else:
+                reasons[cid] = f"not a slice of its pod's pool {kept_pools[uid]}"
+            continue
+        if pod_level and takes_pod_pool(t.info, new.topologyManagerScope, static):
+            reasons[cid] = "its pod takes a pod pool under the new config (pod-level resources)"
+            continue
         why = invalid_cpus(policy, state, t.applied, t.info.resources.integer_cpus)
         if why is not None:
             reasons[cid] = why
@@ -343,6 +416,7 @@ def plan_reconfiguration(
     if memory is not None:  # memory blocks stay with the CPUs that stay (and the shared)
         keep = {t.info.key for cid, t in running
                 if not (t.exclusive and t.applied) or (cid, t) in seeded}
+        keep |= {(uid, POD_ENTRY) for uid in kept_pools}
         for uid, conts in list(memory.state.get_memory_assignments().items()):
             for name in list(conts):
                 if (uid, name) not in keep:
@@ -361,6 +435,12 @@ def plan_reconfiguration(
                 memory.policy.remove_container(memory.state, *t.info.key)
             reasons[cid] = (f"the Topology Manager ({new.topologyManagerPolicy}, "
                             f"{new.topologyManagerScope} scope) refuses its CPUs: {e}")
+            continue
+        nt = m.containers.get(cid)
+        if nt is None or not nt.exclusive:  # not exclusive under the new rules: its seeded
+            # CPUs go back before the others are admitted
+            if state.get_cpuset(t.info.pod_uid, t.info.name) is not None:
+                policy.remove_container(state, t.info.pod_uid, t.info.name)
     # 3. everything else in admission order, as a fresh plugin would admit it
     for cid, t in running:
         if cid in decided:
@@ -379,7 +459,8 @@ def plan_reconfiguration(
     refused: list[Refusal] = []
     for cid, t in running:
         info = t.info
-        before = t.applied if t.exclusive else (
+        before = t.applied if t.exclusive or (t.applied is not None and pod_pools
+                                              and info.pod_uid in pod_pools) else (
             shared_pool_before if shared_pool_before is not None else every_cpu)
         err = decided[cid]
         nt = m.containers.get(cid)
@@ -404,6 +485,9 @@ def plan_reconfiguration(
             after = pool if (m.static and nt.shared) else (
                 nt.applied if nt.applied is not None else every_cpu)
             action = SHARED if m.static and nt.shared else UNPIN
+            if m.static and not nt.shared and m.pod_level is not None \
+                    and m.pod_level.bubble(info.pod_uid) is not None:
+                action = POD_POOL
             reason = reasons.get(cid, "")
             if t.exclusive and not reason:
                 reason = "no exclusive CPUs under the new config"

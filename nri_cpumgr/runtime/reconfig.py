@@ -42,6 +42,7 @@ from nri_cpumgr.reconfigure.plan import (
     config_changes,
     decision_values,
     plan_reconfiguration,
+    pod_pools_of,
 )
 
 # the plugin (nri_cpumgr.runtime.plugin.Plugin) is typed Any here: it imports this module
@@ -194,7 +195,8 @@ def _plan(plugin: Plugin, new: Config,
         plugin.machine, plugin.config, new, m.containers if containers is None else containers,
         m.shared_pool() if m.static else None,
         getattr(m.policy, "reserved_cpus", CPUSet()),
-        m.memory.state.to_dict() if m.memory is not None else None)
+        m.memory.state.to_dict() if m.memory is not None else None,
+        pod_pools_of(m.state.assignments))
 
 
 async def reconfigure(plugin: Plugin, new: Config, source: str = "config file") -> str:

@@ -16,7 +16,7 @@ from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.planner.manifest import container_infos, load_pods, pod_from_spec
 from nri_cpumgr.planner.plan import Planner
 from nri_cpumgr.planner.scenario import SCENARIO_CONFIG_KEYS, scenario_machine
-from nri_cpumgr.reconfigure import format_reconfiguration, plan_reconfiguration
+from nri_cpumgr.reconfigure import format_reconfiguration, plan_reconfiguration, pod_pools_of
 from nri_cpumgr.reconfigure.plan import ReconfigurationPlan
 
 # one socket, two NUMA nodes of 4 cores, SMT 2: CPUs 0-7 the first threads, 8-15 the siblings
@@ -49,7 +49,8 @@ def replan(p: Planner, new: str | Config) -> ReconfigurationPlan:
     return plan_reconfiguration(
         p.machine, p.config, cfg, m.containers, m.shared_pool() if m.static else None,
         getattr(m.policy, "reserved_cpus", CPUSet()),
-        m.memory.state.to_dict() if m.memory is not None else None)
+        m.memory.state.to_dict() if m.memory is not None else None,
+        pod_pools_of(m.state.assignments))
 
 
 def by_pod(plan: ReconfigurationPlan) -> dict[str, Any]:
@@ -70,10 +71,19 @@ def check_consistent(plan: ReconfigurationPlan) -> None:
     if isinstance(m.policy, StaticPolicy):
         state = m.state.copy()
         m.policy.start(state)  # raises on an inconsistent state
-        assert seen == m.state.assigned_cpus()
+        pools = pod_pools_of(m.state.assignments)  # pod-level pods' bubbles hold slices
+        assert CPUSet(set(seen).union(*pools.values())) == m.state.assigned_cpus()
         for c in plan.containers:
-            if not c.exclusive_after:
+            if c.action == "pod-pool":
+                assert m.pod_level is not None
+                assert c.cpus_after == m.pod_level.pod_pool(c.pod_uid)
+                assert c.cpus_after <= pools[c.pod_uid]
+            elif c.exclusive_after and c.pod_uid in pools:
+                assert c.cpus_after <= pools[c.pod_uid]
+            elif not c.exclusive_after:
                 assert c.cpus_after == plan.shared_pool_after
+        for phase, c, _ in plan.steps():  # a pod's shared containers follow their pool only
+            assert c.action != "pod-pool" or phase == "pool", (phase, c)
 
 
 def test_reserved_grown_moves_only_the_container_on_the_new_reserved_cpu():
@@ -349,17 +359,14 @@ def test_property_plan_agrees_with_a_fresh_plugin(chunk):
     full-pcpus-only's whole cores, a Topology Manager policy that cannot refuse); (c) when it
     keeps no exclusive CPUs, decides every container exactly as a fresh plugin under the new
     config does for the same containers in the same order (CPUs, mems, refusals); (d) with
-    an unchanged config it keeps everything. Pod-level pods are left out: the planner does
-    not keep their pod pools yet (a kept container's CPUs are seeded, its pod's bubble is not,
-    so the pod takes a second one or its pod pool moves:
-    test_pod_level_pods_keep_their_pod_pool, strict xfail on seeds 3 and 6)."""
-    from tests.differential.scenarios import generate, pod_level_pods
+    an unchanged config it keeps everything. Pod-level pods included: a pod pool whose CPUs
+    stay valid is kept with the slices in it (under unchanged pod-level rules), and counts as
+    kept in (c)."""
+    from tests.differential.scenarios import generate
 
     checked = kept_some = agreed = 0
     for seed in range(chunk * 60, chunk * 60 + 60):
         s = generate(seed)
-        if pod_level_pods(s):
-            continue
         rng = random.Random(f"reconfigure-{seed}")
         old, running = _scenario_node(s)
         if old is None or not running:
@@ -379,20 +386,32 @@ def test_property_plan_agrees_with_a_fresh_plugin(chunk):
         # (b) the minimal-move rule: valid CPUs are kept
         if isinstance(pm.policy, StaticPolicy) and new.topologyManagerPolicy in (
                 "none", "best-effort") and new.memoryManagerPolicy == "None":
-            topo = pm.policy.topology
+            def valid(cpus: CPUSet, policy: StaticPolicy = pm.policy) -> bool:
+                ok = not (cpus & policy.reserved_cpus)
+                if policy.options.full_pcpus_only:
+                    t = policy.topology
+                    cores = {t.details[c].core for c in cpus}
+                    ok = ok and t.cpus_in_cores(cores) == cpus and not (
+                        cpus & policy.reserved_physical_cpus)
+                return ok
+
+            old_pools = pod_pools_of(m.state.assignments)
+            same_pod_level = all(old.config.__dict__[k] == new.__dict__[k] for k in (
+                "featureGates", "topologyManagerPolicy", "topologyManagerScope"))
             for cid, t in m.containers.items():
                 if not (t.exclusive and t.applied) or t.info.resources.integer_cpus != len(
                         t.applied):
                     continue
-                ok = not (t.applied & pm.policy.reserved_cpus)
-                if pm.policy.options.full_pcpus_only:
-                    cores = {topo.details[c].core for c in t.applied}
-                    ok = ok and topo.cpus_in_cores(cores) == t.applied and not (
-                        t.applied & pm.policy.reserved_physical_cpus)
-                if ok:
+                if t.info.pod_resources is not None and not same_pod_level:
+                    continue  # (the pod-level rules change: it may not qualify any more)
+                pool = old_pools.get(t.info.pod_uid)
+                if valid(t.applied) and (pool is None or valid(pool)):
                     assert rows[cid].action == "keep", (seed, rows[cid])
         # (c) nothing kept: a fresh plugin decides the same
-        if not any(c.action == "keep" for c in plan.containers):
+        new_pools = pod_pools_of(pm.state.assignments)
+        pool_kept = any(new_pools.get(u) == c for u, c in pod_pools_of(
+            m.state.assignments).items())
+        if not pool_kept and not any(c.action == "keep" for c in plan.containers):
             fresh = Planner(new, old.machine)
             fresh.manager.whole_pod_admission = False
             for info in running:
@@ -420,7 +439,8 @@ def test_property_plan_agrees_with_a_fresh_plugin(chunk):
         same = plan_reconfiguration(
             old.machine, old.config, old.config, m.containers,
             m.shared_pool() if m.static else None, None,
-            m.memory.state.to_dict() if m.memory is not None else None)
+            m.memory.state.to_dict() if m.memory is not None else None,
+            pod_pools_of(m.state.assignments))
         assert not same.moved, (seed, same.moved)
     print("reconfigure property:", checked, agreed, kept_some)
     assert checked >= 20 and agreed >= 5 and kept_some >= 5, (checked, agreed, kept_some)
@@ -545,9 +565,6 @@ def test_cli_plan_reconfigure_refuses_a_state_that_does_not_fit(tmp_path, capsys
     assert len(got.err.strip().splitlines()) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="pod-level pods: the planner seeds a kept container's "
-                   "CPUs but not its pod's pool (bubble), so admitting the pod again takes a "
-                   "second bubble; the property test leaves such pods out until it does")
 @pytest.mark.parametrize("seed", [3, 6])
 def test_pod_level_pods_keep_their_pod_pool(seed):
     """The differential generator's scenarios 3 and 6 (pod-level pods under

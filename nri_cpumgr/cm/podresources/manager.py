@@ -72,6 +72,19 @@ POD_SCOPE_REFUSAL = ("Pod Scope pod with pod-level resources failed admission un
 POD_ENTRY = "<pod>"
 
 
+def takes_pod_pool(info: ContainerInfo, scope: str, static: bool) -> bool:
+    """Whether ``info``'s pod is given a pod pool (bubble) under the pod-level resource
+    managers in ``scope`` (``topologyManagerScope``) and the static policy (``static``): a
+    Guaranteed pod with pod resources from the runtime, a pod-level spec (when known) and a
+    whole number of CPUs (the conditions of :meth:`PodLevelManager.admit`; kubelet
+    cpumanager policy_static.go allocatePodForAdd, v1.37.2). Pure."""
+    if info.qos is not QOSClass.GUARANTEED or info.pod_resources is None:
+        return False
+    if info.pod_spec is not None and not info.pod_spec.pod_level:
+        return False
+    return static and scope == "pod" and bool(info.pod_resources.integer_cpus)
+
+
 def qualifies(r: Resources) -> bool:
     """The container would be Guaranteed on its own: a whole CPU request equal to its CPU
     limit and a memory limit (NRI passes limits only; the kubelet sets a Guaranteed
