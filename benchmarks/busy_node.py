@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""The busy-node cost of nri-cpumgr on a real containerd (issue 9 item 4, part (a)).
+"""The busy-node cost of nri-cpumgr on a real containerd or CRI-O (issue 9 item 4, part (a)).
 
-For each containerd version and each count N of shared containers: start one private daemon
-(tests/e2e/harness) whose runc is a counting wrapper (every ``runc update`` call is appended
-to a file), run N BestEffort pods with one started container each (the shared pool, reused
-across rounds), then alternate rounds with no plugin and with nri-cpumgr (static policy,
-reservedSystemCPUs "0") on the same daemon. In each round, ``--pods`` Guaranteed 1-CPU pods
-are handled one after the other, kubelet-like:
+For each containerd version (or ``crio``: the harness's CRI-O, tests/e2e/harness/crio.py) and
+each count N of shared containers: start one private daemon (tests/e2e/harness) whose runc is
+a counting wrapper (every ``runc update`` call is appended to a file), run N BestEffort pods
+with one started container each (the shared pool, reused across rounds), then alternate rounds
+with no plugin and with nri-cpumgr (static policy, reservedSystemCPUs "0") on the same daemon.
+In each round, ``--pods`` Guaranteed 1-CPU pods are handled one after the other, kubelet-like:
 
 * Create+Start: CreateContainer then StartContainer at once (wall clock, ms);
 * off: ms from the end of StartContainer until no shared container's cgroup ``cpuset.cpus``
@@ -25,11 +25,13 @@ to a shared container once the delay has passed, as the next container operation
 
 Prints a markdown table: median (p90) per mode and the ratio mode/no plugin of the medians.
 Needs root and the binaries of scripts/fetch-runtime.sh (2.4: scripts/modern/build.sh containerd
-runc); each version runs its own runc (tests/e2e/harness/paths.py ``runc_path``).
+runc; crio: scripts/modern/build.sh crio and Debian's conmon); each version runs its own runc
+(tests/e2e/harness/paths.py ``runc_path``; CRI-O ``crio_runtime``), wrapped to count updates.
 
     .venv/bin/python benchmarks/busy_node.py --quick            # 1.7 and 2.1, 40 shared, 2 rounds
     .venv/bin/python benchmarks/busy_node.py --shared 40 --shared 100 --rounds 3 --pods 3
     .venv/bin/python benchmarks/busy_node.py --shared 40 --mode async --mode reply
+    .venv/bin/python benchmarks/busy_node.py --version crio --shared 40 --mode reply --mode auto
 
 ``--pod-spec-source``: the plugin reads pod specs from a loopback fake API server
 (tests/e2e/harness/fakeapi.py; ``podSpecSource: apiServer``), each Guaranteed pod shown there
@@ -53,9 +55,9 @@ if str(TOP) not in sys.path:
 
 from benchmarks.cri_create import percentile  # noqa: E402
 from benchmarks.report import print_table, runtimes_missing  # noqa: E402
-from tests.e2e.harness import Containerd, PluginProcess  # noqa: E402
+from tests.e2e.harness import Containerd, Crio, PluginProcess  # noqa: E402
 from tests.e2e.harness import cgroups as cg  # noqa: E402
-from tests.e2e.harness.paths import runc_path  # noqa: E402
+from tests.e2e.harness.paths import crio_runtime, runc_path  # noqa: E402
 
 PLUGIN_NAME = "cpumgr"
 PLUGIN_INDEX = 90
@@ -111,6 +113,22 @@ class CountingContainerd(Containerd):
         return text.replace(real, f'BinaryName = "{self.wrapper}"')
 
 
+class CountingCrio(Crio):
+    """A :class:`Crio` whose OCI runtime entry (``runtime_path``) is ``wrapper``, the counting
+    wrapper of the runc it would run (tests/e2e/harness/paths.py ``crio_runtime``)."""
+
+    def __init__(self, version: str, workdir: Path, wrapper: Path, **kw: object) -> None:
+        super().__init__(version, workdir, **kw)  # type: ignore[arg-type]
+        self.wrapper = wrapper
+
+    def config_text(self) -> str:
+        text = super().config_text()
+        real = f'runtime_path = "{self.runc}"'
+        if real not in text:
+            raise RuntimeError(f"CRI-O config without {real}: cannot count runc updates")
+        return text.replace(real, f'runtime_path = "{self.wrapper}"')
+
+
 def count(path: Path) -> int:
     try:
         return len(path.read_bytes().splitlines())
@@ -133,7 +151,10 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
     """All rounds on one daemon; returns table rows."""
     workdir = Path(tempfile.mkdtemp(prefix=f"bn{version}-", dir="/tmp"))
     counter = workdir / "runc-updates"
-    runc = write_runc_counter(workdir / "runc-counter.sh", counter, runc_path(version))
+    crio = version == "crio"
+    real_runc = crio_runtime()[1] if crio else runc_path(version)
+    runc = write_runc_counter(workdir / "runc-counter.sh", counter, real_runc)
+    what = "CRI-O" if crio else f"containerd {version}"
     api = None
     extra = ""
     if args.pod_spec_source:
@@ -146,11 +167,12 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
     cfgs = {}
     for m in modes:
         cfgs[m] = workdir / f"cpumgr-{labels[m]}.yaml"
-        # the daemon's CRI socket (Containerd.cri_socket): sharedPoolUpdateMode cri, what the
-        # shipped auto takes before containerd 2.4
-        cfgs[m].write_text(CONFIG + extra + f"containerRuntimeEndpoint: {workdir}/containerd.sock\n"
+        # the daemon's CRI socket (Containerd.cri_socket, Crio.cri_socket): sharedPoolUpdateMode
+        # cri, what the shipped auto takes before containerd 2.4 and on CRI-O
+        sock = workdir / ("crio.sock" if crio else "containerd.sock")
+        cfgs[m].write_text(CONFIG + extra + f"containerRuntimeEndpoint: {sock}\n"
                            + (f"sharedPoolUpdateMode: {m}\n" if m else ""))
-    c = CountingContainerd(version, workdir, runc)
+    c: Containerd = (CountingCrio if crio else CountingContainerd)(version, workdir, runc)
     plugin_log = workdir / "plugin.log"
     plugin: PluginProcess | None = None
     res: dict[str, dict[str, list[float]]] = {"none": {}, **{labels[m]: {} for m in modes}}
@@ -167,7 +189,7 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
                 cri.start_container(cid)
                 shared_ids.append(cid)
                 shared_dirs.append(cg.controller_dir("cpuset", cri.cgroups_path(cid)))
-            print(f"  containerd {version}: {n_shared} shared containers running in "
+            print(f"  {what}: {n_shared} shared containers running in "
                   f"{time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
 
             poll_timeout = POLL_TIMEOUT_S + POLL_PER_SHARED_S * n_shared
@@ -251,14 +273,14 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
             api.close()
         problems = c.stop()
         if problems:
-            print(f"  containerd cleanup: {problems}", file=sys.stderr)
+            print(f"  {what} cleanup: {problems}", file=sys.stderr)
         if not c.shim_processes():
             shutil.rmtree(workdir, ignore_errors=True)
         cg.remove_empty_kubepods()
     rows: list[list[str]] = []
     for mode, got in res.items():  # every sample, in order, for a second look at the spread
         for metric, vals in got.items():
-            print(f"  containerd {version} N={n_shared} {mode} {metric}: "
+            print(f"  {what} N={n_shared} {mode} {metric}: "
                   + " ".join(f"{v:.0f}" for v in vals), file=sys.stderr)
     for metric in ("create+start", "deletion", "off", "back", "runc updates"):
         a = res["none"].get(metric)
@@ -279,9 +301,11 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--version", action="append", choices=["1.7", "2.1", "2.4"],
+    ap.add_argument("--version", action="append", choices=["1.7", "2.1", "2.4", "crio"],
                     help="containerd (repeatable; default 1.7 and 2.1; 2.4: the modern build's "
-                         "2.4.2 with runc 1.5.3, scripts/modern/build.sh containerd runc)")
+                         "2.4.2 with runc 1.5.3, scripts/modern/build.sh containerd runc), or "
+                         "crio: CRI-O (scripts/modern/build.sh crio; never with --mode async: "
+                         "CRI-O has the NRI lock-order inversion, async hangs it)")
     ap.add_argument("--shared", action="append", type=int,
                     help="shared (BestEffort) containers running (repeatable; default 40, 100)")
     ap.add_argument("--rounds", type=int, default=3, help="alternations no plugin / plugin")
@@ -303,13 +327,18 @@ def main(argv: list[str] | None = None) -> int:
     shared = args.shared or [40, 100]
     if runtimes_missing(versions):
         return 2
+    if "crio" in versions and "async" in (args.mode or []):
+        print("--mode async is refused with --version crio: CRI-O has the NRI lock-order "
+              "inversion (no release has the fix) and async hangs it (tests/e2e/stress.py)",
+              file=sys.stderr)
+        return 2
     rows: list[list[str]] = []
     for v in versions:
         for n in shared:
             rows += run_daemon(v, n, args)
     print(f"\nBusy node: Guaranteed 1-CPU pod among N running BestEffort containers, "
           f"{args.rounds} alternating rounds x {args.pods} pods; median (p90)\n")
-    print_table(["containerd", "N shared", "sharedPoolUpdateMode", "metric", "no plugin",
+    print_table(["runtime", "N shared", "sharedPoolUpdateMode", "metric", "no plugin",
                  "nri-cpumgr", "ratio", "n"], rows)
     return 0
 
