@@ -215,10 +215,14 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
                         gcpus = parse_cpus(cri.cgroup_cpus(cid))
                         overlap = (args.overlap and mode != "none"
                                    and effective.get(mode) != "reply")
-                        if overlap:  # delete as soon as the shrink pass has begun
-                            st = wait_until(lambda g=gcpus: any(not s & g
-                                                                for s in shared_cpus()),
-                                            poll_timeout)
+                        if overlap:  # delete as soon as the shrink pass has begun: one
+                            # shared container that had the new CPU at the start lost it
+                            had = [i for i, s in enumerate(shared_cpus()) if s & gcpus]
+                            st = wait_until(
+                                lambda g=gcpus, h=had: not h or any(
+                                    not parse_cpus((shared_dirs[i] / "cpuset.cpus")
+                                                   .read_text()) & g for i in h),
+                                poll_timeout)
                             m.setdefault("pass begun", []).append(
                                 float("nan") if st is None else st)
                         elif mode != "none":

@@ -47,7 +47,7 @@ VERSION_METHOD = "/runtime.v1.RuntimeService/Version"
 #: CRI calls of one batch in flight at once: while one container's call waits for the
 #: runtime's NRI round trip to the plugin, another's ``runc update`` runs (measured at 250
 #: shared containers: docs/development/measurements.md)
-PARALLEL = 2
+PARALLEL = 1
 #: seconds one UpdateContainerResources may take (the runtime's NRI UpdateContainer to us,
 #: then one ``runc update``: ~10 ms on an idle node)
 CALL_TIMEOUT = 10.0
@@ -95,6 +95,7 @@ class Outcome:
     gone: set[str] = dataclasses.field(default_factory=set)
     unanswered: set[str] = dataclasses.field(default_factory=set)
     error: str = ""  # why the rest was unanswered (the first transport error)
+    held: float = 0.0  # seconds the calls waited for the node's pod operations
 
 
 def take_in_flight(journal: Path) -> set[str]:
@@ -207,12 +208,13 @@ class CRIUpdater:
                     if state["stop"] or i >= len(items):
                         return
                     state["next"] = i + 1
-                if self.activity is not None:
-                    self.activity.hold()  # the node's pod operations first (bounded)
+                # the node's pod operations first (bounded)
+                held = self.activity.hold() if self.activity is not None else 0.0
                 kind, text = self._one(call, cpus, items[i])
                 cid = items[i][0]
                 with lock:
                     self.calls += 1
+                    out.held += held
                     if kind == "gone":
                         out.gone.add(cid)
                     elif kind == "failed":

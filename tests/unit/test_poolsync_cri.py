@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import re
 import socket
 import threading
 import time
@@ -394,3 +395,35 @@ def test_a_call_waits_for_the_pod_operation_of_the_moment(runtime):
         assert 0.45 <= took < 2.5  # each call held ~0.1 s: never starved, never skipped
     finally:
         cri.close()
+
+
+def test_the_pass_says_how_long_it_yielded(runtime, caplog):
+    """The pass's log line says how long its calls waited for pod operations (none: not
+    said)."""
+    import logging
+
+    async def main(touch: bool) -> None:
+        act = NodeActivity(quiet=0.2, max_hold=1.0)
+        cri = CRIUpdater(str(runtime.path), activity=act, parallel=1)
+        sync = SharedPoolSync(shrink_delay=0.05, grow_delay=0.05, quiet=0.01, mode="cri")
+        old = CPUSet.parse("0-3")
+        sync.connected(cri.send, old, {"a": (old, ""), "b": (old, "")})
+        if touch:
+            act.touch()  # a pod operation was just answered
+        sync.set_target(CPUSet.parse("0-1"))
+        for _ in range(200):
+            await asyncio.sleep(0.02)
+            if "containers moved" in caplog.text:
+                break
+        cri.close()
+        sync.close()
+
+    with caplog.at_level(logging.INFO, logger="nri_cpumgr.poolsync"):
+        asyncio.run(asyncio.wait_for(main(False), 20))
+        assert "2 containers moved to 0-1 in 2 CRI UpdateContainerResources calls (" \
+            in caplog.text and "yielding" not in caplog.text
+        caplog.clear()
+        asyncio.run(asyncio.wait_for(main(True), 20))
+    got = re.search(r"2 CRI UpdateContainerResources calls \(\d+ ms, (\d+) ms of it "
+                    r"yielding to pod operations\)", caplog.text)
+    assert got and 100 <= int(got.group(1)) <= 1000, caplog.text
