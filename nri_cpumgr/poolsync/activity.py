@@ -20,12 +20,15 @@ import time
 from collections.abc import Callable
 
 #: seconds without a pod operation before the next CRI call of a pass: covers the runtime's
-#: own work right after the plugin's reply (the container's creation, start or kill by runc,
-#: a few tens of ms on a loaded node)
-QUIET = 0.03
+#: own work after the plugin's reply (a container's creation, start or kill by runc, the
+#: sandbox's teardown: a deletion's four NRI events are 100-500 ms apart on a loaded node).
+#: Measured with benchmarks/busy_node.py --overlap (docs/development/measurements.md): a
+#: deletion during a pass 1.11x the no-plugin time with 0.2 s, 1.31-1.50x with 0.03 s,
+#: 1.68x without the yield
+QUIET = 0.2
 #: seconds one call of a pass may be held at most: the bound that keeps a pass going under
-#: sustained churn (250 shared containers: at most 25 s longer)
-MAX_HOLD = 0.1
+#: sustained churn (250 shared containers: at most 75 s longer)
+MAX_HOLD = 0.3
 
 
 class NodeActivity:
