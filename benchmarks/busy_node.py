@@ -31,6 +31,15 @@ runc); each version runs its own runc (tests/e2e/harness/paths.py ``runc_path``)
     .venv/bin/python benchmarks/busy_node.py --shared 40 --shared 100 --rounds 3 --pods 3
     .venv/bin/python benchmarks/busy_node.py --shared 40 --mode async --mode reply
 
+``--overlap``: a busy node's timing instead (each deletion as soon as the shrink pass has moved
+its first shared container, each next pod as soon as the grow pass has: both meet a pass
+under way). ``--compare-src DIR``: one more plugin run per round from another source tree, so
+two revisions alternate in one run. ``--keep-logs DIR``: the plugin's and containerd's logs.
+The four calls of each deletion are printed one by one on stderr with every sample.
+
+    .venv/bin/python benchmarks/busy_node.py --version 2.1 --shared 40 --mode auto --overlap \
+        --compare-src /tmp/src-main      # /tmp/src-main: git archive main nri_cpumgr | tar -x
+
 ``--pod-spec-source``: the plugin reads pod specs from a loopback fake API server
 (tests/e2e/harness/fakeapi.py; ``podSpecSource: apiServer``), each Guaranteed pod shown there
 before it runs, as the kubelet sees it first (the facts' lookup is on the measured path).
