@@ -33,6 +33,15 @@ runc; crio: scripts/modern/build.sh crio and Debian's conmon); each version runs
     .venv/bin/python benchmarks/busy_node.py --shared 40 --mode async --mode reply
     .venv/bin/python benchmarks/busy_node.py --version crio --shared 40 --mode reply --mode auto
 
+``--overlap``: a busy node's timing instead (each deletion as soon as the shrink pass has moved
+its first shared container, each next pod as soon as the grow pass has: both meet a pass
+under way). ``--compare-src DIR``: one more plugin run per round from another source tree, so
+two revisions alternate in one run. ``--keep-logs DIR``: the plugin's and containerd's logs.
+The four calls of each deletion are printed one by one on stderr with every sample.
+
+    .venv/bin/python benchmarks/busy_node.py --version 2.1 --shared 40 --mode auto --overlap \
+        --compare-src /tmp/src-main      # /tmp/src-main: git archive main nri_cpumgr | tar -x
+
 ``--pod-spec-source``: the plugin reads pod specs from a loopback fake API server
 (tests/e2e/harness/fakeapi.py; ``podSpecSource: apiServer``), each Guaranteed pod shown there
 before it runs, as the kubelet sees it first (the facts' lookup is on the measured path).
@@ -175,7 +184,11 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
     c: Containerd = (CountingCrio if crio else CountingContainerd)(version, workdir, runc)
     plugin_log = workdir / "plugin.log"
     plugin: PluginProcess | None = None
-    res: dict[str, dict[str, list[float]]] = {"none": {}, **{labels[m]: {} for m in modes}}
+    # (label, config's mode, source tree): each mode from this checkout (or --plugin-src),
+    # then the last mode again from each --compare-src tree
+    variants = [(labels[m], m, args.plugin_src or TOP) for m in modes]
+    variants += [(f"{labels[modes[-1]]}@{d.name}", modes[-1], d) for d in args.compare_src or ()]
+    res: dict[str, dict[str, list[float]]] = {"none": {}, **{v[0]: {} for v in variants}}
     effective: dict[str, str] = {}
     try:
         c.start()
@@ -198,8 +211,8 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
                 return [parse_cpus((d / "cpuset.cpus").read_text()) for d in shared_dirs]
 
             for r in range(args.rounds):
-                for pmode in ("none", *modes):
-                    mode = "none" if pmode == "none" else labels[pmode]
+                for variant in (("none", None, None), *variants):
+                    mode, pmode, src = variant
                     if mode != "none":
                         since = c.log_offset()
                         since_p = plugin_log.stat().st_size if plugin_log.exists() else 0
@@ -207,8 +220,7 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
                                 str(cfgs[pmode]),
                                 "--socket", str(c.nri_socket),
                                 "--state-dir", str(workdir / "nri-cpumgr-state")]
-                        plugin = PluginProcess(argv, plugin_log,
-                                               cwd=args.plugin_src or TOP).start()
+                        plugin = PluginProcess(argv, plugin_log, cwd=src).start()
                         c.wait_plugin_ready(PLUGIN_NAME, PLUGIN_INDEX, timeout=30, since=since)
                         time.sleep(0.5)
                         em = re.search(r"shared pool update mode (\S+)",
@@ -232,17 +244,51 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
                         cri.start_container(cid)
                         m.setdefault("create+start", []).append((time.perf_counter() - t) * 1000)
                         gcpus = parse_cpus(cri.cgroup_cpus(cid))
-                        if mode != "none":
+                        overlap = (args.overlap and mode != "none"
+                                   and effective.get(mode) != "reply")
+                        if overlap:  # delete as soon as the shrink pass has begun: one
+                            # shared container that had the new CPU at the start lost it
+                            had = [i for i, s in enumerate(shared_cpus()) if s & gcpus]
+                            st = wait_until(
+                                lambda g=gcpus, h=had: not h or any(
+                                    not parse_cpus((shared_dirs[i] / "cpuset.cpus")
+                                                   .read_text()) & g for i in h),
+                                poll_timeout)
+                            m.setdefault("pass begun", []).append(
+                                float("nan") if st is None else st)
+                        elif mode != "none":
                             off = wait_until(lambda g=gcpus: all(not s & g for s in shared_cpus()),
                                              poll_timeout)
                             m.setdefault("off", []).append(float("nan") if off is None else off)
-                        t = time.perf_counter()
-                        cri.stop_container(cid)
-                        cri.remove_container(cid)
-                        cri.stop_pod(pod)
-                        cri.remove_pod(pod)
+                        t = t1 = time.perf_counter()
+                        for step, call in (("stop", cri.stop_container),
+                                           ("remove", cri.remove_container),
+                                           ("stop pod", cri.stop_pod),
+                                           ("remove pod", cri.remove_pod)):
+                            call(cid if step in ("stop", "remove") else pod)
+                            t2 = time.perf_counter()
+                            # each call of the deletion alone (on stderr with every sample)
+                            m.setdefault(f"deletion: {step}", []).append((t2 - t1) * 1000)
+                            t1 = t2
                         cri.pods.pop(pod, None)
                         m.setdefault("deletion", []).append((time.perf_counter() - t) * 1000)
+                        if overlap:
+                            # the next pod as soon as the grow pass has begun (the last of
+                            # the round: once every shared container is back)
+                            moved = [i for i, s in enumerate(shared_cpus()) if not s & gcpus]
+                            if k == args.pods - 1 or not moved:
+                                wait_until(lambda g=gcpus: all(g <= s for s in shared_cpus()),
+                                           poll_timeout + GROW_DELAY_S)
+                            else:
+                                st = wait_until(
+                                    lambda g=gcpus, mv=moved: any(
+                                        g <= parse_cpus((shared_dirs[i] / "cpuset.cpus")
+                                                        .read_text()) for i in mv),
+                                    poll_timeout + GROW_DELAY_S)
+                                m.setdefault("grow begun", []).append(
+                                    float("nan") if st is None else st)
+                            m.setdefault("runc updates", []).append(float(count(counter) - u0))
+                            continue
                         if mode != "none":
                             t_del = time.perf_counter()
                             if effective.get(mode) == "reply":
@@ -274,6 +320,11 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
         problems = c.stop()
         if problems:
             print(f"  {what} cleanup: {problems}", file=sys.stderr)
+        if args.keep_logs is not None:  # the plugin's and the runtime's logs, for a second look
+            args.keep_logs.mkdir(parents=True, exist_ok=True)
+            for f in (plugin_log, c.log_path):
+                if f.exists():
+                    shutil.copy(f, args.keep_logs / f"{version}-{n_shared}-{f.name}")
         if not c.shim_processes():
             shutil.rmtree(workdir, ignore_errors=True)
         cg.remove_empty_kubepods()
@@ -282,11 +333,13 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
         for metric, vals in got.items():
             print(f"  {what} N={n_shared} {mode} {metric}: "
                   + " ".join(f"{v:.0f}" for v in vals), file=sys.stderr)
-    for metric in ("create+start", "deletion", "off", "back", "runc updates"):
+    for metric in ("create+start", "deletion", "off", "back", "pass begun", "grow begun",
+                   "runc updates"):
         a = res["none"].get(metric)
-        for m in modes:
-            label = labels[m]
-            b = res[label][metric]
+        for label, _, _ in variants:
+            b = res[label].get(metric)
+            if not b:
+                continue
             fa = f"{statistics.median(a):.1f} ({percentile(a, 0.9):.1f})" if a else "-"
             fb = f"{statistics.median(b):.1f} ({percentile(b, 0.9):.1f})"
             ratio = (f"{statistics.median(b) / statistics.median(a):.2f}"
@@ -313,10 +366,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plugin-src", type=Path,
                     help="run nri_cpumgr from this source tree (e.g. `git archive REV nri_cpumgr "
                          "| tar -x -C DIR`) instead of this checkout, to compare revisions")
+    ap.add_argument("--compare-src", action="append", type=Path, metavar="DIR",
+                    help="one more plugin run per round from this source tree (as "
+                         "--plugin-src), with the last --mode: two revisions alternated in "
+                         "one run (repeatable)")
     ap.add_argument("--mode", action="append", choices=["async", "cri", "reply", "auto"],
                     help="sharedPoolUpdateMode of the plugin's runs (repeatable: one plugin "
                          "run per mode and round; default: the shipped one)")
     ap.add_argument("--quick", action="store_true", help="40 shared, 2 rounds of 2 pods")
+    ap.add_argument("--keep-logs", type=Path, metavar="DIR",
+                    help="copy the plugin's and containerd's logs of each daemon into DIR")
+    ap.add_argument("--overlap", action="store_true",
+                    help="a busy node's timing: each deletion starts as soon as the shrink "
+                         "pass has moved its first shared container, each next pod as soon "
+                         "as the grow pass has (both meet a pass under way; off and back "
+                         "are not measured; not in reply mode, which has no pass)")
     ap.add_argument("--pod-spec-source", action="store_true",
                     help="the plugin with podSpecSource apiServer (a loopback fake API server)")
     args = ap.parse_args(argv)

@@ -12,8 +12,10 @@ Why this path is safe where the plugin's own NRI UpdateContainers is not: a CRI 
 containerd's NRI lock and then the Adaptation's, the same order as every other CRI call, and
 the ``runc update`` runs after both are released (docs/concepts/nri-lock-order.md). The
 runtime shows the call to the plugin as an NRI UpdateContainer, which the plugin answers at
-once from its own state, on its event loop: the calls themselves run on one worker thread of
-their own (:class:`CRIUpdater`), never on the event loop, so that answer never waits for them.
+once from its own state, on its event loop: the calls themselves run on worker threads of
+their own (:class:`CRIUpdater`), never on the event loop, so that answer never waits for them;
+each call waits first until the node's pod operations have been quiet a few tens of ms
+(bounded: :mod:`nri_cpumgr.poolsync.activity`).
 
 gRPC is grpcio, imported on the worker thread when the mode is chosen (:meth:`CRIUpdater.warm`,
 off the event loop): a plugin in another mode never loads it (its cost:
@@ -29,10 +31,12 @@ import logging
 import os
 import socket
 import stat
+import threading
 from pathlib import Path
 from typing import Any
 
 from nri_cpumgr.api import cri_pb2
+from nri_cpumgr.poolsync.activity import NodeActivity
 
 log = logging.getLogger("nri_cpumgr.poolsync")
 
@@ -40,6 +44,10 @@ log = logging.getLogger("nri_cpumgr.poolsync")
 #: package (proto/cri.proto says why they differ).
 UPDATE_METHOD = "/runtime.v1.RuntimeService/UpdateContainerResources"
 VERSION_METHOD = "/runtime.v1.RuntimeService/Version"
+#: CRI calls of one batch in flight at once: while one container's call waits for the
+#: runtime's NRI round trip to the plugin, another's ``runc update`` runs (measured at 250
+#: shared containers: docs/development/measurements.md)
+PARALLEL = 1
 #: seconds one UpdateContainerResources may take (the runtime's NRI UpdateContainer to us,
 #: then one ``runc update``: ~10 ms on an idle node)
 CALL_TIMEOUT = 10.0
@@ -87,6 +95,7 @@ class Outcome:
     gone: set[str] = dataclasses.field(default_factory=set)
     unanswered: set[str] = dataclasses.field(default_factory=set)
     error: str = ""  # why the rest was unanswered (the first transport error)
+    held: float = 0.0  # seconds the calls waited for the node's pod operations
 
 
 def take_in_flight(journal: Path) -> set[str]:
@@ -110,15 +119,24 @@ def take_in_flight(journal: Path) -> set[str]:
 
 class CRIUpdater:
     """One CRI client on ``endpoint`` (a unix socket path) and the worker thread that makes
-    its calls. :meth:`send` is awaited on the event loop; the calls run on the worker, one
-    container after the other. ``journal``: a file holding the ids of the batch under way
-    (written before its first call, removed after its last: :func:`take_in_flight`)."""
+    its calls. :meth:`send` is awaited on the event loop; the calls of a batch run on the
+    worker, ``parallel`` in flight (the worker and ``parallel - 1`` helper threads; ValueError
+    below 1), each held first while the node's pod operations go on (``activity``:
+    :class:`~nri_cpumgr.poolsync.activity.NodeActivity`, bounded; None: never held).
+    ``journal``: a file holding the ids of the batch under way (written before its first
+    call, removed after its last: :func:`take_in_flight`)."""
 
     def __init__(self, endpoint: str, timeout: float = CALL_TIMEOUT,
-                 journal: Path | None = None) -> None:
+                 journal: Path | None = None, activity: NodeActivity | None = None,
+                 parallel: int = PARALLEL) -> None:
         self.endpoint = endpoint
         self.timeout = timeout
         self.journal = journal
+        self.activity = activity
+        if parallel < 1:
+            raise ValueError(f"parallel CRI calls: {parallel}, expected at least 1")
+        self.parallel = parallel
+        self._helpers: concurrent.futures.ThreadPoolExecutor | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="cri-shared-pool")
         self._channel: Any = None
@@ -177,32 +195,73 @@ class CRIUpdater:
 
     def _update_all(self, call: Any, cpus: str, items: list[tuple[Any, ...]],
                     out: Outcome) -> Outcome:
-        grpc = self._grpc
-        for i, item in enumerate(items):
-            cid, mems = item[0], item[1]
-            req = cri_pb2.UpdateContainerResourcesRequest(container_id=cid)
-            req.linux.cpuset_cpus = cpus
-            if mems:
-                req.linux.cpuset_mems = mems
-            if len(item) > 2 and item[2] is not None:  # (a CFS quota: reconfiguration)
-                req.linux.cpu_quota = item[2]
-            self.calls += 1
-            try:
-                call(req, timeout=self.timeout, wait_for_ready=False)
-            except grpc.RpcError as e:
-                code = e.code() if hasattr(e, "code") else None
-                text = (e.details() if hasattr(e, "details") else "") or str(code)
-                if code == grpc.StatusCode.NOT_FOUND or any(
-                        w in text.lower() for w in _GONE_WORDS):
-                    out.gone.add(cid)
-                elif code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE,
-                              grpc.StatusCode.CANCELLED):
-                    out.unanswered.update(it[0] for it in items[i:])
-                    out.error = f"{code.name}: {text}" if code is not None else text
-                    return out
-                else:
-                    out.failed[cid] = f"{code.name if code is not None else '?'}: {text}"
+        """The calls of one batch, ``parallel`` in flight (this thread and helpers), each
+        after :meth:`NodeActivity.hold`. After a transport failure no further call starts;
+        the items not started count as unanswered."""
+        lock = threading.Lock()
+        state = {"next": 0, "stop": False}
+
+        def run() -> None:
+            while True:
+                with lock:
+                    i = state["next"]
+                    if state["stop"] or i >= len(items):
+                        return
+                    state["next"] = i + 1
+                # the node's pod operations first (bounded)
+                held = self.activity.hold() if self.activity is not None else 0.0
+                kind, text = self._one(call, cpus, items[i])
+                cid = items[i][0]
+                with lock:
+                    self.calls += 1
+                    out.held += held
+                    if kind == "gone":
+                        out.gone.add(cid)
+                    elif kind == "failed":
+                        out.failed[cid] = text
+                    elif kind == "unanswered":
+                        out.unanswered.add(cid)
+                        out.error = out.error or text
+                        state["stop"] = True
+
+        n = min(self.parallel, len(items))
+        if n > 1:
+            if self._helpers is None:
+                self._helpers = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=self.parallel - 1, thread_name_prefix="cri-shared-pool-helper")
+            futures = [self._helpers.submit(run) for _ in range(n - 1)]
+            run()
+            for f in futures:
+                f.result()
+        else:
+            run()
+        if state["stop"]:
+            out.unanswered.update(it[0] for it in items[state["next"]:])
         return out
+
+    def _one(self, call: Any, cpus: str, item: tuple[Any, ...]) -> tuple[str, str]:
+        """One ``UpdateContainerResources``: ``("ok", "")``, ``("gone", text)``,
+        ``("failed", "CODE: text")`` or ``("unanswered", "CODE: text")``."""
+        grpc = self._grpc
+        cid, mems = item[0], item[1]
+        req = cri_pb2.UpdateContainerResourcesRequest(container_id=cid)
+        req.linux.cpuset_cpus = cpus
+        if mems:
+            req.linux.cpuset_mems = mems
+        if len(item) > 2 and item[2] is not None:  # (a CFS quota: reconfiguration)
+            req.linux.cpu_quota = item[2]
+        try:
+            call(req, timeout=self.timeout, wait_for_ready=False)
+        except grpc.RpcError as e:
+            code = e.code() if hasattr(e, "code") else None
+            text = (e.details() if hasattr(e, "details") else "") or str(code)
+            if code == grpc.StatusCode.NOT_FOUND or any(w in text.lower() for w in _GONE_WORDS):
+                return "gone", text
+            if code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE,
+                        grpc.StatusCode.CANCELLED):
+                return "unanswered", f"{code.name}: {text}" if code is not None else text
+            return "failed", f"{code.name if code is not None else '?'}: {text}"
+        return "ok", ""
 
     def warm(self) -> None:
         """Import grpcio and open the channel on the worker thread now (returns at once), so
@@ -237,6 +296,8 @@ class CRIUpdater:
     def close(self) -> None:
         """Stop the worker (a call in flight finishes on its own) and the channel."""
         self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._helpers is not None:
+            self._helpers.shutdown(wait=False, cancel_futures=True)
         if self._channel is not None:
             try:
                 self._channel.close()

@@ -129,6 +129,7 @@ class SharedPoolSync:
         self._pass_t0: float | None = None
         self._pass_n = 0
         self._pass_calls = 0
+        self._pass_held = 0.0  # cri: seconds the pass's calls yielded to pod operations
 
     # ------------------------------------------------------------------ connection
     def connected(self, send: Sender | CRISender, target: CPUSet,
@@ -282,6 +283,7 @@ class SharedPoolSync:
             return
         if self._pass_t0 is None:
             self._pass_t0, self._pass_n, self._pass_calls = self._clock(), 0, 0
+            self._pass_held = 0.0
         if self.mode == "cri":
             await self._send_cri(send, batch)
             return
@@ -337,6 +339,7 @@ class SharedPoolSync:
         if self._send is not send:
             return  # disconnected (or reconnected) meanwhile: a Synchronize started over
         self._pass_calls += len(batch.ids) - len(out.unanswered) + (1 if out.error else 0)
+        self._pass_held += getattr(out, "held", 0.0)
         gone = set(out.gone)
         for cid in out.gone:
             if cid in self.planner.unstarted:
@@ -388,7 +391,9 @@ class SharedPoolSync:
     def _log_pass(self) -> None:
         assert self._pass_t0 is not None
         what = ("CRI UpdateContainerResources" if self.mode == "cri" else "UpdateContainers")
+        held = (f", {self._pass_held * 1e3:.0f} ms of it yielding to pod operations"
+                if self._pass_held >= 0.0005 else "")
         log.info("shared pool: %d containers moved to %s in %d %s calls "
-                 "(%.0f ms)", self._pass_n, self.planner.target, self._pass_calls, what,
-                 (self._clock() - self._pass_t0) * 1e3)
+                 "(%.0f ms%s)", self._pass_n, self.planner.target, self._pass_calls, what,
+                 (self._clock() - self._pass_t0) * 1e3, held)
         self._pass_t0 = None

@@ -52,6 +52,7 @@ from nri_cpumgr.podmodel.nri import (
     qos_from_resources,
 )
 from nri_cpumgr.poolsync import (
+    NodeActivity,
     SharedPoolSync,
     choose_update_mode,
     cri_endpoint,
@@ -122,6 +123,9 @@ class Plugin:
         #: ``(socket path) -> why it cannot be used, or None`` (nri_cpumgr.poolsync.cri.probe;
         #: tests replace it)
         self.cri_probe: Callable[[str], str | None] | None = None
+        #: when the last pod operation was answered: a ``cri`` pass holds its next call until
+        #: the node is quiet (bounded; nri_cpumgr.poolsync.activity)
+        self.pod_activity = NodeActivity()
         self._save_scheduled = False
         #: (pod, container) messages of the last Synchronize's plain shared containers whose
         #: records are still to be built (see _finish_synchronize)
@@ -472,7 +476,8 @@ class Plugin:
         if choice.mode == "cri" and self.cri is None:
             from nri_cpumgr.poolsync.cri import CRIUpdater
 
-            self.cri = CRIUpdater(endpoint, journal=self.config.state_path(CRI_JOURNAL_NAME))
+            self.cri = CRIUpdater(endpoint, journal=self.config.state_path(CRI_JOURNAL_NAME),
+                                  activity=self.pod_activity)
             self.cri.warm()  # grpcio's import and the channel, on the worker thread
         self.pool_sync.set_mode(choice.mode)
         where = f" on {endpoint}" if choice.mode == "cri" else ""
@@ -829,6 +834,8 @@ class Plugin:
     # ------------------------------------------------------------------ metrics
     def _observe(self, method: str, t0: float) -> None:
         self.metrics.observe_request(method, time.perf_counter() - t0)
+        if method not in ("UpdateContainer", "Synchronize"):  # (a pass's calls cause the former)
+            self.pod_activity.touch()  # a pod operation answered: the pass yields to it
 
     def _count(self, info: ContainerInfo, ok: bool, t0: float) -> None:
         """The kubelet's resource-manager counters for one admission."""

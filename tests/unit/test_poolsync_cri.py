@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import re
 import socket
 import threading
+import time
 from pathlib import Path
 
 import grpc
@@ -19,6 +21,7 @@ import pytest
 
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.poolsync import SharedPoolSync
+from nri_cpumgr.poolsync.activity import NodeActivity
 from nri_cpumgr.poolsync.cri import CRIUpdater, probe
 
 
@@ -98,7 +101,9 @@ def test_requests_carry_the_cpuset_only(runtime):
     finally:
         cri.close()
     assert (out.failed, out.gone, out.unanswered) == ({}, set(), set())
-    assert runtime.calls == [_expected("a", "0-1,4"), _expected("b", "0-1,4", "0")]
+    # (two calls in flight: in either order)
+    assert sorted(runtime.calls) == sorted([_expected("a", "0-1,4"),
+                                            _expected("b", "0-1,4", "0")])
 
 
 def test_gone_failed_and_unanswered(runtime):
@@ -247,3 +252,178 @@ def test_the_batch_under_way_is_journaled(runtime, tmp_path):
     assert not journal.exists() and take_in_flight(journal) == set()
     journal.write_text("a\nb\n")  # what a SIGKILL in the middle leaves
     assert take_in_flight(journal) == {"a", "b"} and not journal.exists()
+
+
+def test_calls_in_flight_at_once_are_bounded(runtime):
+    """``parallel`` calls of one batch are in the runtime at the same time, never more; with
+    1, one after the other. A call without an answer stops the batch: what had not started
+    is unanswered, what the other call got stays."""
+    lock = threading.Lock()
+    now = [0]
+    peak = [0]
+
+    def on_call(raw: bytes) -> None:
+        with lock:
+            now[0] += 1
+            peak[0] = max(peak[0], now[0])
+        threading.Event().wait(0.05)  # the runtime's work on the call
+        with lock:
+            now[0] -= 1
+
+    runtime.on_call = on_call
+    items = [(f"c{i}", "") for i in range(8)]
+    for parallel, want in ((1, 1), (2, 2), (3, 3)):
+        peak[0] = 0
+        runtime.calls.clear()
+        cri = CRIUpdater(str(runtime.path), parallel=parallel)
+        try:
+            out = cri.update_all("1", items)
+        finally:
+            cri.close()
+        assert (out.failed, out.gone, out.unanswered) == ({}, set(), set())
+        assert len(runtime.calls) == 8 and cri.calls == 8
+        assert peak[0] == want, parallel
+    with pytest.raises(ValueError):
+        CRIUpdater(str(runtime.path), parallel=0)
+
+    # c0 never answers (deadline), c1 does: c2.. never start
+    def slow(raw: bytes) -> None:
+        from nri_cpumgr.api import cri_pb2
+
+        if cri_pb2.UpdateContainerResourcesRequest.FromString(raw).container_id == "c0":
+            runtime.block.wait(2)
+        else:
+            threading.Event().wait(0.05)
+
+    runtime.on_call = slow
+    runtime.calls.clear()
+    cri = CRIUpdater(str(runtime.path), timeout=0.5, parallel=2)
+    try:
+        out = cri.update_all("1", items)
+    finally:
+        runtime.block.set()
+        cri.close()
+    assert "c0" in out.unanswered and out.error.startswith("DEADLINE_EXCEEDED")
+    started = {cri_pb2_id(raw) for raw in runtime.calls}
+    assert out.unanswered == {"c0"} | {c for c, _ in items if c not in started}
+    assert started - {"c0"}, "the other call went on while c0 waited"
+    assert not (started - {"c0"}) & out.unanswered
+
+
+def cri_pb2_id(raw: bytes) -> str:
+    from nri_cpumgr.api import cri_pb2
+
+    return cri_pb2.UpdateContainerResourcesRequest.FromString(raw).container_id
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 100.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.slept.append(round(s, 6))
+        self.t += s
+
+
+def test_node_activity_holds_until_quiet_and_no_longer_than_its_bound():
+    clock = FakeClock()
+    act = NodeActivity(quiet=0.03, max_hold=0.1, clock=clock, sleep=clock.sleep)
+    assert act.hold() == 0.0 and clock.slept == []  # nothing happened yet
+    act.touch()
+    clock.t += 0.01
+    assert act.hold() == pytest.approx(0.02)  # held until 30 ms after the operation
+    assert act.hold() == 0.0  # quiet now
+    clock.t += 1
+    act.touch()
+    assert act.hold() == pytest.approx(0.03)
+    assert (act.held_calls, act.held) == (2, pytest.approx(0.05))
+
+    # an operation every 20 ms without end: each call waits its bound, then goes
+    def sleep(s: float) -> None:
+        clock.sleep(s)
+        act.last = clock.t - 0.001  # another pod operation meanwhile
+
+    act = NodeActivity(quiet=0.03, max_hold=0.1, clock=clock, sleep=sleep)
+    act.touch()
+    assert act.hold() == pytest.approx(0.1)
+    assert act.hold() == pytest.approx(0.1)
+    off = NodeActivity(max_hold=0, clock=clock, sleep=sleep)  # turned off
+    off.touch()
+    assert off.hold() == 0.0
+
+
+def test_a_call_waits_for_the_pod_operation_of_the_moment(runtime):
+    """The worker holds each call while pod operations go on (the plugin touches the
+    activity when it answers one), bounded: under a storm of operations the batch still
+    ends, each call at most ``max_hold`` late."""
+    at: list[float] = []
+    runtime.on_call = lambda raw: at.append(time.monotonic())
+    act = NodeActivity(quiet=0.3, max_hold=2.0)
+    cri = CRIUpdater(str(runtime.path), activity=act, parallel=1)
+    try:
+        cri.update_all("1", [("warm", "")])  # (the channel opened)
+        at.clear()
+        act.touch()
+        t0 = time.monotonic()
+        out = cri.update_all("1", [("a", "")])
+        assert not out.unanswered and len(at) == 1
+        assert at[0] - t0 >= 0.29  # after the quiet period
+        # a storm: an operation every 10 ms for 1.5 s; calls held at most 0.1 s each
+        act.quiet, act.max_hold = 0.05, 0.1
+        stop = threading.Event()
+
+        def storm() -> None:
+            while not stop.is_set():
+                act.touch()
+                stop.wait(0.01)
+
+        th = threading.Thread(target=storm)
+        th.start()
+        at.clear()
+        t0 = time.monotonic()
+        try:
+            out = cri.update_all("1", [(f"s{i}", "") for i in range(5)])
+        finally:
+            stop.set()
+            th.join()
+        took = time.monotonic() - t0
+        assert len(at) == 5 and not out.unanswered
+        assert 0.45 <= took < 2.5  # each call held ~0.1 s: never starved, never skipped
+    finally:
+        cri.close()
+
+
+def test_the_pass_says_how_long_it_yielded(runtime, caplog):
+    """The pass's log line says how long its calls waited for pod operations (none: not
+    said)."""
+    import logging
+
+    async def main(touch: bool) -> None:
+        act = NodeActivity(quiet=0.2, max_hold=1.0)
+        cri = CRIUpdater(str(runtime.path), activity=act, parallel=1)
+        sync = SharedPoolSync(shrink_delay=0.05, grow_delay=0.05, quiet=0.01, mode="cri")
+        old = CPUSet.parse("0-3")
+        sync.connected(cri.send, old, {"a": (old, ""), "b": (old, "")})
+        if touch:
+            act.touch()  # a pod operation was just answered
+        sync.set_target(CPUSet.parse("0-1"))
+        for _ in range(200):
+            await asyncio.sleep(0.02)
+            if "containers moved" in caplog.text:
+                break
+        cri.close()
+        sync.close()
+
+    with caplog.at_level(logging.INFO, logger="nri_cpumgr.poolsync"):
+        asyncio.run(asyncio.wait_for(main(False), 20))
+        assert "2 containers moved to 0-1 in 2 CRI UpdateContainerResources calls (" \
+            in caplog.text and "yielding" not in caplog.text
+        caplog.clear()
+        asyncio.run(asyncio.wait_for(main(True), 20))
+    got = re.search(r"2 CRI UpdateContainerResources calls \(\d+ ms, (\d+) ms of it "
+                    r"yielding to pod operations\)", caplog.text)
+    assert got and 100 <= int(got.group(1)) <= 1000, caplog.text

@@ -293,3 +293,33 @@ def test_no_checkpoint_is_written_before_a_runtime_configures_the_plugin(workdir
 
     run(workdir, body)
     assert Checkpoint(state / CHECKPOINT_NAME).load()["policyName"] == "static"
+
+
+def test_pod_operations_mark_the_node_busy_for_the_cri_pass(workdir):
+    """The answer to a pod operation (create, stop, a state change) touches the node's
+    activity, which a cri pass's calls wait on (nri_cpumgr.poolsync.activity); the
+    UpdateContainer that each of the pass's own calls causes does not (or a pass would
+    hold itself up)."""
+    async def body(conn, plugin):
+        await conn.handshake()
+        act = plugin.pod_activity
+        g = ctr("g", 1000)
+        seen = []
+        for method, req, resp in (
+            ("CreateContainer", nri_pb2.CreateContainerRequest(pod=pod("g"), container=g),
+             nri_pb2.CreateContainerResponse),
+            ("UpdateContainer", nri_pb2.UpdateContainerRequest(pod=pod("g"), container=g),
+             nri_pb2.UpdateContainerResponse),
+            ("StopContainer", nri_pb2.StopContainerRequest(pod=pod("g"), container=g),
+             nri_pb2.StopContainerResponse),
+            ("StateChange", nri_pb2.StateChangeEvent(event=nri_pb2.REMOVE_CONTAINER,
+                                                     pod=pod("g"), container=g),
+             nri_pb2.Empty),
+        ):
+            act.last = float("-inf")
+            await conn.call(method, req, resp)
+            seen.append((method, act.last > float("-inf")))
+        assert seen == [("CreateContainer", True), ("UpdateContainer", False),
+                        ("StopContainer", True), ("StateChange", True)]
+
+    run(workdir, body)
