@@ -727,9 +727,11 @@ def _verdict(e: dict[str, Any]) -> str:
 #: pod's spec and admits each pod whole (the deployed DaemonSet's pod watch), or NRI alone
 MODES = ("as-deployed", "nri-alone")
 #: the documented classes NRI imposes (one container at a time, no init containers named):
-#: they explain a difference only in ``nri-alone`` mode
+#: they explain a difference only in ``nri-alone`` mode. ``memory-extend-hint`` is the
+#: plugin's choice on that path only (a pod met container by container is refused at
+#: admission rather than half admitted); a pod admitted whole gets the kubelet's answer
 NRI_IMPOSED = frozenset({"shared-before-exclusive", "finished-init-released",
-                         "pod-scope-one-at-a-time"})
+                         "pod-scope-one-at-a-time", "memory-extend-hint"})
 
 
 def load_known() -> list[dict[str, Any]]:

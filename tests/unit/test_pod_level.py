@@ -313,7 +313,7 @@ def test_the_container_manager_has_what_the_pod_level_managers_use():
     assert attrs == {"policy", "state", "memory", "tm", "cpu_provider", "devices", "static",
                      "containers", "owner", "whole_pod_admission"}
     assert methods == {"shared_pool", "row_changed", "track", "untrack", "pod_containers",
-                       "mems"}
+                       "mems", "kubelet_memory_hints"}
     for name in attrs:
         assert hasattr(m, name) and not callable(getattr(m, name)), name
     for name in methods:

@@ -55,6 +55,7 @@ from nri_cpumgr.cm.records import (
     Tracked,
     admission_text,
     kubelet_admission_text,
+    memory_unsatisfiable_text,
 )
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.podmodel import ContainerSpec, Pod, QOSClass
@@ -408,7 +409,15 @@ class PodLevelManager:
         key = (uid, POD_ENTRY)
         if device_numa:
             cm.devices.current[key] = frozenset(device_numa)
-        result = cm.tm.admit(pod)
+        unsatisfiable: list[str] = []
+        if info.pod_spec is not None and cm.whole_pod_admission:
+            # the pod's spec known, its totals admitted as one (nothing half admitted): the
+            # kubelet's answer where no NUMA set holds the pod's memory (no preference, then
+            # the Allocate failure), as for a pod admitted whole
+            with cm.kubelet_memory_hints() as unsatisfiable:
+                result = cm.tm.admit(pod)
+        else:
+            result = cm.tm.admit(pod)
         allocated = cm.cpu_provider.allocated.get(key)
         cm.cpu_provider.allocated.clear()
         if not result.admit or smt_error is not None:
@@ -416,6 +425,9 @@ class PodLevelManager:
             if cm.memory is not None:
                 cm.memory.policy.remove_container(cm.memory.state, uid, POD_ENTRY)
             cm.devices.current.pop(key, None)
+            if unsatisfiable:
+                log.info("pod %s/%s: %s", info.namespace, info.pod_name,
+                         memory_unsatisfiable_text(unsatisfiable, cm.tm.policy_name))
             if not result.admit and result.reason == ERROR_TOPOLOGY_AFFINITY:
                 # the kubelet's PodLevelTopologyAffinityError texts (scope_pod.go
                 # admitUsingPodResources, scope_container.go Admit, v1.37.2)
