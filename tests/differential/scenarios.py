@@ -1141,38 +1141,53 @@ def _whole_cores(s: dict[str, Any], cpus: set[int]) -> bool:
     return all(threads[core[c]] <= cpus for c in cpus if c in core)
 
 
-_FLOOR_CACHE: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+_COUNTERFACTUAL_CACHE: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any]]] = {}
 
 
-def _floor_answers(s: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The plugin's answer to ``s`` as it is (with the affinity floor of PR #139456) and with
-    ``StaticPolicy.affinity_floor`` off (the kubelet v1.37.2's distributed take)."""
+def _set_floor(on: bool) -> None:
     from nri_cpumgr.cm.cpumanager.policy_static import StaticPolicy
 
-    key = json.dumps(s, sort_keys=True)
-    if key not in _FLOOR_CACHE:
+    StaticPolicy.affinity_floor = on
+
+
+def _set_socket_combo(on: bool) -> None:
+    from nri_cpumgr.cm.cpumanager import cpu_assignment
+
+    cpu_assignment.ALIGN_BY_SOCKET_KEEPS_CHOSEN_COMBO = on
+
+
+#: the newer upstream fixes the plugin follows that a switch can turn off, for the
+#: counterfactual evidence: the affinity floor of PR #139456 (``StaticPolicy.affinity_floor``)
+#: and the NUMA combination chosen under align-by-socket (PR #139778's intent, against
+#: #141237's kept Go slice: ``cpu_assignment.ALIGN_BY_SOCKET_KEEPS_CHOSEN_COMBO``)
+_SWITCHES: dict[str, Callable[[bool], None]] = {
+    "floor": _set_floor, "socket-combo": _set_socket_combo}
+
+
+def _counterfactual_answers(s: dict[str, Any], fix: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The plugin's answer to ``s`` as it is and with the newer upstream fix ``fix``
+    (:data:`_SWITCHES`) off (the kubelet v1.37.2's rule)."""
+    key = (fix, json.dumps(s, sort_keys=True))
+    if key not in _COUNTERFACTUAL_CACHE:
         on = plugin(s)
-        StaticPolicy.affinity_floor = False
+        _SWITCHES[fix](False)
         try:
             off = plugin(s)
         finally:
-            StaticPolicy.affinity_floor = True
-        if len(_FLOOR_CACHE) > 8:
-            _FLOOR_CACHE.clear()
-        _FLOOR_CACHE[key] = (on, off)
-    return _FLOOR_CACHE[key]
+            _SWITCHES[fix](True)
+        if len(_COUNTERFACTUAL_CACHE) > 8:
+            _COUNTERFACTUAL_CACHE.clear()
+        _COUNTERFACTUAL_CACHE[key] = (on, off)
+    return _COUNTERFACTUAL_CACHE[key]
 
 
-def _floor_only(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]]) -> bool:
-    """Difference ``d`` is the affinity floor's alone (PR #139456): under
-    distribute-cpus-across-numa and a Topology Manager policy other than none, the plugin's
-    answer at ``d`` is what it decides with the floor, and with the floor off it decides
-    what the kubelet did there (the same container's or pod's value at the same event)."""
-    cfg = s.get("config", {})
-    if ("distribute-cpus-across-numa" not in (cfg.get("cpuManagerPolicyOptions") or {})
-            or cfg.get("topologyManagerPolicy", "none") == "none" or d.get("event") is None):
+def _fix_only(s: dict[str, Any], d: dict[str, Any], fix: str) -> bool:
+    """Difference ``d`` is the newer upstream fix ``fix``'s alone: the plugin's answer at
+    ``d`` is what it decides with the fix, and with the fix off it decides what the kubelet
+    did there (the same container's or pod's value at the same event)."""
+    if d.get("event") is None:
         return False
-    on, off = _floor_answers(s)
+    on, off = _counterfactual_answers(s, fix)
     i = d["event"]
     if len(on.get("events") or []) <= i or len(off.get("events") or []) <= i:
         return False
@@ -1185,6 +1200,30 @@ def _floor_only(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]
     return (bool(ke) and bool(pe) and not differs(on["events"][i], pe)
             and differs(on["events"][i], off["events"][i])
             and not differs(ke, off["events"][i]))
+
+
+def _floor_only(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]]) -> bool:
+    """Difference ``d`` is the affinity floor's alone (PR #139456): under
+    distribute-cpus-across-numa and a Topology Manager policy other than none, with the
+    floor off the plugin decides what the kubelet did there (:func:`_fix_only`)."""
+    cfg = s.get("config", {})
+    if ("distribute-cpus-across-numa" not in (cfg.get("cpuManagerPolicyOptions") or {})
+            or cfg.get("topologyManagerPolicy", "none") == "none"):
+        return False
+    return _fix_only(s, d, "floor")
+
+
+def _socket_combo_only(s: dict[str, Any], d: dict[str, Any],
+                       diffs: list[dict[str, Any]]) -> bool:
+    """Difference ``d`` is #141237's alone: under distribute-cpus-across-numa and
+    align-by-socket, with the kubelet v1.37.2's kept Go slice (the chosen NUMA combination
+    overwritten by those visited after it) the plugin decides what the kubelet did there
+    (:func:`_fix_only`; seed 403245: no combination in one socket, the chosen one's nodes
+    1-4 against the kubelet's 1-3 and 7)."""
+    opts = s.get("config", {}).get("cpuManagerPolicyOptions") or {}
+    if "distribute-cpus-across-numa" not in opts or "align-by-socket" not in opts:
+        return False
+    return _fix_only(s, d, "socket-combo")
 
 
 def _fewer_sockets(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]]) -> bool:
@@ -1229,6 +1268,7 @@ EVIDENCE: dict[str, Evidence] = {
     "kubelet-counts-a-held-cpu": _counts_a_held_cpu,
     "floor-only": _floor_only,
     "plugin-fewer-sockets": _fewer_sockets,
+    "socket-combo-only": _socket_combo_only,
 }
 
 
