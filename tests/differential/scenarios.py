@@ -1156,12 +1156,21 @@ def _set_socket_combo(on: bool) -> None:
     cpu_assignment.ALIGN_BY_SOCKET_KEEPS_CHOSEN_COMBO = on
 
 
+def _set_strict_last_cpu(on: bool) -> None:
+    from nri_cpumgr.cm.cpumanager.policy_static import StaticPolicy
+
+    StaticPolicy.strict_keeps_last_cpu = on
+
+
 #: the newer upstream fixes the plugin follows that a switch can turn off, for the
 #: counterfactual evidence: the affinity floor of PR #139456 (``StaticPolicy.affinity_floor``)
 #: and the NUMA combination chosen under align-by-socket (PR #139778's intent, against
-#: #141237's kept Go slice: ``cpu_assignment.ALIGN_BY_SOCKET_KEEPS_CHOSEN_COMBO``)
+#: #141237's kept Go slice: ``cpu_assignment.ALIGN_BY_SOCKET_KEEPS_CHOSEN_COMBO``); and the
+#: refusal of the last non-reserved CPU under strict-cpu-reservation (#141196, open PR
+#: #141197: ``StaticPolicy.strict_keeps_last_cpu``)
 _SWITCHES: dict[str, Callable[[bool], None]] = {
-    "floor": _set_floor, "socket-combo": _set_socket_combo}
+    "floor": _set_floor, "socket-combo": _set_socket_combo,
+    "strict-last-cpu": _set_strict_last_cpu}
 
 
 def _counterfactual_answers(s: dict[str, Any], fix: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -1211,6 +1220,19 @@ def _floor_only(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]
             or cfg.get("topologyManagerPolicy", "none") == "none"):
         return False
     return _fix_only(s, d, "floor")
+
+
+def _strict_last_cpu_only(s: dict[str, Any], d: dict[str, Any],
+                          diffs: list[dict[str, Any]]) -> bool:
+    """Difference ``d`` is the strict reservation's last CPU alone (#141196): under
+    strict-cpu-reservation, with the plugin's refusal of a take that empties the shared
+    pool off, the plugin decides what the kubelet did there (:func:`_fix_only`; seed 600169:
+    the kubelet gives a pod's second container the last CPUs and refuses its third with its
+    own numbers, the plugin refuses the second)."""
+    opts = s.get("config", {}).get("cpuManagerPolicyOptions") or {}
+    if "strict-cpu-reservation" not in opts:
+        return False
+    return _fix_only(s, d, "strict-last-cpu")
 
 
 def _socket_combo_only(s: dict[str, Any], d: dict[str, Any],
@@ -1269,6 +1291,7 @@ EVIDENCE: dict[str, Evidence] = {
     "floor-only": _floor_only,
     "plugin-fewer-sockets": _fewer_sockets,
     "socket-combo-only": _socket_combo_only,
+    "strict-last-cpu-only": _strict_last_cpu_only,
 }
 
 
