@@ -845,8 +845,10 @@ def _explained(s: dict[str, Any], d: dict[str, Any], known: list[dict[str, Any]]
 
 
 _NOT_ENOUGH = re.compile(r"requested=(\d+), available=(\d+)")
+#: the kubelet's admission reasons (NUMAAllocationViolationError is no admission type in
+#: v1.37.2: its pods are refused as UnexpectedAdmissionError, seed 964)
 _TYPED = ("TopologyAffinityError", "SMTAlignmentError", "UnexpectedAdmissionError",
-          "NUMAAllocationViolationError")
+          "EmptyPodSharedPoolError")
 Evidence = Callable[[dict[str, Any], dict[str, Any], list[dict[str, Any]]], bool]
 
 
@@ -972,7 +974,7 @@ def _init_held(s: dict[str, Any], d: dict[str, Any]) -> set[int] | None:
             if c.get("exclusive"):
                 held |= _cpus(c.get("cpus", ""))
             pinned = pinned or bool(c.get("mems"))
-    if not held and not pinned and d["kind"] == "reason":
+    if not held and not pinned and d["kind"] in ("reason", "message"):
         # refused by both: the pod's spec says what its init containers would hold
         static_mm = s.get("config", {}).get("memoryManagerPolicy") == "Static"
         spec = _spec(s, d)
@@ -1017,7 +1019,7 @@ def _within_init(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any
             c["name"] in init and c.get("mems")
             for c in _answer_event(s, d, "kubelet").get("containers") or []) and _numas(
             s, mine.get("cpus", "") if mine.get("exclusive") else "") <= p
-    return d["kind"] in ("admission", "reason")
+    return d["kind"] in ("admission", "reason", "message")
 
 
 def _later_sibling_takes(s: dict[str, Any], d: dict[str, Any],
