@@ -770,6 +770,22 @@ def classify(s: dict[str, Any], diffs: list[dict[str, Any]],
                 and o["kind"] in ("admission", "cpus", "pod-cpus", "exclusive")
                 for o, c in zip(diffs, out, strict=True)):
             out[n] = CONSEQUENCE
+    if not as_deployed:
+        # container by container, a container's CPUs or mems at the event where an earlier
+        # container of its pod got other CPUs for a documented reason: it was decided on
+        # another free set (seeds 150, 636: a sidecar placed before the pod's hints were
+        # merged, the app container after it)
+        for n, d in enumerate(diffs):
+            if out[n] is None and d["kind"] in ("cpus", "mems") and "/" in str(d["what"]):
+                pod, _, name = str(d["what"]).partition("/")
+                order = _container_names(_spec(s, d))
+                before = set(order[:order.index(name)]) if name in order else set()
+                if any(o["kind"] == "cpus" and c not in (None, CONSEQUENCE)
+                       and o.get("event") == d.get("event")
+                       and str(o["what"]).partition("/")[0] == pod
+                       and str(o["what"]).partition("/")[2] in before
+                       for o, c in zip(diffs, out, strict=True)):
+                    out[n] = CONSEQUENCE
     if as_deployed:
         # admitted whole, a shared container starts on the shared pool after its pod's
         # admission: at an event with another difference (an exclusive container's CPUs,
@@ -999,7 +1015,13 @@ def _within_init(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any
     k, p = _cpus(d["kubelet"]), _cpus(d["plugin"])
     if d["kind"] == "cpus":
         name = str(d["what"]).partition("/")[2]
-        return (name not in init and bool(k & held) and bool(k - p) and k - p <= held
+        if name in init:  # a later init container reuses the earlier ones' CPUs only
+            order = _container_names(_spec(s, d))
+            earlier = set(order[:order.index(name)]) & init if name in order else set()
+            held = set().union(*(
+                _cpus(c.get("cpus", "")) for c in _answer_event(s, d, "kubelet").get(
+                    "containers") or [] if c["name"] in earlier and c.get("exclusive")))
+        return (bool(k & held) and bool(k - p) and k - p <= held
                 and _whole_cores(s, p))
     if d["kind"] == "shared-pool":
         ke, pe = _answer_event(s, d, "kubelet"), _answer_event(s, d, "plugin")
@@ -1132,12 +1154,17 @@ def _whole_cores(s: dict[str, Any], cpus: set[int]) -> bool:
     """A take of a count of CPUs that whole cores can make is whole cores (what the
     kubelet's packed take gives from free cores): on a machine with SMT, when the count is
     a multiple of the threads per core, every core touched is in it whole."""
+    try:  # (reserved CPUs are never taken: a core is whole without them)
+        reserved = _cpus(str(s.get("config", {}).get("reservedSystemCPUs") or ""))
+    except ValueError:
+        reserved = set()
     core: dict[int, tuple[int, int]] = {int(r["cpu"]): (int(r["socket"]), int(r["core"]))
-                                        for r in s["machine"]["cpus"]}
+                                        for r in s["machine"]["cpus"]
+                                        if int(r["cpu"]) not in reserved}
     threads: dict[tuple[int, int], set[int]] = collections.defaultdict(set)
     for c, k in core.items():
         threads[k].add(c)
-    smt = max(len(v) for v in threads.values())
+    smt = max((len(v) for v in threads.values()), default=1)
     if smt == 1 or len(cpus) % smt:
         return True
     return all(threads[core[c]] <= cpus for c in cpus if c in core)
