@@ -15,7 +15,11 @@ from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
 from nri_cpumgr.cm.container_manager import ContainerManager
 from nri_cpumgr.cm.cpumanager import CPUManagerState, NonePolicy, StaticPolicy
 from nri_cpumgr.cm.cpumanager.errors import InvalidPolicyOptionError
-from nri_cpumgr.cm.cpumanager.policy_options import ALL_OPTIONS
+from nri_cpumgr.cm.cpumanager.policy_options import (
+    ALL_OPTIONS,
+    STRICT_CPU_RESERVATION,
+    parse_bool,
+)
 from nri_cpumgr.cm.memorymanager.config import MemoryReservation, new_manager
 from nri_cpumgr.cm.memorymanager.manager import MemoryManager
 from nri_cpumgr.cm.memorymanager.state import MemoryState
@@ -30,9 +34,19 @@ log = logging.getLogger("nri_cpumgr.plugin")
 
 
 def check_reserved_cpus(config: Config, machine: Machine) -> None:
-    """reservedSystemCPUs must name CPUs of this machine and leave at least one CPU
-    unreserved. The kubelet fails such a list only later, when the static policy is
-    built; here the error names the key, for the start-up config and the runtime's alike.
+    """reservedSystemCPUs must name CPUs of this machine, and a reservation may not exceed
+    the machine (the kubelet fails both, the second when the static policy is built:
+    "unable to reserve the required amount of CPUs"; here the error names the key, for the
+    start-up config and the runtime's alike).
+
+    A reservation of every CPU is the kubelet's to decide (policy_static.go NewStaticPolicy
+    and validateState, v1.37.2): it starts, the shared pool is every CPU (the reserved
+    ones), every container runs there and each container asking for exclusive CPUs is
+    refused by the CPU manager (not enough CPUs, or the Topology Manager's or SMT
+    alignment's error first); so does the plugin, with a warning. Except under
+    ``strict-cpu-reservation``: the kubelet's shared pool is then empty from the start, a
+    state it cannot enforce (a shared container gets no cpuset at all and runs on the
+    reserved CPUs; kubernetes #141196, open): refused here.
     Raises :class:`ConfigError`."""
     if config.cpuManagerPolicy != "static":
         return
@@ -44,11 +58,26 @@ def check_reserved_cpus(config: Config, machine: Machine) -> None:
             f"invalid config: reservedSystemCPUs {config.reservedSystemCPUs!r}: CPU(s) "
             f"{outside} not on this machine (CPUs {online})")
     count = len(reserved) if reserved else config.reserved_cpu_count()
-    if count >= len(online):
+    if count > len(online):
         raise ConfigError(
-            f"invalid config: reservedSystemCPUs/kubeReserved/systemReserved reserve {count} "
-            f"of the machine's {len(online)} CPUs: no CPU would be left for exclusive "
-            "allocation; reserve fewer")
+            f"invalid config: kubeReserved/systemReserved reserve {count} CPUs, the machine "
+            f"has {len(online)}; reserve fewer")
+    if count < len(online):
+        return
+    try:
+        strict = parse_bool(config.cpuManagerPolicyOptions.get(STRICT_CPU_RESERVATION, "false"))
+    except ValueError:
+        return  # (the option's own check says so)
+    if strict:
+        raise ConfigError(
+            f"invalid config: reservedSystemCPUs/kubeReserved/systemReserved reserve all "
+            f"{len(online)} CPUs under strict-cpu-reservation: the shared pool would be "
+            "empty (the kubelet then gives shared containers no cpuset at all, kubernetes "
+            "#141196); reserve fewer")
+    log.warning(
+        "reservedSystemCPUs/kubeReserved/systemReserved reserve all %d CPUs: every container "
+        "runs on them and every container asking for exclusive CPUs is refused, as the "
+        "kubelet's static policy does", len(online))
 
 
 def build_policy(config: Config, machine: Machine) -> StaticPolicy | NonePolicy:

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Differential run: seeded random scenarios through the kubelet oracle and the plugin.
 
-    scripts/differential.py [-n N | --minutes M] [--seed S] [--mode MODE] [--oracle PATH]
-                            [--json] [--log FILE.jsonl]
+    scripts/differential.py [-n N | --minutes M] [--seed S | --seed-list S,S,...|@FILE]
+                            [--mode MODE] [--oracle PATH] [--json] [--log FILE.jsonl]
     scripts/differential.py --replay FILE.json     (one scenario: both answers, the diff)
 
 --mode: ``as-deployed`` (default: the plugin knows every pod's spec, as the deployed
@@ -77,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--minutes", type=float, default=0.0,
                     help="run for this long instead of -n")
     ap.add_argument("--seed", type=int, default=1, help="first seed (then seed+1, ...)")
+    ap.add_argument("--seed-list", help="run these seeds instead (comma-separated, or @FILE "
+                    "with one per line): e.g. those of a long run a later change may affect")
     ap.add_argument("--mode", choices=S.MODES, default=S.MODES[0],
                     help="what the plugin knows of each pod (default: %(default)s)")
     ap.add_argument("--oracle", help="the kubelet-oracle binary (default: make oracle's)")
@@ -95,7 +97,12 @@ def main(argv: list[str] | None = None) -> int:
             k, p = both(oracle, s)
             print(json.dumps({"kubelet": k, "plugin": p, "diff": S.compare(k, p, s)}, indent=1))
             return 0
-        n = args.n or (0 if args.minutes else 200)
+        seeds: list[int] | None = None
+        if args.seed_list:
+            text = (Path(args.seed_list[1:]).read_text() if args.seed_list.startswith("@")
+                    else args.seed_list)
+            seeds = [int(x) for x in text.replace(",", " ").split()]
+        n = len(seeds) if seeds is not None else args.n or (0 if args.minutes else 200)
         deadline = time.monotonic() + args.minutes * 60 if args.minutes else None
         known = S.load_known()
         counts: dict[str, collections.Counter[str]] = {
@@ -109,8 +116,12 @@ def main(argv: list[str] | None = None) -> int:
         log = open(args.log, "a") if args.log else None  # noqa: SIM115 - closed below
         t0 = time.monotonic()
         done = 0
-        seed = args.seed
+        seed = seeds[0] if seeds else args.seed
         while (done < n) if not deadline else (time.monotonic() < deadline):
+            if seeds is not None:
+                if done >= len(seeds):
+                    break
+                seed = seeds[done]
             s = S.generate(seed)
             s["mode"] = args.mode
             k, p = both(oracle, s)
@@ -150,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
             seed += 1
         secs = time.monotonic() - t0
         summary = {
-            "mode": args.mode, "scenarios": done, "seeds": [args.seed, seed - 1],
+            "mode": args.mode, "scenarios": done,
+            "seeds": seeds if seeds is not None else [args.seed, seed - 1],
             "seconds": round(secs, 1),
             "per_minute": round(done / secs * 60, 1) if secs else None,
             "kubernetes": k.get("kubernetes") if done else None,
@@ -164,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             print(json.dumps(summary, indent=1))
         else:
-            print(f"{done} scenarios, mode {args.mode} (seeds {args.seed}..{seed - 1}) in "
+            which = (f"{len(seeds)} listed seeds" if seeds is not None
+                     else f"seeds {args.seed}..{seed - 1}")
+            print(f"{done} scenarios, mode {args.mode} ({which}) in "
                   f"{secs:.0f} s "
                   f"({summary['per_minute']}/min), kubelet {summary['kubernetes']}")
             print(f"{'area':22} {'agree':>7} {'documented':>11} {'MISMATCH':>9} "

@@ -31,9 +31,10 @@ Life cycle (kubelet semantics, cpu_manager.go and policy_static.go):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from nri_cpumgr.cm.cpumanager import CPUManagerState, NonePolicy, StaticPolicy
@@ -45,6 +46,7 @@ from nri_cpumgr.cm.records import (
     Tracked,
     admission_text,
     kubelet_admission_text,
+    memory_unsatisfiable_text,
 )
 from nri_cpumgr.cm.topologymanager import (
     ERROR_TOPOLOGY_AFFINITY,
@@ -69,11 +71,15 @@ class PodAdmission:
     spec). ``refused``: the kubelet's refusal text (``"<Reason>: <message>"``) every
     container of the pod gets, None when admitted; ``containers``: every init and app
     container's name; ``pinned``: those the admission gave exclusive CPUs or memory (their
-    decisions are the managers' state entries)."""
+    decisions are the managers' state entries); ``unsatisfiable``: for a refused pod, the
+    containers (``""``: the pod, pod scope) whose memory no NUMA node set could hold under
+    restricted / single-numa-node (the kubelet admits those without a memory preference and
+    fails in Allocate: the plugin's explanation, beside the kubelet's text)."""
 
     refused: str | None
     containers: frozenset[str]
     pinned: frozenset[str] = frozenset()
+    unsatisfiable: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"containers": sorted(self.containers)}
@@ -81,6 +87,8 @@ class PodAdmission:
             out["refused"] = self.refused
         if self.pinned:
             out["pinned"] = sorted(self.pinned)
+        if self.unsatisfiable:
+            out["memoryUnsatisfiable"] = list(self.unsatisfiable)
         return out
 
     @classmethod
@@ -91,7 +99,8 @@ class PodAdmission:
         refused = doc.get("refused")
         return cls(str(refused) if refused is not None else None,
                    frozenset(str(n) for n in doc["containers"]),
-                   frozenset(str(n) for n in doc.get("pinned") or ()))
+                   frozenset(str(n) for n in doc.get("pinned") or ()),
+                   tuple(str(n) for n in doc.get("memoryUnsatisfiable") or ()))
 
 
 #: :meth:`ContainerManager.synchronize`'s ``plain`` containers: (container id, pod uid,
@@ -144,8 +153,9 @@ class ContainerManager:
         self.tm = topology_manager if topology_manager is not None else TopologyManager("none")
         self.cpu_provider = CPUProvider(policy, state, self.tm)
         self.tm.add_hint_provider(self.cpu_provider)
-        if memory is not None:
-            self.tm.add_hint_provider(MemoryProvider(memory, self.tm))
+        self.memory_provider = MemoryProvider(memory, self.tm) if memory is not None else None
+        if self.memory_provider is not None:
+            self.tm.add_hint_provider(self.memory_provider)
         nodes = numa_nodes if numa_nodes is not None else tuple(policy.topology.numa_nodes())
         self.devices = DeviceProvider(nodes)
         self.tm.add_hint_provider(self.devices)
@@ -366,6 +376,27 @@ class ContainerManager:
         return not (self.memory is not None
                     and self.memory.state.get_memory_assignments().get(info.pod_uid))
 
+    @contextlib.contextmanager
+    def kubelet_memory_hints(self) -> Iterator[list[str]]:
+        """Within: the Memory Manager's hints as the kubelet answers them (an empty map, "no
+        preference", where no NUMA set holds a container's memory), as a pod admitted whole
+        gets them; the list yielded names, once the block ends, those containers (``""``:
+        the pod, pod scope). Outside: the container-by-container rule (refused at admission,
+        :class:`~nri_cpumgr.cm.providers.MemoryProvider`)."""
+        found: list[str] = []
+        mp = self.memory_provider
+        if mp is None:
+            yield found
+            return
+        mp.refuse_unsatisfiable = False
+        mp.unsatisfiable.clear()
+        try:
+            yield found
+        finally:
+            mp.refuse_unsatisfiable = True
+            found.extend(dict.fromkeys(mp.unsatisfiable))
+            mp.unsatisfiable.clear()
+
     def _refusal_text(self, pod: Pod, reason: str, message: str, whole: bool = True) -> str:
         """A Topology Manager refusal's text (``reason: message``, or the message alone
         when not ``whole``): under container scope, for a pod with pod-level resources and
@@ -401,7 +432,11 @@ class ContainerManager:
         names = frozenset(c.name for c in pod.init_containers + pod.containers)
         if device_numa:
             self.devices.current[info.key] = frozenset(device_numa)
-        result = self.tm.admit(pod)
+        # the pod is admitted or refused as one: the kubelet's answer where no NUMA set
+        # holds a memory request (no preference, then the Allocate failure), not the
+        # plugin's refusal at admission of the container-by-container path
+        with self.kubelet_memory_hints() as unsatisfiable:
+            result = self.tm.admit(pod)
         self.cpu_provider.allocated.clear()
         uid = pod.uid
         if not result.admit:
@@ -414,8 +449,11 @@ class ContainerManager:
             text = kubelet_admission_text(
                 result.reason, self._refusal_text(pod, result.reason, result.message, False),
                 result.error)
-            rec = PodAdmission(text, names)
+            rec = PodAdmission(text, names, unsatisfiable=tuple(unsatisfiable))
             log.info("pod %s/%s refused at admission: %s", info.namespace, info.pod_name, text)
+            if unsatisfiable:
+                log.info("pod %s/%s: %s", info.namespace, info.pod_name,
+                         memory_unsatisfiable_text(unsatisfiable, self.tm.policy_name))
         else:
             held = set(self.state.assignments.get(uid, ()))
             if self.memory is not None:

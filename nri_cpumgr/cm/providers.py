@@ -68,6 +68,14 @@ class MemoryProvider:
     list for every requested memory type instead ("cannot be satisfied"), so the pod is
     refused at admission with a TopologyAffinityError before any manager allocates.
     best-effort and none keep the kubelet's answer (they admit whatever the hints say).
+
+    That refusal is for the container-by-container path (NRI alone), where admitting a
+    pod the Memory Manager fails later would leave it half admitted. A pod admitted whole
+    (its spec known) is admitted or refused as one, so nothing is half admitted: there the
+    container manager sets :attr:`refuse_unsatisfiable` off and the kubelet's answer
+    stands (no preference, then the Allocate failure), with its reason and text;
+    :attr:`unsatisfiable` then names the containers (or the pod, ``""``) for which no NUMA
+    set could hold the memory, for the plugin's own log and explain output.
     """
 
     #: Topology Manager policies that refuse a pod whose best hint is not preferred.
@@ -76,11 +84,23 @@ class MemoryProvider:
     def __init__(self, manager: MemoryManager, tm: TopologyManager) -> None:
         self.manager = manager
         self.tm = tm
+        #: refuse at admission a memory request no NUMA set holds (the plugin's rule, NRI
+        #: alone); False: the kubelet's answer (no preference), for a pod admitted whole
+        self.refuse_unsatisfiable = True
+        #: containers (``""``: the whole pod, pod scope) whose memory no NUMA set held at
+        #: the last hints asked under a strict policy; the caller clears it
+        self.unsatisfiable: list[str] = []
 
-    def _unsatisfiable(self, hints: ProviderHints, requested: dict[str, int]) -> ProviderHints:
+    def _unsatisfiable(self, hints: ProviderHints, requested: dict[str, int],
+                       who: str) -> ProviderHints:
         """``{type: []}`` for every requested type when the policy found no NUMA set at all
-        and the Topology Manager's policy refuses unaligned pods; else ``hints``."""
+        and the Topology Manager's policy refuses unaligned pods (unless
+        :attr:`refuse_unsatisfiable` is off: then noted in :attr:`unsatisfiable`); else
+        ``hints``."""
         if hints or not requested or self.tm.policy_name not in self.STRICT_POLICIES:
+            return hints
+        if not self.refuse_unsatisfiable:
+            self.unsatisfiable.append(who)
             return hints
         return {name: [] for name in requested}
 
@@ -91,13 +111,13 @@ class MemoryProvider:
         hints = self.manager.get_topology_hints(pod, c)
         if hints is None:
             return None
-        return self._unsatisfiable(hints, container_requested_resources(c))
+        return self._unsatisfiable(hints, container_requested_resources(c), c.name)
 
     def get_pod_topology_hints(self, pod: Pod) -> ProviderHints:
         hints = self.manager.get_pod_topology_hints(pod)
         if hints is None:
             return None
-        return self._unsatisfiable(hints, pod_requested_resources(pod))
+        return self._unsatisfiable(hints, pod_requested_resources(pod), "")
 
     def allocate(self, pod: Pod, container_name: str) -> None:
         c = pod.container(container_name)

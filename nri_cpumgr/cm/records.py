@@ -8,6 +8,7 @@ refusal text). In their own module so that :mod:`nri_cpumgr.cm.container_manager
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from nri_cpumgr.cpuset import CPUSet
@@ -82,3 +83,16 @@ def kubelet_admission_text(reason: str, message: str, error: BaseException | Non
     if error is not None and type(error).__name__ in TYPED_ADMISSION_ERRORS:
         return admission_text(error)  # type: ignore[arg-type]
     return f"{reason}: {message}"
+
+
+def memory_unsatisfiable_text(names: Sequence[str], policy: str) -> str:
+    """The plugin's explanation beside the kubelet's refusal of a pod admitted whole whose
+    memory no NUMA node set can hold: ``names`` the containers (``""``: the pod, pod
+    scope), ``policy`` the Topology Manager's. The kubelet v1.37.2 admits such a pod with no
+    memory preference (its Memory Manager answers an empty hint map) and its Allocate fails
+    afterwards (memorymanager policy_static.go, kubernetes #128708, #138495)."""
+    who = ", ".join(f"container {n}" if n else "the pod" for n in names)
+    return (f"no NUMA node set can hold the memory of {who} now; the kubelet's Memory "
+            f"Manager then gives no hint, so {policy} admits the pod without a memory "
+            "preference and an allocation fails afterwards (kubernetes #128708): the "
+            "refusal above is the kubelet's")

@@ -36,6 +36,7 @@ from typing import Any
 
 from nri_cpumgr.cm.container_manager import AdmissionError, ContainerManager, Decision
 from nri_cpumgr.cm.cpumanager import StaticPolicy
+from nri_cpumgr.cm.records import memory_unsatisfiable_text
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.podmodel import QOSClass
 from nri_cpumgr.podmodel.nri import ContainerInfo
@@ -86,7 +87,11 @@ class Explainer:
                 m.devices.current[info.key] = frozenset(device_numa)
             pre = m.state.copy() if m.static else None
             rec["free"] = self._free(pre)
-            rec["hints"], rec["affinity"] = self._hints(info, pod)
+            if path == "whole-pod":  # the Memory Manager's hints as the admission sees them
+                with m.kubelet_memory_hints():
+                    rec["hints"], rec["affinity"] = self._hints(info, pod)
+            else:
+                rec["hints"], rec["affinity"] = self._hints(info, pod)
         try:
             d = m.admit(info, device_numa)
         except AdmissionError as e:
@@ -96,7 +101,9 @@ class Explainer:
             self.refusals.move_to_end(info.key)
             while len(self.refusals) > MAX_REFUSALS:
                 self.refusals.popitem(last=False)
-            why = _refusal_why(rec)
+            adm = m.admissions.get(info.pod_uid)
+            why = (memory_unsatisfiable_text(adm.unsatisfiable, m.tm.policy_name)
+                   if adm is not None and adm.unsatisfiable else _refusal_why(rec))
             if why:
                 rec["why"] = why
             self._log(rec)

@@ -727,9 +727,11 @@ def _verdict(e: dict[str, Any]) -> str:
 #: pod's spec and admits each pod whole (the deployed DaemonSet's pod watch), or NRI alone
 MODES = ("as-deployed", "nri-alone")
 #: the documented classes NRI imposes (one container at a time, no init containers named):
-#: they explain a difference only in ``nri-alone`` mode
+#: they explain a difference only in ``nri-alone`` mode. ``memory-extend-hint`` is the
+#: plugin's choice on that path only (a pod met container by container is refused at
+#: admission rather than half admitted); a pod admitted whole gets the kubelet's answer
 NRI_IMPOSED = frozenset({"shared-before-exclusive", "finished-init-released",
-                         "pod-scope-one-at-a-time"})
+                         "pod-scope-one-at-a-time", "memory-extend-hint"})
 
 
 def load_known() -> list[dict[str, Any]]:
@@ -768,6 +770,22 @@ def classify(s: dict[str, Any], diffs: list[dict[str, Any]],
                 and o["kind"] in ("admission", "cpus", "pod-cpus", "exclusive")
                 for o, c in zip(diffs, out, strict=True)):
             out[n] = CONSEQUENCE
+    if not as_deployed:
+        # container by container, a container's CPUs or mems at the event where an earlier
+        # container of its pod got other CPUs for a documented reason: it was decided on
+        # another free set (seeds 150, 636: a sidecar placed before the pod's hints were
+        # merged, the app container after it)
+        for n, d in enumerate(diffs):
+            if out[n] is None and d["kind"] in ("cpus", "mems") and "/" in str(d["what"]):
+                pod, _, name = str(d["what"]).partition("/")
+                order = _container_names(_spec(s, d))
+                before = set(order[:order.index(name)]) if name in order else set()
+                if any(o["kind"] == "cpus" and c not in (None, CONSEQUENCE)
+                       and o.get("event") == d.get("event")
+                       and str(o["what"]).partition("/")[0] == pod
+                       and str(o["what"]).partition("/")[2] in before
+                       for o, c in zip(diffs, out, strict=True)):
+                    out[n] = CONSEQUENCE
     if as_deployed:
         # admitted whole, a shared container starts on the shared pool after its pod's
         # admission: at an event with another difference (an exclusive container's CPUs,
@@ -843,8 +861,10 @@ def _explained(s: dict[str, Any], d: dict[str, Any], known: list[dict[str, Any]]
 
 
 _NOT_ENOUGH = re.compile(r"requested=(\d+), available=(\d+)")
+#: the kubelet's admission reasons (NUMAAllocationViolationError is no admission type in
+#: v1.37.2: its pods are refused as UnexpectedAdmissionError, seed 964)
 _TYPED = ("TopologyAffinityError", "SMTAlignmentError", "UnexpectedAdmissionError",
-          "NUMAAllocationViolationError")
+          "EmptyPodSharedPoolError")
 Evidence = Callable[[dict[str, Any], dict[str, Any], list[dict[str, Any]]], bool]
 
 
@@ -970,7 +990,7 @@ def _init_held(s: dict[str, Any], d: dict[str, Any]) -> set[int] | None:
             if c.get("exclusive"):
                 held |= _cpus(c.get("cpus", ""))
             pinned = pinned or bool(c.get("mems"))
-    if not held and not pinned and d["kind"] == "reason":
+    if not held and not pinned and d["kind"] in ("reason", "message"):
         # refused by both: the pod's spec says what its init containers would hold
         static_mm = s.get("config", {}).get("memoryManagerPolicy") == "Static"
         spec = _spec(s, d)
@@ -995,7 +1015,13 @@ def _within_init(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any
     k, p = _cpus(d["kubelet"]), _cpus(d["plugin"])
     if d["kind"] == "cpus":
         name = str(d["what"]).partition("/")[2]
-        return (name not in init and bool(k & held) and bool(k - p) and k - p <= held
+        if name in init:  # a later init container reuses the earlier ones' CPUs only
+            order = _container_names(_spec(s, d))
+            earlier = set(order[:order.index(name)]) & init if name in order else set()
+            held = set().union(*(
+                _cpus(c.get("cpus", "")) for c in _answer_event(s, d, "kubelet").get(
+                    "containers") or [] if c["name"] in earlier and c.get("exclusive")))
+        return (bool(k & held) and bool(k - p) and k - p <= held
                 and _whole_cores(s, p))
     if d["kind"] == "shared-pool":
         ke, pe = _answer_event(s, d, "kubelet"), _answer_event(s, d, "plugin")
@@ -1015,7 +1041,7 @@ def _within_init(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any
             c["name"] in init and c.get("mems")
             for c in _answer_event(s, d, "kubelet").get("containers") or []) and _numas(
             s, mine.get("cpus", "") if mine.get("exclusive") else "") <= p
-    return d["kind"] in ("admission", "reason")
+    return d["kind"] in ("admission", "reason", "message")
 
 
 def _later_sibling_takes(s: dict[str, Any], d: dict[str, Any],
@@ -1128,49 +1154,78 @@ def _whole_cores(s: dict[str, Any], cpus: set[int]) -> bool:
     """A take of a count of CPUs that whole cores can make is whole cores (what the
     kubelet's packed take gives from free cores): on a machine with SMT, when the count is
     a multiple of the threads per core, every core touched is in it whole."""
+    try:  # (reserved CPUs are never taken: a core is whole without them)
+        reserved = _cpus(str(s.get("config", {}).get("reservedSystemCPUs") or ""))
+    except ValueError:
+        reserved = set()
     core: dict[int, tuple[int, int]] = {int(r["cpu"]): (int(r["socket"]), int(r["core"]))
-                                        for r in s["machine"]["cpus"]}
+                                        for r in s["machine"]["cpus"]
+                                        if int(r["cpu"]) not in reserved}
     threads: dict[tuple[int, int], set[int]] = collections.defaultdict(set)
     for c, k in core.items():
         threads[k].add(c)
-    smt = max(len(v) for v in threads.values())
+    smt = max((len(v) for v in threads.values()), default=1)
     if smt == 1 or len(cpus) % smt:
         return True
     return all(threads[core[c]] <= cpus for c in cpus if c in core)
 
 
-_FLOOR_CACHE: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+_COUNTERFACTUAL_CACHE: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any]]] = {}
 
 
-def _floor_answers(s: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The plugin's answer to ``s`` as it is (with the affinity floor of PR #139456) and with
-    ``StaticPolicy.affinity_floor`` off (the kubelet v1.37.2's distributed take)."""
+def _set_floor(on: bool) -> None:
     from nri_cpumgr.cm.cpumanager.policy_static import StaticPolicy
 
-    key = json.dumps(s, sort_keys=True)
-    if key not in _FLOOR_CACHE:
+    StaticPolicy.affinity_floor = on
+
+
+def _set_socket_combo(on: bool) -> None:
+    from nri_cpumgr.cm.cpumanager import cpu_assignment
+
+    cpu_assignment.ALIGN_BY_SOCKET_KEEPS_CHOSEN_COMBO = on
+
+
+def _set_strict_last_cpu(on: bool) -> None:
+    from nri_cpumgr.cm.cpumanager.policy_static import StaticPolicy
+
+    StaticPolicy.strict_keeps_last_cpu = on
+
+
+#: the newer upstream fixes the plugin follows that a switch can turn off, for the
+#: counterfactual evidence: the affinity floor of PR #139456 (``StaticPolicy.affinity_floor``)
+#: and the NUMA combination chosen under align-by-socket (PR #139778's intent, against
+#: #141237's kept Go slice: ``cpu_assignment.ALIGN_BY_SOCKET_KEEPS_CHOSEN_COMBO``); and the
+#: refusal of the last non-reserved CPU under strict-cpu-reservation (#141196, open PR
+#: #141197: ``StaticPolicy.strict_keeps_last_cpu``)
+_SWITCHES: dict[str, Callable[[bool], None]] = {
+    "floor": _set_floor, "socket-combo": _set_socket_combo,
+    "strict-last-cpu": _set_strict_last_cpu}
+
+
+def _counterfactual_answers(s: dict[str, Any], fix: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The plugin's answer to ``s`` as it is and with the newer upstream fix ``fix``
+    (:data:`_SWITCHES`) off (the kubelet v1.37.2's rule)."""
+    key = (fix, json.dumps(s, sort_keys=True))
+    if key not in _COUNTERFACTUAL_CACHE:
         on = plugin(s)
-        StaticPolicy.affinity_floor = False
+        _SWITCHES[fix](False)
         try:
             off = plugin(s)
         finally:
-            StaticPolicy.affinity_floor = True
-        if len(_FLOOR_CACHE) > 8:
-            _FLOOR_CACHE.clear()
-        _FLOOR_CACHE[key] = (on, off)
-    return _FLOOR_CACHE[key]
+            _SWITCHES[fix](True)
+        if len(_COUNTERFACTUAL_CACHE) > 8:
+            _COUNTERFACTUAL_CACHE.clear()
+        _COUNTERFACTUAL_CACHE[key] = (on, off)
+    return _COUNTERFACTUAL_CACHE[key]
 
 
-def _floor_only(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]]) -> bool:
-    """Difference ``d`` is the affinity floor's alone (PR #139456): under
-    distribute-cpus-across-numa and a Topology Manager policy other than none, the plugin's
-    answer at ``d`` is what it decides with the floor, and with the floor off it decides
-    what the kubelet did there (the same container's or pod's value at the same event)."""
-    cfg = s.get("config", {})
-    if ("distribute-cpus-across-numa" not in (cfg.get("cpuManagerPolicyOptions") or {})
-            or cfg.get("topologyManagerPolicy", "none") == "none" or d.get("event") is None):
+def _fix_only(s: dict[str, Any], d: dict[str, Any], fix: str) -> bool:
+    """Difference ``d`` is the newer upstream fix ``fix``'s alone: the plugin's answer at
+    ``d`` is what it decides with the fix, and with the fix off it decides what the kubelet
+    did there (the same container's or pod's value at the same event)."""
+    if d.get("event") is None:
         return False
-    on, off = _floor_answers(s)
+    on, off = _counterfactual_answers(s, fix)
     i = d["event"]
     if len(on.get("events") or []) <= i or len(off.get("events") or []) <= i:
         return False
@@ -1183,6 +1238,43 @@ def _floor_only(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]
     return (bool(ke) and bool(pe) and not differs(on["events"][i], pe)
             and differs(on["events"][i], off["events"][i])
             and not differs(ke, off["events"][i]))
+
+
+def _floor_only(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]]) -> bool:
+    """Difference ``d`` is the affinity floor's alone (PR #139456): under
+    distribute-cpus-across-numa and a Topology Manager policy other than none, with the
+    floor off the plugin decides what the kubelet did there (:func:`_fix_only`)."""
+    cfg = s.get("config", {})
+    if ("distribute-cpus-across-numa" not in (cfg.get("cpuManagerPolicyOptions") or {})
+            or cfg.get("topologyManagerPolicy", "none") == "none"):
+        return False
+    return _fix_only(s, d, "floor")
+
+
+def _strict_last_cpu_only(s: dict[str, Any], d: dict[str, Any],
+                          diffs: list[dict[str, Any]]) -> bool:
+    """Difference ``d`` is the strict reservation's last CPU alone (#141196): under
+    strict-cpu-reservation, with the plugin's refusal of a take that empties the shared
+    pool off, the plugin decides what the kubelet did there (:func:`_fix_only`; seed 600169:
+    the kubelet gives a pod's second container the last CPUs and refuses its third with its
+    own numbers, the plugin refuses the second)."""
+    opts = s.get("config", {}).get("cpuManagerPolicyOptions") or {}
+    if "strict-cpu-reservation" not in opts:
+        return False
+    return _fix_only(s, d, "strict-last-cpu")
+
+
+def _socket_combo_only(s: dict[str, Any], d: dict[str, Any],
+                       diffs: list[dict[str, Any]]) -> bool:
+    """Difference ``d`` is #141237's alone: under distribute-cpus-across-numa and
+    align-by-socket, with the kubelet v1.37.2's kept Go slice (the chosen NUMA combination
+    overwritten by those visited after it) the plugin decides what the kubelet did there
+    (:func:`_fix_only`; seed 403245: no combination in one socket, the chosen one's nodes
+    1-4 against the kubelet's 1-3 and 7)."""
+    opts = s.get("config", {}).get("cpuManagerPolicyOptions") or {}
+    if "distribute-cpus-across-numa" not in opts or "align-by-socket" not in opts:
+        return False
+    return _fix_only(s, d, "socket-combo")
 
 
 def _fewer_sockets(s: dict[str, Any], d: dict[str, Any], diffs: list[dict[str, Any]]) -> bool:
@@ -1227,6 +1319,8 @@ EVIDENCE: dict[str, Evidence] = {
     "kubelet-counts-a-held-cpu": _counts_a_held_cpu,
     "floor-only": _floor_only,
     "plugin-fewer-sockets": _fewer_sockets,
+    "socket-combo-only": _socket_combo_only,
+    "strict-last-cpu-only": _strict_last_cpu_only,
 }
 
 

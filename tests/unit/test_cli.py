@@ -239,8 +239,10 @@ def test_status_finds_the_state_directory_in_the_config(tmp_path, capsys, monkey
         ("a: [\n", "c.yaml:2:1: not YAML"),
         ("metricsAddress: 'localhost'\n", "expected host:port"),
         ("cpuManagerPolicy: static\nreservedSystemCPUs: '0,7'\n", "reservedSystemCPUs '0,7'"),
-        ("cpuManagerPolicy: static\nreservedSystemCPUs: '0-1'\n", "no CPU would be left"),
-        ("cpuManagerPolicy: static\nkubeReserved: {cpu: '2'}\n", "no CPU would be left"),
+        ("cpuManagerPolicy: static\nreservedSystemCPUs: '0-1'\ncpuManagerPolicyOptions:\n"
+         "  strict-cpu-reservation: 'true'\nfeatureGates: {CPUManagerPolicyBetaOptions: true}\n",
+         "the shared pool would be empty"),
+        ("cpuManagerPolicy: static\nkubeReserved: {cpu: '3'}\n", "reserve fewer"),
     ],
 )
 def test_config_errors_say_where_and_what(tmp_path, capsys, text, words):

@@ -4,6 +4,8 @@ topologies the reports describe."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from nri_cpumgr.checkpoint import Checkpoint
@@ -196,6 +198,55 @@ def test_memory_no_numa_set_can_hold_is_refused_at_admission(policy_name: str) -
     assert m.memory.get_memory("pb", "c") is None
     ms = m.memory.state.get_machine_state()
     assert {n: ms[n].memory_map["memory"].free for n in ms} == before_free
+
+
+@pytest.mark.parametrize("policy_name", ["restricted", "single-numa-node"])
+def test_memory_no_numa_set_can_hold_a_pod_admitted_whole_gets_the_kubelet_refusal(
+        policy_name: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The same request in a pod whose spec is known (admitted whole, as deployed): nothing
+    can be half admitted, so the kubelet's answer stands: no memory preference, then its
+    Memory Manager's Allocate fails (UnexpectedAdmissionError, kubelet
+    admission.GetPodAdmitResult); the plugin's reading of it goes to the log and explain,
+    not into the refusal."""
+    from nri_cpumgr.config import Config
+    from nri_cpumgr.explain.explainer import Explainer
+    from nri_cpumgr.podmodel.spec import facts_from_pod
+
+    def known(cid: str, pod: str, memory: str, nbytes: int) -> ContainerInfo:
+        facts = facts_from_pod({"metadata": {"uid": pod, "name": pod, "namespace": "ns"},
+                                "spec": {"containers": [{"name": "c", "resources": {
+                                    "limits": {"cpu": "1", "memory": memory}}}]}})
+        return dataclasses.replace(container(cid, pod, 1, nbytes), pod_spec=facts)
+
+    m = _memory_pipeline(policy_name)
+    m.admit(known("a", "pa", "256Mi", 256 * MiB))
+    ms = m.memory.state.get_machine_state()
+    before_free = {n: ms[n].memory_map["memory"].free for n in ms}
+    cpus_before = m.state.copy()
+    ex = Explainer(m, Config.model_validate({
+        "cpuManagerPolicy": "static", "reservedSystemCPUs": "0",
+        "topologyManagerPolicy": policy_name, "memoryManagerPolicy": "Static"}))
+    with caplog.at_level("INFO"), pytest.raises(AdmissionError) as err:
+        ex.admit(known("b", "pb", "9Gi", 9 * GiB))
+    assert str(err.value) == (
+        "UnexpectedAdmissionError: Allocate failed due to [memorymanager] failed to find NUMA "
+        "nodes to extend the current topology hint, which is unexpected")
+    assert m.admissions["pb"].unsatisfiable == ("c",)
+    assert "no NUMA node set can hold the memory of container c" in caplog.text
+    assert ex.refusals[("pb", "c")]["why"].startswith(
+        "no NUMA node set can hold the memory of container c")
+    # nothing left allocated, the record survives a checkpoint
+    assert m.state.get_cpuset("pb", "c") is None
+    assert m.state.default_set == cpus_before.default_set
+    assert m.memory.get_memory("pb", "c") is None
+    assert {n: ms[n].memory_map["memory"].free for n in ms} == before_free
+    rec = m.admissions["pb"]
+    assert type(rec).from_json(rec.to_json()) == rec
+    # the container-by-container path (NRI alone) still refuses at admission
+    m2 = _memory_pipeline(policy_name)
+    m2.admit(container("a", "pa", 1, 256 * MiB))
+    with pytest.raises(AdmissionError, match="^TopologyAffinityError"):
+        m2.admit(container("b", "pb", 1, 9 * GiB))
 
 
 def test_memory_best_effort_keeps_the_kubelet_answer() -> None:

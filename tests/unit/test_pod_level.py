@@ -313,7 +313,7 @@ def test_the_container_manager_has_what_the_pod_level_managers_use():
     assert attrs == {"policy", "state", "memory", "tm", "cpu_provider", "devices", "static",
                      "containers", "owner", "whole_pod_admission"}
     assert methods == {"shared_pool", "row_changed", "track", "untrack", "pod_containers",
-                       "mems"}
+                       "mems", "kubelet_memory_hints"}
     for name in attrs:
         assert hasattr(m, name) and not callable(getattr(m, name)), name
     for name in methods:
@@ -516,3 +516,38 @@ def test_container_scope_refuses_a_pod_level_pod_with_the_kubelets_text():
         assert (ev["admitted"], ev["reason"], ev["message"]) == (
             False, "TopologyAffinityError", "Pod Scope pod with pod-level resources failed "
             "admission with a container-level topology manager"), (mode, ev)
+
+
+def test_memory_partition_check_is_the_kubelets():
+    """memorymanager policy_static.go validatePodScopeResources (v1.37.2): the long-running
+    containers' own memory (requests equal to limits) may not take a whole pod budget when
+    a container has none of its own; a regular init container without memory needs what the
+    sidecars before it leave."""
+    from nri_cpumgr.cm.podresources.policy import validate_pod_scope_memory
+    from nri_cpumgr.podmodel import ContainerSpec, Pod
+
+    mi = 1 << 20
+
+    def own(name, mem, restartable=False):
+        r = {"cpu": 1000, "memory": mem * mi}
+        return ContainerSpec(name, r, r, restartable)
+
+    def bare(name, restartable=False):
+        return ContainerSpec(name, {}, {}, restartable)
+
+    def check(inits, apps, budget=512):
+        pod = Pod(uid="u", containers=tuple(apps), init_containers=tuple(inits),
+                  qos=QOSClass.GUARANTEED, pod_level_resources=True)
+        return validate_pod_scope_memory({"memory": budget * mi, "cpu": 8000}, pod)
+
+    full = [own("a", 256), own("b", 128), own("c", 128)]
+    assert check([bare("side", True)], full) == (
+        "pod rejected, sum of exclusive container memory requests equals pod budget, "
+        "leaving no memory for shared containers")  # seed 404104
+    assert check([], full) is None  # nobody needs the pod's shared memory
+    assert check([bare("side", True)], full[:2]) is None  # 128Mi left
+    assert check([own("side", 512, True), bare("init")], [own("a", 1)]) == (
+        "pod rejected, pod has shared init containers but no memory available for them")
+    # a container whose requests differ from its limits has no memory of its own
+    half = ContainerSpec("h", {"cpu": 500, "memory": 256 * mi}, {"cpu": 1000, "memory": 256 * mi})
+    assert check([], [own("a", 512), half]) is not None

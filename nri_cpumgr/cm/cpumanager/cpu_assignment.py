@@ -525,6 +525,13 @@ def _go_combinations(items: Sequence[int], k: int) -> Iterator[_GoSlice]:
         yield from helper(k, 0, _GoSlice([], 0, 0))
 
 
+#: under align-by-socket the distributed take uses the NUMA combination it chose (kubernetes
+#: PR #139778's intent, fixing #114642 / #141237); False: the kubelet v1.37.2's kept Go
+#: slice, which the combinations visited after it overwrite (the differential's evidence that
+#: a difference is that bug's alone, tests/differential)
+ALIGN_BY_SOCKET_KEEPS_CHOSEN_COMBO = True
+
+
 def _distributed(
     idx: TopologyIndex,
     avail: int,
@@ -628,7 +635,8 @@ def _distributed(
                 # #141237 still crosses sockets in v1.37.2): here the combination chosen
                 # (docs/concepts/differences.md, align-by-socket-distributed)
                 best_combo_view = (_GoSlice(list(combo), len(combo), len(combo))
-                                   if align_by_socket else combo_view)
+                                   if align_by_socket and ALIGN_BY_SOCKET_KEEPS_CHOSEN_COMBO
+                                   else combo_view)
                 if align_by_socket:
                     best_in_one_socket = in_one_socket
         if best_combo_view is None:

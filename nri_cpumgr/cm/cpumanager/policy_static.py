@@ -96,6 +96,10 @@ class StaticPolicy:
     #: v1.37.2's take, which may shrink the affinity (the differential's evidence that a
     #: difference is this fix's alone, tests/differential)
     affinity_floor: bool = True
+    #: under strict-cpu-reservation a take that would leave the shared pool empty is refused
+    #: (kubernetes #141196, as the open PR #141197 proposes); False: the kubelet v1.37.2's
+    #: take, which gives the last CPU away (the differential's evidence, tests/differential)
+    strict_keeps_last_cpu: bool = True
 
     def __init__(
         self,
@@ -314,7 +318,8 @@ class StaticPolicy:
                 count - len(result), self.options,
             )
             result = result | rest
-        if self.options.strict_cpu_reservation and not (state.default_set - result):
+        if (self.options.strict_cpu_reservation and self.strict_keeps_last_cpu
+                and not (state.default_set - result)):
             raise NotEnoughCPUsError(count, max(0, len(allocatable) - 1))
         return result
 

@@ -7,6 +7,7 @@ A protocol, so podresources never imports the container manager (which imports i
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 from nri_cpumgr.cm.cpumanager import CPUManagerState, NonePolicy, StaticPolicy
@@ -45,6 +46,11 @@ class ContainerManagerView(Protocol):
 
     def row_changed(self, cid: str) -> None:
         """A field of container ``cid``'s record changed (its checkpoint row is stale)."""
+        ...
+
+    def kubelet_memory_hints(self) -> AbstractContextManager[list[str]]:
+        """Within: the Memory Manager's hints as the kubelet answers them (no preference
+        where no NUMA set holds the memory); the list names those containers afterwards."""
         ...
 
     def track(self, cid: str, t: Tracked) -> None:

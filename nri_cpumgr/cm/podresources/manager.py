@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 
 from nri_cpumgr.cm.cpumanager.cpu_assignment import take_by_topology
-from nri_cpumgr.cm.cpumanager.errors import NotEnoughCPUsError
+from nri_cpumgr.cm.cpumanager.errors import CPUManagerError, NotEnoughCPUsError
 from nri_cpumgr.cm.podresources.host import ContainerManagerView
 from nri_cpumgr.cm.podresources.policy import (
     EMPTY_POD_SHARED_POOL,
@@ -48,6 +48,7 @@ from nri_cpumgr.cm.podresources.policy import (
     enforce_smt,
     text_no_memory_for_shared,
     validate_pod_scope,
+    validate_pod_scope_memory,
 )
 from nri_cpumgr.cm.records import (
     AdmissionError,
@@ -55,6 +56,7 @@ from nri_cpumgr.cm.records import (
     Tracked,
     admission_text,
     kubelet_admission_text,
+    memory_unsatisfiable_text,
 )
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.podmodel import ContainerSpec, Pod, QOSClass
@@ -395,9 +397,12 @@ class PodLevelManager:
         spec = budget_spec(info.pod_resources)
         pod = Pod(uid=uid, name=info.pod_name, namespace=info.namespace, containers=(spec,),
                   qos=QOSClass.GUARANTEED)
+        mem_error = self._memory_partition_error(info)
         if not cm.static:  # cpuManagerPolicy none: the memory (and devices) alone
-            return self._admit_pod_totals(info, pod, device_numa, None)
-        self._validate_partition(info, spec.guaranteed_cpus())
+            if mem_error is not None:
+                self._refuse_by_pod_hints()
+            return self._admit_pod_totals(info, pod, device_numa, None, mem_error)
+        self._validate_partition(info, spec.guaranteed_cpus(), mem_error is not None)
         # the kubelet checks SMT alignment in AllocatePod (allocatePodForAdd:
         # enforceSMTAlignment), after the Topology Manager merged the pod's hints: a pod
         # the hints refuse gets the Topology Manager's error, one they admit the SMT error.
@@ -407,13 +412,15 @@ class PodLevelManager:
             enforce_smt(cm.policy, cm.state, spec.guaranteed_cpus())
         except Exception as e:  # noqa: BLE001 - reported below, after the hints
             smt_error = e
-        return self._admit_pod_totals(info, pod, device_numa, smt_error)
+        return self._admit_pod_totals(info, pod, device_numa, smt_error, mem_error)
 
     def _admit_pod_totals(self, info: ContainerInfo, pod: Pod, device_numa: frozenset[int],
-                          smt_error: Exception | None) -> CPUSet:
+                          smt_error: Exception | None, mem_error: str | None = None) -> CPUSet:
         """The Topology Manager's admission of the pod's totals ``pod`` and the managers'
         allocation to :data:`POD_ENTRY`; everything undone and AdmissionError raised when
-        it refuses (its error first, then ``smt_error``, the kubelet's order)."""
+        it refuses (its error first, then ``smt_error``, the CPU manager's allocation error,
+        then ``mem_error``: the Memory Manager's empty-pod-shared-pool text, which its
+        AllocatePod checks first; the kubelet's order, the CPU manager allocating first)."""
         from nri_cpumgr.cm.topologymanager import ERROR_TOPOLOGY_AFFINITY
 
         cm = self.cm
@@ -421,14 +428,25 @@ class PodLevelManager:
         key = (uid, POD_ENTRY)
         if device_numa:
             cm.devices.current[key] = frozenset(device_numa)
-        result = cm.tm.admit(pod)
+        unsatisfiable: list[str] = []
+        if info.pod_spec is not None and cm.whole_pod_admission:
+            # the pod's spec known, its totals admitted as one (nothing half admitted): the
+            # kubelet's answer where no NUMA set holds the pod's memory (no preference, then
+            # the Allocate failure), as for a pod admitted whole
+            with cm.kubelet_memory_hints() as unsatisfiable:
+                result = cm.tm.admit(pod)
+        else:
+            result = cm.tm.admit(pod)
         allocated = cm.cpu_provider.allocated.get(key)
         cm.cpu_provider.allocated.clear()
-        if not result.admit or smt_error is not None:
+        if not result.admit or smt_error is not None or mem_error is not None:
             cm.policy.remove_container(cm.state, uid, POD_ENTRY)
             if cm.memory is not None:
                 cm.memory.policy.remove_container(cm.memory.state, uid, POD_ENTRY)
             cm.devices.current.pop(key, None)
+            if unsatisfiable:
+                log.info("pod %s/%s: %s", info.namespace, info.pod_name,
+                         memory_unsatisfiable_text(unsatisfiable, cm.tm.policy_name))
             if not result.admit and result.reason == ERROR_TOPOLOGY_AFFINITY:
                 # the kubelet's PodLevelTopologyAffinityError texts (scope_pod.go
                 # admitUsingPodResources, scope_container.go Admit, v1.37.2)
@@ -441,6 +459,9 @@ class PodLevelManager:
                 raise AdmissionError(f"{result.reason}: {result.message}")
             if smt_error is not None:
                 raise AdmissionError(admission_text(smt_error))
+            if mem_error is not None and (result.admit or not isinstance(
+                    result.error, CPUManagerError)):
+                raise AdmissionError(f"{EMPTY_POD_SHARED_POOL}: {mem_error}")
             assert result.error is not None
             if info.pod_spec is not None and cm.whole_pod_admission:
                 # the pod admitted whole: the kubelet's text
@@ -454,7 +475,38 @@ class PodLevelManager:
                  info.namespace, info.pod_name, allocated, len(allocated))
         return CPUSet(allocated)
 
-    def _validate_partition(self, info: ContainerInfo, budget: int) -> None:
+    def _memory_partition_error(self, info: ContainerInfo) -> str | None:
+        """With the pod's spec known, the Memory Manager's check of the
+        whole pod's partition (memorymanager policy_static.go validatePodScopeResources, in
+        its GetPodTopologyHints and again in its AllocatePod, v1.37.2): the kubelet's text
+        when the long-running containers' own memory takes a whole pod budget and some
+        container has none of its own; else None. Without the spec, :meth:`_check_memory`
+        finds it container by container."""
+        facts = info.pod_spec
+        if self.cm.memory is None or facts is None or not facts.pod_level:
+            return None
+        inits = tuple(c for n in facts.init_containers if (c := facts.container(n)))
+        apps = tuple(c for n, c in facts.containers.items() if n not in facts.init_containers)
+        pod = Pod(uid=info.pod_uid, name=info.pod_name, namespace=info.namespace,
+                  containers=apps, init_containers=inits, qos=QOSClass.GUARANTEED)
+        return validate_pod_scope_memory(facts.pod_requests, pod)
+
+    def _refuse_by_pod_hints(self) -> None:
+        """A pod whose partition a manager's pod hints refuse (they answer no hint: the
+        CPU manager's getPodTopologyHintsForAdd, the Memory Manager's GetPodTopologyHints):
+        restricted and single-numa-node refuse it first, with the pod scope's text
+        (scope_pod.go admitUsingPodResources, v1.37.2); other policies go on."""
+        from nri_cpumgr.cm.topologymanager import ERROR_TOPOLOGY_AFFINITY
+        from nri_cpumgr.cm.topologymanager.policy import (
+            POLICY_RESTRICTED,
+            POLICY_SINGLE_NUMA_NODE,
+        )
+
+        if self.cm.tm.policy_name in (POLICY_RESTRICTED, POLICY_SINGLE_NUMA_NODE):
+            raise AdmissionError(f"{ERROR_TOPOLOGY_AFFINITY}: {POD_SCOPE_REFUSAL}")
+
+    def _validate_partition(self, info: ContainerInfo, budget: int,
+                            memory_refused: bool = False) -> None:
         """With the pod's spec known (a pod spec source), the kubelet's check of the whole
         pod's partition before its bubble is allocated (cpumanager policy_static.go
         allocatePodForAdd: validatePodScopeResources, then the SMT alignment check, then the
@@ -462,6 +514,8 @@ class PodLevelManager:
         refuse the pod at its first container, with the kubelet's EmptyPodSharedPoolError
         text, whatever else would fail first. Without the spec, the per-container checks
         of :meth:`_admit_pod_scope` find it when the container that shows it comes."""
+        if memory_refused:  # the Memory Manager's pod hints answered none
+            self._refuse_by_pod_hints()
         facts = info.pod_spec
         if not budget or facts is None or not facts.pod_level:
             return
@@ -472,17 +526,9 @@ class PodLevelManager:
         try:
             validate_pod_scope(pod, budget)
         except EmptyPodSharedPoolError as e:
-            from nri_cpumgr.cm.topologymanager import ERROR_TOPOLOGY_AFFINITY
-            from nri_cpumgr.cm.topologymanager.policy import (
-                POLICY_RESTRICTED,
-                POLICY_SINGLE_NUMA_NODE,
-            )
-
-            if self.cm.tm.policy_name in (POLICY_RESTRICTED, POLICY_SINGLE_NUMA_NODE):
-                # the CPU manager's pod hints make the same check and answer no hint
-                # (getPodTopologyHintsForAdd): these policies refuse the pod first, with
-                # the pod scope's text (scope_pod.go admitUsingPodResources)
-                raise AdmissionError(f"{ERROR_TOPOLOGY_AFFINITY}: {POD_SCOPE_REFUSAL}") from None
+            # the CPU manager's pod hints make the same check and answer no hint
+            # (getPodTopologyHintsForAdd): restricted and single-numa-node refuse first
+            self._refuse_by_pod_hints()
             raise AdmissionError(f"{EMPTY_POD_SHARED_POOL}: {e}") from None
 
     def _check_memory(self, info: ContainerInfo, live_shared: list[str]) -> None:

@@ -25,12 +25,14 @@ applies the same rules container by container. This module is what the conforman
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from nri_cpumgr.cm.cpumanager.cpu_assignment import take_by_topology
 from nri_cpumgr.cm.cpumanager.errors import SMTAlignmentError
 from nri_cpumgr.cm.cpumanager.policy_static import StaticPolicy
 from nri_cpumgr.cm.cpumanager.state import CPUManagerState
+from nri_cpumgr.cm.memorymanager.policy_static import container_requested_resources
+from nri_cpumgr.cm.memorymanager.quantity import is_memory_resource
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.podmodel import ContainerSpec, Pod, QOSClass
 
@@ -60,6 +62,52 @@ def text_no_memory_for_shared(resource: str) -> str:
         f"pod rejected, sum of exclusive container {resource} requests equals pod budget, "
         f"leaving no memory for shared containers"
     )
+
+
+def text_no_memory_for_shared_init(resource: str) -> str:
+    """The Memory Manager's text when regular init containers without memory of their own
+    find the pod's budget taken by its sidecars (memorymanager policy_static.go)."""
+    return f"pod rejected, pod has shared init containers but no {resource} available for them"
+
+
+def validate_pod_scope_memory(pod_requests: Mapping[str, int], pod: Pod) -> str | None:
+    """The Memory Manager's empty-pod-shared-pool check of a pod with ``.spec.resources``
+    (memorymanager policy_static.go validatePodScopeResources, v1.37.2): ``pod_requests``
+    the pod's own requests (bytes; only ``memory`` and ``hugepages-*`` count), ``pod`` its
+    init and app containers. A container's memory is its own only when its requests equal
+    its limits (getContainerRequestedResources); the long-running ones' (app containers and
+    sidecars) must leave some of each budget for the containers without memory of their
+    own. The kubelet's error text, or None when the pod passes."""
+    total = {n: v for n, v in pod_requests.items() if is_memory_resource(n) and v > 0}
+
+    def own(c: ContainerSpec) -> dict[str, int]:
+        return container_requested_resources(c) if c.equivalent_guaranteed() else {}
+
+    used: dict[str, int] = {}
+    shared = False
+    for c in pod.init_containers:
+        reqs = own(c)
+        if not c.restartable:
+            if not reqs:
+                for name in sorted(total):
+                    if used.get(name, 0) >= total[name]:
+                        return text_no_memory_for_shared_init(name)
+            continue
+        if not reqs:
+            shared = True
+        for name, v in reqs.items():
+            used[name] = used.get(name, 0) + v
+    for c in pod.containers:
+        reqs = own(c)
+        if not reqs:
+            shared = True
+        for name, v in reqs.items():
+            used[name] = used.get(name, 0) + v
+    if shared:
+        for name in sorted(total):
+            if used.get(name, 0) >= total[name]:
+                return text_no_memory_for_shared(name)
+    return None
 
 
 class EmptyPodSharedPoolError(Exception):
