@@ -240,7 +240,10 @@ def test_memory_manager_none_to_static_pins_mems_and_back():
 def test_invalid_new_config_is_refused_with_the_key():
     p = node(STATIC, [pod("a", "2")])
     with pytest.raises(ConfigError, match="reservedSystemCPUs"):
-        replan(p, "cpuManagerPolicy: static\nreservedSystemCPUs: '0-15'\n")
+        replan(p, "cpuManagerPolicy: static\nreservedSystemCPUs: '0-99'\n")
+    with pytest.raises(ConfigError, match="strict-cpu-reservation"):  # every CPU reserved
+        replan(p, "cpuManagerPolicy: static\nreservedSystemCPUs: '0-15'\n"
+               "cpuManagerPolicyOptions: {strict-cpu-reservation: 'true'}\n")
     with pytest.raises(ConfigError, match="cpuManagerPolicyOptions"):
         replan(p, STATIC + "cpuManagerPolicyOptions: {full-pcpus-onyl: 'true'}\n")
 
@@ -487,7 +490,7 @@ def test_cli_plan_reconfigure_prints_the_plan_and_applies_nothing(tmp_path, caps
     assert acts == {"default/a": "move", "default/b": "keep", "default/c": "shared"}
     assert (state / "cpu_manager_state").read_bytes() == before  # nothing applied
     # an invalid new config: one line naming the file, status 2
-    new.write_text("cpuManagerPolicy: static\nreservedSystemCPUs: '0-15'\n")
+    new.write_text("cpuManagerPolicy: static\nreservedSystemCPUs: '0-99'\n")
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert str(new) in err and "reservedSystemCPUs" in err

@@ -83,7 +83,7 @@ def test_invalid_config_keeps_the_running_one(workdir, caplog):
         await asyncio.sleep(0.05)
         await drain(conn)
         before = Checkpoint(workdir / "state" / CHECKPOINT_NAME).load()
-        bad = cfg(workdir, 'cpuManagerPolicy: static\nreservedSystemCPUs: "0-3"\n')
+        bad = cfg(workdir, 'cpuManagerPolicy: static\nreservedSystemCPUs: "0-9"\n')
         with caplog.at_level(logging.ERROR):
             assert await plugin.reconfigure(bad, "test") == "invalid"
         assert await drain(conn) == []
@@ -100,7 +100,7 @@ def test_invalid_config_keeps_the_running_one(workdir, caplog):
         assert resp.adjust.linux.resources.cpu.cpus == "0,3"
 
     run(workdir, body)
-    assert "reserve 4 of the machine's 4 CPUs" in caplog.text
+    assert "reservedSystemCPUs '0-9': CPU(s) 4-9 not on this machine" in caplog.text
     assert "keeping the running config" in caplog.text
 
 

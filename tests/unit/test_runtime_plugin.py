@@ -174,21 +174,22 @@ def test_bad_runtime_config_leaves_the_plugin_inert(workdir, caplog, monkeypatch
 
 
 @pytest.mark.parametrize("reserved, words", [
-    ("0-1", "reserve 2 of the machine's 2 CPUs"),
-    ("0-999", "CPU(s) 2-999 not on this machine"),
+    ("'0-1'\ncpuManagerPolicyOptions: {strict-cpu-reservation: 'true'}",
+     "reserve all 2 CPUs under strict-cpu-reservation"),
+    ("'0-999'", "CPU(s) 2-999 not on this machine"),
 ])
 def test_runtime_config_reserving_too_much_leaves_the_plugin_inert(workdir, caplog,
                                                                    monkeypatch, reserved,
                                                                    words):
-    """The runtime's config gets the start-up config's reserved-CPU checks: every CPU (or
-    CPUs the machine lacks) reserved is refused with the key named, not run with nothing
-    left to allocate."""
+    """The runtime's config gets the start-up config's reserved-CPU checks: every CPU
+    reserved under strict-cpu-reservation (or CPUs the machine lacks) is refused with the key
+    named, not run with nothing left to allocate."""
     monkeypatch.setenv("NRI_PLUGIN_NAME", "cpumgr")
     monkeypatch.setenv("NRI_PLUGIN_IDX", "90")
 
     async def body(conn, plugin):
         await conn.handshake(config=f"cpuManagerPolicy: static\nreservedSystemCPUs: "
-                                    f"'{reserved}'\n")
+                                    f"{reserved}\n")
         assert plugin.refused is not None and words in plugin.refused
 
     with caplog.at_level(logging.ERROR):
