@@ -2,7 +2,7 @@
 inside it every applicable scenario on each containerd version with the cgroupfs and the
 systemd driver, all on cgroup v2. Prints, per topology and scenario, PASS/FAIL and the cpusets
 seen (cgroup v2 ``cpuset.cpus.effective``, ``/m<mems>`` where mems were set). Exit status 1
-when anything failed.
+when anything failed or nothing ran (tests/unit/test_vm_e2e_summary.py).
 
 Then the real kubelet v1.37.2 on the fast topology (tests/vm/test_guest_kubelet.py: the
 kubelet, containerd and nri-cpumgr in the guest, kube-apiserver + etcd on the host), once per
@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         except runner.GuestError as e:
             print(f"   FAIL {t.name}: {e}", flush=True)
             failed += 1
+            rows.append((t.name, "guest"))
             continue
         print(f"   guest ran {run.seconds} s", flush=True)
         got = {(r["containerd"], r["driver"], r["scenario"]): r for r in run.results["results"]}
@@ -86,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
         n, bad = kubelet(kv, a.keep)
         rows += [("kubelet",)] * n
         failed += bad
+    if not rows:
+        print("   FAIL nothing ran (no topology, no kubelet containerd)", flush=True)
+        failed, rows = 1, [("none",)]
     print(f"== e2e-vm: {len(rows) - failed} passed, {failed} failed in "
           f"{time.monotonic() - t_all:.0f} s")
     return 1 if failed else 0
@@ -134,9 +138,12 @@ def kubelet(versions: list[str], keep: Path | None) -> tuple[int, int]:
                 err = next((x.get("error", "") for x in res.get("kubelet_results", [])
                             if x["scenario"] == "node" and x["containerd"] == v), "")
                 bad = [f"the node did not start: {err.splitlines()[0] if err else '?'}"]
+            elif r is None:
+                bad = ["no result (guest timed out?)"]
             else:
-                bad = ["no result (guest timed out?)"] if r is None else \
-                    checks.check_kubelet(t, r, answers.get((v, phase)))
+                bad = checks.check_kubelet(t, r, answers.get((v, phase)))
+                if (v, phase) not in answers and not r.get("error"):
+                    bad.append("no kubelet oracle answer (no events recorded)")
             n += 1
             failed += bool(bad)
             print(f"   {'PASS' if not bad else 'FAIL'} kubelet containerd {v} {phase:21} "
