@@ -177,3 +177,18 @@ def test_a_missing_phase_or_node_exits_1(kubelet_guest: dict[str, Any],
     kubelet_guest.update(saved, kubelet_node={})
     assert E2E.main(KARGS) == 1
     assert "the node did not start" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("env, want", [("", 300 + 150 * 4), ("5000", 5000), ("60", 900)])
+def test_nri_vm_timeout_only_raises_a_boots_timeout(monkeypatch: pytest.MonkeyPatch,
+                                                    env: str, want: int) -> None:
+    seen: list[float] = []
+
+    def run_guest(topo: topology.Topology, **kw: Any) -> runner.GuestRun:
+        seen.append(kw["timeout"])
+        return runner.GuestRun({"results": []}, 1.0, "")
+
+    monkeypatch.setattr(runner, "run_guest", run_guest)
+    monkeypatch.setenv("NRI_VM_TIMEOUT", env)
+    E2E.main([*ARGS, "--scenario", "docs"])
+    assert seen == [want]
