@@ -17,6 +17,7 @@ what it finished.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -374,11 +375,17 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 ctrd.start()
             except Exception as e:
+                # a failed command's own words (ctr images import: CalledProcessError.stderr)
+                why = f"{e}\n{getattr(e, 'stderr', None) or ''}".strip()
                 for name in job["scenarios"]:
                     out["results"].append({"scenario": name, "containerd": version,
                                            "driver": driver, "steps": [], "refused": {},
-                                           "error": f"containerd did not start: {e}"})
+                                           "error": f"containerd did not start: {why}"})
                 save()
+                with contextlib.suppress(Exception):  # start() killed it; leftovers go
+                    ctrd.stop()
+                if ctrd.log_path.exists():  # the log says why (kept for the host)
+                    shutil.copy(ctrd.log_path, a.out.parent / f"containerd-{version}-{driver}.log")
                 continue
             out.setdefault("containerd_start_seconds", {})[f"{version}/{driver}"] = round(
                 time.monotonic() - t0, 1)
