@@ -7,7 +7,9 @@
 # (outside the checkout): $NRI_VM_CACHE/guest-<key>/{disk.img,vmlinuz,initrd.img}, where <key>
 # hashes every input (this script, the requirements, the runtime pins). Prints that directory.
 # Nothing is installed on the host; the build runs in a private mount namespace (unshare -m),
-# so no mount outlives it. Old guest-* directories are removed after a successful build.
+# so no mount outlives it. A reused image's .done is touched; after a successful build, the
+# other guest-* directories unused for a day are removed (checkouts of different versions
+# working side by side keep their images instead of rebuilding in turn).
 #   NRI_VM_CACHE   cache root (default /var/cache/nri-cpumgr/vm)
 #   NRI_VM_MIRROR  Debian mirror (default: the one in .runtime/apt, deb.debian.org)
 set -euo pipefail
@@ -23,7 +25,7 @@ T=$(bash "$top/scripts/vm/fetch-tools.sh")
 pins=$(cd "$R" && ls -a containerd-1.7 containerd-2.1 root | grep '^\.pin-' | sort)
 key=$( { cat "$0" "$REQ"; echo "$SUITE $MIRROR $PKGS"; echo "$pins"; } | sha256sum | cut -c1-16)
 OUT=$CACHE/guest-$key
-if [ -f "$OUT/.done" ]; then echo "$OUT"; exit 0; fi
+if [ -f "$OUT/.done" ]; then touch "$OUT/.done" 2>/dev/null || true; echo "$OUT"; exit 0; fi
 mkdir -p "$CACHE"
 exec 9>"$CACHE/.build.lock"
 flock 9
@@ -65,7 +67,10 @@ unshare -m --propagation private bash -euo pipefail -c '
   for d in containerd-1.7 containerd-2.1 root images schema; do  # images: made by the harness
     if [ -e "$R/$d" ]; then cp -a "$R/$d" "$D/"; fi
   done
-  # boot straight into the job: 9p share at /mnt/job, unit runs /mnt/job/run, then power off
+  # boot straight into the job: 9p share at /mnt/job, unit runs /mnt/job/run, then power off.
+  # modprobe first: while udev coldplug is loading 9pnet_virtio, its "virtio" transport is
+  # registered before its devices are bound (net/9p/trans_virtio.c p9_virtio_init), so a
+  # mount then finds no channel "job" (ENOENT); modprobe waits for a load under way to end.
   mkdir -p "$root/mnt/job"
   cat > "$root/etc/systemd/system/nri-vm-job.service" <<UNIT
 [Unit]
@@ -75,7 +80,7 @@ SuccessAction=poweroff-force
 FailureAction=poweroff-force
 [Service]
 Type=oneshot
-ExecStart=/bin/sh -c "mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 job /mnt/job && exec /bin/sh /mnt/job/run"
+ExecStart=/bin/sh -c "modprobe -a 9pnet_virtio 9p && for i in 1 2 3 4 5; do mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 job /mnt/job && exec /bin/sh /mnt/job/run; echo nri-vm-job: mounting the job share failed, trying again; sleep 1; done; exit 1"
 StandardOutput=journal+console
 StandardError=journal+console
 TimeoutStartSec=infinity
@@ -111,5 +116,7 @@ cp "$log" "$W/out/build.log"
 rm -rf "$OUT"; mv "$W/out" "$OUT"; rm -rf "$W"
 echo "build-guest: done in $(($(date +%s)-t0)) s" | tee -a "$OUT/build.log" >&2
 touch "$OUT/.done"
-for old in "$CACHE"/guest-*; do [ "$old" = "$OUT" ] || rm -rf "$old"; done
+for old in "$CACHE"/guest-*; do  # under the build lock: no other build is moving one in
+  [ "$old" = "$OUT" ] || [ -n "$(find "$old/.done" -mmin -1440 2>/dev/null)" ] || rm -rf "$old"
+done
 echo "$OUT"

@@ -17,6 +17,7 @@ what it finished.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -173,14 +174,15 @@ def scenario_numa_mem(run: Run, topo: dict[str, Any]) -> dict[str, Any]:
     """single-numa-node + Memory Manager Static: CPUs and memory of one node, mems applied,
     the allocated memory on that node; a pod no single node can hold is refused."""
     per_node = min(len(n["cpus"]) for n in topo["numa"])
-    run.make("besteffort", *SHARED_PODS["besteffort"])
-    run.make("numa-small", *g(2, "256Mi"), command=ALLOC_CMD)
-    run.make("numa-node", *g(per_node, "256Mi"), command=ALLOC_CMD)
-    run.make("numa-too-big", *g(per_node))
     pages: dict[str, dict[str, int]] = {}
-    for n in ("numa-small", "numa-node"):
+
+    def allocated(n: str) -> None:
+        """Wait for ``n``'s shell to write /tmp/allocated, then count its pages per node.
+        Before the next pod: the allocation keeps a vCPU busy, and on a loaded host the
+        next pod's sandbox (its shim starting) then overran the 120 s CRI deadline (seen
+        in 2 of 3 runs at load 24-49, 2026-12-06)."""
         if n not in run.ids:
-            continue
+            return
         pid = run.cri.inspect(run.ids[n])[0]
         deadline = time.monotonic() + SETTLE
         while time.monotonic() < deadline:  # the shell writes /tmp/allocated when done
@@ -188,6 +190,13 @@ def scenario_numa_mem(run: Run, topo: dict[str, Any]) -> dict[str, Any]:
                 break
             time.sleep(0.5)
         pages[n] = numa_pages(pid)
+
+    run.make("besteffort", *SHARED_PODS["besteffort"])
+    run.make("numa-small", *g(2, "256Mi"), command=ALLOC_CMD)
+    allocated("numa-small")
+    run.make("numa-node", *g(per_node, "256Mi"), command=ALLOC_CMD)
+    allocated("numa-node")
+    run.make("numa-too-big", *g(per_node))
     t = run.wait_shared(["besteffort"], lambda: exclusive_union(
         run, ["numa-small", "numa-node"]))
     run.record("allocated", {"shrink_seconds": t, "numa_pages": pages,
@@ -398,11 +407,17 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 ctrd.start()
             except Exception as e:
+                # a failed command's own words (ctr images import: CalledProcessError.stderr)
+                why = f"{e}\n{getattr(e, 'stderr', None) or ''}".strip()
                 for name in for_driver(job["scenarios"], driver):
                     out["results"].append({"scenario": name, "containerd": version,
                                            "driver": driver, "steps": [], "refused": {},
-                                           "error": f"containerd did not start: {e}"})
+                                           "error": f"containerd did not start: {why}"})
                 save()
+                with contextlib.suppress(Exception):  # start() killed it; leftovers go
+                    ctrd.stop()
+                if ctrd.log_path.exists():  # the log says why (kept for the host)
+                    shutil.copy(ctrd.log_path, a.out.parent / f"containerd-{version}-{driver}.log")
                 continue
             out.setdefault("containerd_start_seconds", {})[f"{version}/{driver}"] = round(
                 time.monotonic() - t0, 1)

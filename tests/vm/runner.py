@@ -41,11 +41,12 @@ KERNEL_CRASH = ("Kernel panic", "Oops:", "BUG: kernel")
 #: Most likely udev's coldplug was loading the 9p virtio transport at that moment: the
 #: module registers the "virtio" transport before it binds its devices (net/9p/
 #: trans_virtio.c p9_virtio_init: v9fs_register_trans, then register_virtio_driver), so the
-#: mount finds the transport but no channel tagged "job" yet (ENOENT). The fix belongs in
-#: the image (modprobe 9pnet_virtio before the mount, which waits for a load under way);
-#: until the image is rebuilt, such a boot is run once more. (modules_load=9pnet_virtio on
-#: the command line was tried: systemd-modules-load then took 83 s on the boot's critical
-#: path under load and ended failed.)
+#: mount finds the transport but no channel tagged "job" yet (ENOENT). The image's job unit
+#: (scripts/vm/build-guest.sh) now runs ``modprobe -a 9pnet_virtio 9p`` first, which waits
+#: for a load under way, and tries the mount 5 times 1 s apart; a boot that still cannot
+#: mount it is run once more. (modules_load=9pnet_virtio on the command line was tried:
+#: systemd-modules-load then took 83 s on the boot's critical path under load and ended
+#: failed.)
 NO_JOB_SHARE = "special device job does not exist"
 class GuestError(RuntimeError):
     """The guest could not be built, booted or did not report results (message says why)."""
