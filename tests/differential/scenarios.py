@@ -452,18 +452,21 @@ def _regular_inits(ev: dict[str, Any]) -> set[str]:
             if c.get("restartPolicy") != "Always"}
 
 
-def double_assigned(s: dict[str, Any], answer: dict[str, Any]) -> tuple[int, str] | None:
-    """The first event of ``answer`` (either side's) that hands out a CPU another live pod
+def double_assignments(s: dict[str, Any], answer: dict[str, Any]) -> list[tuple[int, str]]:
+    """Every event of ``answer`` (either side's) that hands out a CPU another live pod
     holds: any container's cpuset (exclusive or shared, a pod-level pod's CPUs too)
     overlapping the exclusive CPUs of another pod not deleted, an exclusive container's
     overlapping those of a sidecar or app container of its own pod, or a shared pool
-    holding such a CPU; ``(event index, what)``, or None. A regular init container's CPUs
+    holding such a CPU. A regular init container's CPUs
     count as released in ``nri-alone`` mode (the plugin releases a finished init
     container's: ``finished-init-released``), as held by its pod (reusable by its pod's
     later containers only) as deployed, as the kubelet keeps them; an exited container
     keeps its CPUs until its pod is
     deleted, on both sides (the kubelet's state keeps the assignment; the plugin
-    releases a stopped container's only when its pod's next container is created)."""
+    releases a stopped container's only when its pod's next container is created).
+    ``[(event index, what)]``, the first such hand-out of each event; the events after one
+    are still checked (the kubelet's bug can strike again at a later pod)."""
+    found: list[tuple[int, str]] = []
     held: dict[str, dict[str, set[int]]] = {}  # pod -> container (or "" for the pod) -> CPUs
     keep_init = s.get("mode", MODES[0]) != "nri-alone"
     init_key = "\0init:"  # (a regular init container's CPUs, held against other pods only)
@@ -482,36 +485,46 @@ def double_assigned(s: dict[str, Any], answer: dict[str, Any]) -> tuple[int, str
                     others |= cpus
         init = _regular_inits(ev)
         mine: dict[str, set[int]] = {}
+        what: list[str] = []  # this event's hand-outs of held CPUs, the first reported
         if r.get("admitted"):
             if r.get("podCPUs"):
                 mine[""] = _cpus(r["podCPUs"])
             for c in r.get("containers") or []:
                 cpus = _cpus(c.get("cpus", ""))
                 if cpus & others:
-                    return i, (f"{r['pod']}/{c['name']} got CPUs "
-                               f"{sorted(cpus & others)} another pod holds")
+                    what.append(f"{r['pod']}/{c['name']} got CPUs "
+                                f"{sorted(cpus & others)} another pod holds")
                 if c.get("exclusive"):
                     # its pod's sidecars and app containers run together: exclusive CPUs
                     # of theirs are no one else's (a regular init container's are reused)
                     siblings = set().union(*(v for k, v in mine.items()
                                              if k and not k.startswith(init_key)))
                     if cpus & siblings:
-                        return i, (f"{r['pod']}/{c['name']} got CPUs "
-                                   f"{sorted(cpus & siblings)} another container of its "
-                                   "pod holds")
+                        what.append(f"{r['pod']}/{c['name']} got CPUs "
+                                    f"{sorted(cpus & siblings)} another container of its "
+                                    "pod holds")
                     if c["name"] not in init:
                         mine[c["name"]] = cpus
                     elif keep_init:
                         mine[init_key + c["name"]] = cpus
             if mine.get("", set()) & others:
-                return i, f"{r['pod']} got pod CPUs {sorted(mine[''] & others)} another pod holds"
+                what.append(f"{r['pod']} got pod CPUs {sorted(mine[''] & others)} another pod "
+                            "holds")
             held[r["pod"]] = mine
         pool = _cpus(r.get("sharedPool", ""))
         taken = set().union(*(cpus for cs in held.values() for cpus in cs.values()))
         if pool & taken:
-            return i, (f"the shared pool after {r.get('pod')} has CPUs "
-                       f"{sorted(pool & taken)} a pod holds")
-    return None
+            what.append(f"the shared pool after {r.get('pod')} has CPUs "
+                        f"{sorted(pool & taken)} a pod holds")
+        if what:
+            found.append((i, what[0]))
+    return found
+
+
+def double_assigned(s: dict[str, Any], answer: dict[str, Any]) -> tuple[int, str] | None:
+    """The first of :func:`double_assignments` (``(event index, what)``), or None."""
+    found = double_assignments(s, answer)
+    return found[0] if found else None
 
 
 def _held(s: dict[str, Any], answer: dict[str, Any], with_inits: bool,
@@ -629,11 +642,10 @@ def compare(kubelet: dict[str, Any], ours: dict[str, Any],
                                   "what": mine[1], "kubelet": "", "plugin": mine[1]}))
     if not out:
         return out
-    theirs = double_assigned(s, kubelet)
-    if theirs is not None:
-        for d in out:
-            if d.get("event") == theirs[0]:
-                d["kubeletDoubleAssigned"] = theirs[1]
+    theirs = dict(double_assignments(s, kubelet))  # every event where the kubelet does
+    for d in out:
+        if d.get("event") in theirs:
+            d["kubeletDoubleAssigned"] = theirs[d["event"]]
     # the states the two sides enter each event with
     ks, ps = _held(s, kubelet, True), _held(s, ours, True)
     first: int | None = None  # the first event with a difference that changes the state
@@ -1100,7 +1112,7 @@ def _memory_unsatisfiable(s: dict[str, Any], d: dict[str, Any],
 
 def _kubelet_double_assigned(s: dict[str, Any], d: dict[str, Any],
                              diffs: list[dict[str, Any]]) -> bool:
-    """At the event where the kubelet's answer hands out a CPU another container holds
+    """At an event where the kubelet's answer hands out a CPU another container holds
     (later events are its consequences): a CPU difference there involving those CPUs, or
     the refusal or admission that follows from it."""
     held = d.get("kubeletDoubleAssigned")

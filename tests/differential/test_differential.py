@@ -178,6 +178,18 @@ def test_a_cpu_handed_out_twice_is_never_documented() -> None:
     assert S.double_assigned(s, good) is None
     assert S.double_assigned(s, twice) == (1, "b/c got CPUs [1] another pod holds")
     assert S.double_assigned(s, answer("2", "0-1,3-7"))[0] == 1  # the pool holds a's CPU
+    # every event that hands out a held CPU, not only the first: a third pod taking b's
+    # CPU after an event that did so too (the kubelet's bug can strike again, seed 1102052)
+    s3 = {**s, "events": [*s["events"], {"op": "add", "pod": {
+        "metadata": {"name": "c3", "uid": "c3"}, "spec": {"containers": [
+            {"name": "c", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}}]}
+    thrice = answer("1", "0,2-7")
+    thrice["events"].append({"op": "add", "pod": "c3", "admitted": True,
+                             "sharedPool": "0,2-7",
+                             "containers": [{"name": "c", "cpus": "1", "exclusive": True}]})
+    assert S.double_assignments(s3, thrice) == [
+        (1, "b/c got CPUs [1] another pod holds"), (2, "c3/c got CPUs [1] another pod holds")]
+    assert S.double_assignments(s, good) == []
     d = S.compare(good, twice, s)
     assert d[0]["kind"] == "plugin-double-assign" and S.known_difference(s, d) is None
     d = S.compare(twice, good, s)
