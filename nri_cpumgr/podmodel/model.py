@@ -11,7 +11,6 @@ import enum
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
 
@@ -127,9 +126,10 @@ def pod_qos(pod: Pod) -> QOSClass:
     return QOSClass.GUARANTEED if guaranteed else QOSClass.BURSTABLE
 
 
+#: suffix -> (multiplier, divisor)
 _SUFFIX = {
     "": 1,
-    "m": Fraction(1, 1000),
+    "m": (1, 1000),
     "k": 10**3,
     "M": 10**6,
     "G": 10**9,
@@ -152,10 +152,16 @@ def parse_quantity(text: str, *, milli: bool = False) -> int:
     Returns the value as an integer, in thousandths when ``milli`` is true (CPU millicores),
     rounded up as the API server does. Raises ValueError on a malformed quantity.
     """
+    # (fractions, with decimal, is imported at the first quantity: the plugin's start
+    # parses none unless its config or a pod spec has one; issue 34)
+    from fractions import Fraction
+
     m = _QTY.match(text.strip())
     if not m or m.group(2) not in _SUFFIX:
         raise ValueError(f"invalid quantity {text!r}")
-    value = Fraction(m.group(1)) * _SUFFIX[m.group(2)]
+    scale = _SUFFIX[m.group(2)]
+    value = (Fraction(m.group(1)) * scale if isinstance(scale, int)
+             else Fraction(m.group(1)) * scale[0] / scale[1])
     if milli:
         value *= 1000
     n = value.numerator // value.denominator
