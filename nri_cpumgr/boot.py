@@ -41,8 +41,11 @@ REGISTER_TIMEOUT = 10.0
 #: Seconds the connect and the write may block (a runtime whose listen backlog is full).
 CONNECT_TIMEOUT = 1.0
 
-_OPTIONS_WITH_VALUE = {"--config": "config", "--socket": "socket", "--state-dir": None,
-                       "--sysfs-root": None}
+#: the ``run`` parser's options with a value -> their destination, and its defaults
+_OPTIONS_WITH_VALUE = {"--config": "config", "--socket": "socket", "--state-dir": "state_dir",
+                       "--sysfs-root": "sysfs_root"}
+_RUN_DEFAULTS: dict[str, str | bool | None] = {
+    "config": None, "socket": None, "state_dir": None, "sysfs_root": "/", "verbose": False}
 _FLAGS = ("-v", "--verbose")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 _PATH_CHARS = _NAME_CHARS | {"/"}
@@ -54,17 +57,22 @@ skipped: str | None = None
 _gc_held = False
 
 
-def run_options(argv: list[str]) -> dict[str, str] | None:
-    """The ``config`` and ``socket`` of a ``run`` command line (``argv`` without the program),
-    the last one given as argparse takes it; None unless every argument is one the ``run``
-    parser takes as written (``--opt VALUE``, ``--opt=VALUE``, ``-v``, ``--verbose``)."""
+def run_arguments(argv: list[str]) -> dict[str, str | bool | None] | None:
+    """A ``run`` command line (``argv`` without the program) as the ``run`` parser of
+    :func:`nri_cpumgr.cli.build_parser` reads it: every option's value by its destination
+    (``config``, ``socket``, ``state_dir``, ``sysfs_root``, ``verbose``; the parser's
+    defaults for those not given, the last one given otherwise); None unless every argument
+    is one that parser takes as written (``--opt VALUE`` with a VALUE not starting with
+    '-', ``--opt=VALUE``, ``-v``, ``--verbose``): anything else (an abbreviation, ``-h``,
+    a missing value, a stray argument) is left to argparse and its messages."""
     if argv[:1] != ["run"]:
         return None
-    out: dict[str, str] = {}
+    out: dict[str, str | bool | None] = dict(_RUN_DEFAULTS)
     i = 1
     while i < len(argv):
         arg = argv[i]
         if arg in _FLAGS:
+            out["verbose"] = True
             i += 1
             continue
         opt, eq, value = arg.partition("=")
@@ -76,10 +84,18 @@ def run_options(argv: list[str]) -> dict[str, str] | None:
             value = argv[i + 1]
             i += 1
         i += 1
-        key = _OPTIONS_WITH_VALUE[opt]
-        if key is not None:
-            out[key] = value
+        out[_OPTIONS_WITH_VALUE[opt]] = value
     return out
+
+
+def run_options(argv: list[str]) -> dict[str, str] | None:
+    """The ``config`` and ``socket`` of a ``run`` command line (``argv`` without the program)
+    when given, as :func:`run_arguments` reads them; None when that gives None."""
+    args = run_arguments(argv)
+    if args is None:
+        return None
+    return {k: v for k in ("config", "socket")  # type: ignore[misc]
+            if isinstance(v := args[k], str)}
 
 
 def _plain(raw: str, chars: frozenset[str]) -> str | None:
