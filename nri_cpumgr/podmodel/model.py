@@ -128,22 +128,44 @@ def pod_qos(pod: Pod) -> QOSClass:
 
 #: suffix -> (multiplier, divisor)
 _SUFFIX = {
-    "": 1,
+    "": (1, 1),
     "m": (1, 1000),
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-    "E": 10**18,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-    "Ei": 2**60,
+    "k": (10**3, 1),
+    "M": (10**6, 1),
+    "G": (10**9, 1),
+    "T": (10**12, 1),
+    "P": (10**15, 1),
+    "E": (10**18, 1),
+    "Ki": (2**10, 1),
+    "Mi": (2**20, 1),
+    "Gi": (2**30, 1),
+    "Ti": (2**40, 1),
+    "Pi": (2**50, 1),
+    "Ei": (2**60, 1),
 }
 _QTY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
+#: the number of a quantity as a decimal literal: sign, digits, optional fraction, exponent
+_DECIMAL = re.compile(r"([+-]?)([0-9]*)(?:\.([0-9]*))?(?:[eE]([+-]?[0-9]+))?")
+
+
+def _exact(number: str) -> tuple[int, int]:
+    """``number`` (a decimal literal as :data:`_QTY` takes it) as an exact ratio
+    (numerator, positive denominator). Raises ValueError, with the message
+    ``fractions.Fraction`` gives, for one without a digit before or after its point, or
+    with two points (integer arithmetic: fractions and decimal cost ~0.6 MiB resident)."""
+    m = _DECIMAL.fullmatch(number)
+    if m is None or not (m.group(2) or m.group(3)):
+        raise ValueError(f"Invalid literal for Fraction: {number!r}")
+    sign, whole, frac, exp = m.groups()
+    frac = frac or ""
+    num = int(whole + frac or "0")
+    shift = (int(exp) if exp else 0) - len(frac)
+    den = 1
+    if shift >= 0:
+        num *= 10**shift
+    else:
+        den = 10**-shift
+    return (-num if sign == "-" else num), den
 
 
 def parse_quantity(text: str, *, milli: bool = False) -> int:
@@ -152,20 +174,15 @@ def parse_quantity(text: str, *, milli: bool = False) -> int:
     Returns the value as an integer, in thousandths when ``milli`` is true (CPU millicores),
     rounded up as the API server does. Raises ValueError on a malformed quantity.
     """
-    # (fractions, with decimal, is imported at the first quantity: the plugin's start
-    # parses none unless its config or a pod spec has one; issue 34)
-    from fractions import Fraction
-
     m = _QTY.match(text.strip())
     if not m or m.group(2) not in _SUFFIX:
         raise ValueError(f"invalid quantity {text!r}")
-    scale = _SUFFIX[m.group(2)]
-    value = (Fraction(m.group(1)) * scale if isinstance(scale, int)
-             else Fraction(m.group(1)) * scale[0] / scale[1])
-    if milli:
-        value *= 1000
-    n = value.numerator // value.denominator
-    return n + (1 if n * value.denominator != value.numerator and value > 0 else 0)
+    num, den = _exact(m.group(1))
+    mul, div = _SUFFIX[m.group(2)]
+    num *= mul * (1000 if milli else 1)
+    den *= div
+    n = num // den
+    return n + (1 if n * den != num and num > 0 else 0)
 
 
 class ResourceListError(ValueError):
