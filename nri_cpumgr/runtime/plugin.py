@@ -577,7 +577,8 @@ class Plugin:
                                            plain=plain)
         self.synchronized = True
         self.registered = True  # (a Synchronize comes from a runtime, after its Configure)
-        reply = [_update(d) for d in updates.values()]
+        texts: dict[CPUSet, str] = {}  # (most of the updates carry the one shared pool)
+        reply = [_update(d, texts) for d in updates.values()]
         if self.resume is not None:  # an interrupted reconfiguration: its updates after the
             from nri_cpumgr.runtime.reconfig import can_send, resume_updates  # reply
 
@@ -879,14 +880,20 @@ def _mems_text(mems: CPUSet | None) -> str:
     return str(mems) if mems else ""
 
 
-def _update(d: Decision) -> nri_pb2.ContainerUpdate:
+def _update(d: Decision, texts: dict[CPUSet, str] | None = None) -> nri_pb2.ContainerUpdate:
     """An update keeping everything we decided for the container: cpus, no CFS quota when
     exclusive (or the kubelet's quota restored when it left exclusive CPUs), mems when
-    pinned."""
+    pinned. ``texts``: cpulists already formatted (cpuset -> text), filled as it goes."""
     u = nri_pb2.ContainerUpdate(container_id=d.container_id, ignore_failure=True)
     cpu = u.linux.resources.cpu
     if d.cpus:
-        cpu.cpus = str(d.cpus)
+        if texts is None:
+            cpu.cpus = str(d.cpus)
+        else:
+            text = texts.get(d.cpus)
+            if text is None:
+                text = texts[d.cpus] = str(d.cpus)
+            cpu.cpus = text
     if d.exclusive:
         cpu.quota.value = -1
     elif d.quota is not None:
