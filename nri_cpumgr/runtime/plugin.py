@@ -31,7 +31,6 @@ from nri_cpumgr.adopt import kubelet_state_absent
 from nri_cpumgr.api import nri_pb2
 from nri_cpumgr.checkpoint import BackgroundWriter, Checkpoint, CheckpointError
 from nri_cpumgr.cm.container_manager import AdmissionError, Decision
-from nri_cpumgr.cm.memorymanager.state import MemoryState
 from nri_cpumgr.config import Config, ConfigError, parse_config
 from nri_cpumgr.config.model import with_source
 from nri_cpumgr.cpuset import CPUSet
@@ -196,6 +195,8 @@ class Plugin:
         if self.adoption is not None and body and body["entries"] and not state.assignments:
             self.adoption = None  # the policy rejected it (logged): the runtime is the truth
         if memory is not None:
+            from nri_cpumgr.cm.memorymanager.state import MemoryState
+
             if provisional:
                 memory.start(MemoryState())
             elif self.resume is not None and self.resume.memory_body is not None:
