@@ -304,9 +304,8 @@ def test_the_container_manager_has_what_the_pod_level_managers_use():
     ContainerManager): every member of the protocol is there, of the right kind."""
     import typing
 
-    from nri_cpumgr.cm.podresources.host import ContainerManagerView
-
     from nri_cpumgr.cm.memorymanager import manager as memory_manager
+    from nri_cpumgr.cm.podresources.host import ContainerManagerView
 
     m = manager()
     # (MemoryManager is imported for type checking only there: the Memory Manager's package
