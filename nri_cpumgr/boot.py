@@ -32,6 +32,8 @@ import gc
 import os
 import sys
 
+from nri_cpumgr.runline import run_arguments
+
 #: The image's config file, read when ``--config`` is not given (nri_cpumgr.locations).
 DEFAULT_CONFIG = "/etc/nri-cpumgr/config.yaml"
 #: The config model's defaults for the three keys (nri_cpumgr.config.model.Config).
@@ -41,12 +43,6 @@ REGISTER_TIMEOUT = 10.0
 #: Seconds the connect and the write may block (a runtime whose listen backlog is full).
 CONNECT_TIMEOUT = 1.0
 
-#: the ``run`` parser's options with a value -> their destination, and its defaults
-_OPTIONS_WITH_VALUE = {"--config": "config", "--socket": "socket", "--state-dir": "state_dir",
-                       "--sysfs-root": "sysfs_root"}
-_RUN_DEFAULTS: dict[str, str | bool | None] = {
-    "config": None, "socket": None, "state_dir": None, "sysfs_root": "/", "verbose": False}
-_FLAGS = ("-v", "--verbose")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 _PATH_CHARS = _NAME_CHARS | {"/"}
 
@@ -57,40 +53,10 @@ skipped: str | None = None
 _gc_held = False
 
 
-def run_arguments(argv: list[str]) -> dict[str, str | bool | None] | None:
-    """A ``run`` command line (``argv`` without the program) as the ``run`` parser of
-    :func:`nri_cpumgr.cli.build_parser` reads it: every option's value by its destination
-    (``config``, ``socket``, ``state_dir``, ``sysfs_root``, ``verbose``; the parser's
-    defaults for those not given, the last one given otherwise); None unless every argument
-    is one that parser takes as written (``--opt VALUE`` with a VALUE not starting with
-    '-', ``--opt=VALUE``, ``-v``, ``--verbose``): anything else (an abbreviation, ``-h``,
-    a missing value, a stray argument) is left to argparse and its messages."""
-    if argv[:1] != ["run"]:
-        return None
-    out: dict[str, str | bool | None] = dict(_RUN_DEFAULTS)
-    i = 1
-    while i < len(argv):
-        arg = argv[i]
-        if arg in _FLAGS:
-            out["verbose"] = True
-            i += 1
-            continue
-        opt, eq, value = arg.partition("=")
-        if opt not in _OPTIONS_WITH_VALUE:
-            return None
-        if not eq:
-            if i + 1 >= len(argv) or argv[i + 1].startswith("-"):
-                return None
-            value = argv[i + 1]
-            i += 1
-        i += 1
-        out[_OPTIONS_WITH_VALUE[opt]] = value
-    return out
-
-
 def run_options(argv: list[str]) -> dict[str, str] | None:
     """The ``config`` and ``socket`` of a ``run`` command line (``argv`` without the program)
-    when given, as :func:`run_arguments` reads them; None when that gives None."""
+    when given, as :func:`nri_cpumgr.runline.run_arguments` reads them; None when that gives
+    None."""
     args = run_arguments(argv)
     if args is None:
         return None

@@ -566,12 +566,12 @@ def _parser_classes():  # noqa: ANN202 - classes made at the first call
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """``argv`` parsed. A ``run`` command line made only of the options as written
-    (:func:`nri_cpumgr.boot.run_arguments`) is read without argparse (~5 ms of the plugin's
+    (:func:`nri_cpumgr.runline.run_arguments`) is read without argparse (~5 ms of the plugin's
     start, issue 34), into the namespace the ``run`` parser gives; another ``run`` command
     line by a parser of ``run`` alone (the other sub-commands' parsers cost ~10 ms), its
     errors said by the full one."""
     if argv[:1] == ["run"]:
-        from nri_cpumgr.boot import run_arguments
+        from nri_cpumgr.runline import run_arguments
 
         plain = run_arguments(argv)
         if plain is not None:

@@ -17,6 +17,7 @@ import pytest
 from nri_cpumgr import boot
 from nri_cpumgr.api import nri_pb2
 from nri_cpumgr.config import ConfigError, parse_config
+from nri_cpumgr.runline import run_arguments
 
 from .nri_peer import FakeRuntime
 
@@ -219,7 +220,7 @@ def test_run_arguments_are_the_run_parsers(argv: list[str]) -> None:
     from nri_cpumgr import cli
 
     want = vars(cli.build_parser(only_run=True).parse_args(argv))
-    got = boot.run_arguments(argv)
+    got = run_arguments(argv)
     assert got is not None
     assert {**got, "cmd": "run", "func": cli.cmd_run} == want
     assert vars(cli.parse_args(argv)) == want
@@ -230,7 +231,7 @@ def test_run_arguments_are_the_run_parsers(argv: list[str]) -> None:
     ["run", "--verbose=1"], ["run", "--config", "-x"], ["status"], [],
 ])
 def test_run_arguments_leave_the_rest_to_argparse(argv: list[str]) -> None:
-    assert boot.run_arguments(argv) is None
+    assert run_arguments(argv) is None
 
 
 def test_a_plain_run_line_does_not_import_argparse() -> None:
