@@ -32,6 +32,8 @@ import gc
 import os
 import sys
 
+from nri_cpumgr.runline import run_arguments
+
 #: The image's config file, read when ``--config`` is not given (nri_cpumgr.locations).
 DEFAULT_CONFIG = "/etc/nri-cpumgr/config.yaml"
 #: The config model's defaults for the three keys (nri_cpumgr.config.model.Config).
@@ -41,9 +43,6 @@ REGISTER_TIMEOUT = 10.0
 #: Seconds the connect and the write may block (a runtime whose listen backlog is full).
 CONNECT_TIMEOUT = 1.0
 
-_OPTIONS_WITH_VALUE = {"--config": "config", "--socket": "socket", "--state-dir": None,
-                       "--sysfs-root": None}
-_FLAGS = ("-v", "--verbose")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 _PATH_CHARS = _NAME_CHARS | {"/"}
 
@@ -55,31 +54,14 @@ _gc_held = False
 
 
 def run_options(argv: list[str]) -> dict[str, str] | None:
-    """The ``config`` and ``socket`` of a ``run`` command line (``argv`` without the program),
-    the last one given as argparse takes it; None unless every argument is one the ``run``
-    parser takes as written (``--opt VALUE``, ``--opt=VALUE``, ``-v``, ``--verbose``)."""
-    if argv[:1] != ["run"]:
+    """The ``config`` and ``socket`` of a ``run`` command line (``argv`` without the program)
+    when given, as :func:`nri_cpumgr.runline.run_arguments` reads them; None when that gives
+    None."""
+    args = run_arguments(argv)
+    if args is None:
         return None
-    out: dict[str, str] = {}
-    i = 1
-    while i < len(argv):
-        arg = argv[i]
-        if arg in _FLAGS:
-            i += 1
-            continue
-        opt, eq, value = arg.partition("=")
-        if opt not in _OPTIONS_WITH_VALUE:
-            return None
-        if not eq:
-            if i + 1 >= len(argv) or argv[i + 1].startswith("-"):
-                return None
-            value = argv[i + 1]
-            i += 1
-        i += 1
-        key = _OPTIONS_WITH_VALUE[opt]
-        if key is not None:
-            out[key] = value
-    return out
+    return {k: v for k in ("config", "socket")  # type: ignore[misc]
+            if isinstance(v := args[k], str)}
 
 
 def _plain(raw: str, chars: frozenset[str]) -> str | None:

@@ -11,18 +11,21 @@ present, else the defaults; log in <stateDirectory>/nri-cpumgr.log.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import logging
 import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nri_cpumgr import locations
 from nri_cpumgr.config import Config, ConfigError, load_config
 from nri_cpumgr.config.model import with_source
 from nri_cpumgr.locations import config_path, load_state_file, state_dir_of
+
+if TYPE_CHECKING:
+    import argparse
 
 
 def _asyncio():
@@ -514,18 +517,6 @@ def _version() -> str:
         return __version__
 
 
-class _VersionAction(argparse.Action):
-    """``--version``: looks the version up only when asked (importlib.metadata is ~10 ms)."""
-
-    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS,
-                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:  # noqa: A002
-        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
-        print(f"nri-cpumgr {_version()}")
-        parser.exit()
-
-
 class _RunOnlyError(Exception):
     """A command line the ``run``-only parser cannot take: the full parser says why."""
 
@@ -546,19 +537,47 @@ def _help_width() -> int:
     return (columns or 80) - 2
 
 
-class _RunOnlyParser(argparse.ArgumentParser):
-    def error(self, message: str):  # type: ignore[override]
-        raise _RunOnlyError(message)
+def _parser_classes():  # noqa: ANN202 - classes made at the first call
+    """(the ``--version`` action, the ``run``-only parser): argparse classes, made when a
+    parser is built (argparse is not imported for a plain ``run`` command line)."""
+    import argparse
 
-    def _get_formatter(self) -> argparse.HelpFormatter:
-        # argparse makes a formatter at every add_argument; its own imports shutil
-        return self.formatter_class(prog=self.prog, width=_help_width())
+    class VersionAction(argparse.Action):
+        """``--version``: looks the version up only when asked (importlib.metadata is ~10 ms)."""
+
+        def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS,
+                     default: str = argparse.SUPPRESS, help: str | None = None) -> None:  # noqa: A002
+            super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+        def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
+            print(f"nri-cpumgr {_version()}")
+            parser.exit()
+
+    class RunOnlyParser(argparse.ArgumentParser):
+        def error(self, message: str):  # type: ignore[override]
+            raise _RunOnlyError(message)
+
+        def _get_formatter(self) -> argparse.HelpFormatter:
+            # argparse makes a formatter at every add_argument; its own imports shutil
+            return self.formatter_class(prog=self.prog, width=_help_width())
+
+    return VersionAction, RunOnlyParser
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    """``argv`` parsed; a ``run`` command line by a parser of ``run`` alone (the plugin's
-    start: the other sub-commands' parsers cost ~10 ms), its errors said by the full one."""
+    """``argv`` parsed. A ``run`` command line made only of the options as written
+    (:func:`nri_cpumgr.runline.run_arguments`) is read without argparse (~5 ms of the plugin's
+    start, issue 34), into the namespace the ``run`` parser gives; another ``run`` command
+    line by a parser of ``run`` alone (the other sub-commands' parsers cost ~10 ms), its
+    errors said by the full one."""
     if argv[:1] == ["run"]:
+        from nri_cpumgr.runline import run_arguments
+
+        plain = run_arguments(argv)
+        if plain is not None:
+            from types import SimpleNamespace
+
+            return SimpleNamespace(cmd="run", func=cmd_run, **plain)  # type: ignore[return-value]
         try:
             return build_parser(only_run=True).parse_args(argv)
         except _RunOnlyError:
@@ -573,10 +592,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def build_parser(only_run: bool = False) -> argparse.ArgumentParser:
     """The command line. ``only_run``: just the ``run`` sub-command, whose errors raise
     instead of printing (see :func:`parse_args`)."""
-    p = (_RunOnlyParser if only_run else argparse.ArgumentParser)(
+    import argparse
+
+    version_action, run_only_parser = _parser_classes()
+    p = (run_only_parser if only_run else argparse.ArgumentParser)(
         prog="nri-cpumgr", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--version", action=_VersionAction, help="print the version and exit")
+    p.add_argument("--version", action=version_action, help="print the version and exit")
     sub = p.add_subparsers(dest="cmd", required=True)
     p.subcommands = sub.choices  # type: ignore[attr-defined]  # name -> parser (parse_args)
 

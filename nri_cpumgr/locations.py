@@ -6,11 +6,14 @@ checkpoint-format file of it. Shared by ``nri_cpumgr.cli`` and the sub-commands 
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nri_cpumgr.config import load_config
+
+if TYPE_CHECKING:
+    import argparse
 
 # Read when --config is not given (run, status, plan, explain) and the file exists; the image
 # ships it.

@@ -9,7 +9,7 @@ plan is the plugin's answer. No transport here; the only I/O is reading a checkp
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
 from nri_cpumgr.cm.container_manager import ContainerManager
@@ -20,14 +20,14 @@ from nri_cpumgr.cm.cpumanager.policy_options import (
     STRICT_CPU_RESERVATION,
     parse_bool,
 )
-from nri_cpumgr.cm.memorymanager.config import MemoryReservation, new_manager
-from nri_cpumgr.cm.memorymanager.manager import MemoryManager
-from nri_cpumgr.cm.memorymanager.state import MemoryState
 from nri_cpumgr.cm.topologymanager import TopologyManager
 from nri_cpumgr.config import Config, ConfigError
 from nri_cpumgr.config.model import did_you_mean
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.topology import Machine
+
+if TYPE_CHECKING:  # (imported where a Memory Manager is built: memoryManagerPolicy Static)
+    from nri_cpumgr.cm.memorymanager.manager import MemoryManager
 
 # the plugin's logger: these lines were always the plugin's
 log = logging.getLogger("nri_cpumgr.plugin")
@@ -140,6 +140,8 @@ def build_memory_manager(config: Config, machine: Machine) -> MemoryManager | No
     Raises :class:`ConfigError` (reservedMemory must match the node's reserved memory)."""
     if config.memoryManagerPolicy == "None":
         return None
+    from nri_cpumgr.cm.memorymanager.config import MemoryReservation, new_manager
+
     reserved = [MemoryReservation(r.numaNode, dict(r.limits)) for r in config.reservedMemory]
     try:
         return new_manager(
@@ -205,6 +207,8 @@ def restore_state(
 def restore_memory_state(memory: MemoryManager, checkpoint: Checkpoint) -> None:
     """Start the Memory Manager on its checkpointed state, or fresh when there is none or
     it is corrupt or does not fit the machine."""
+    from nri_cpumgr.cm.memorymanager.state import MemoryState
+
     try:
         body = checkpoint.load()
     except CheckpointError as e:

@@ -7,7 +7,9 @@ listing the stale or missing files, if the committed output differs.
 
 The generator is ``python -m grpc_tools.protoc`` (grpcio-tools); its output has no
 timestamps, so the same tool version gives byte-identical files. Imports between our own
-generated modules are rewritten to the absolute ``nri_cpumgr.api`` package.
+generated modules are rewritten to the absolute ``nri_cpumgr.api`` package, and the
+protobuf runtime modules the ``.py`` files import to ``nri_cpumgr.api._protobuf`` (the same
+calls without protobuf's pure-Python implementation on the upb runtime; issue 34).
 """
 
 from __future__ import annotations
@@ -48,6 +50,26 @@ def _fix_imports(text: str, modules: set[str]) -> str:
     )
 
 
+#: generated code's imports of protobuf's runtime -> the same names from our module
+_RUNTIME_IMPORTS = {
+    f"from google.protobuf import {m} as _{m}\n":
+        f"from {PACKAGE}._protobuf import {m} as _{m}\n"
+    for m in ("descriptor", "descriptor_pool", "runtime_version", "symbol_database")
+} | {"from google.protobuf.internal import builder as _builder\n":
+     f"from {PACKAGE}._protobuf import builder as _builder\n"}
+
+
+def _runtime_imports(text: str) -> str:
+    """Point the generated ``.py`` code's protobuf runtime imports at
+    ``nri_cpumgr.api._protobuf``; raises SystemExit when the generator's output no longer
+    has them as expected."""
+    for old, new in _RUNTIME_IMPORTS.items():
+        if old not in text:
+            raise SystemExit(f"gen_proto: generated code without {old.strip()!r}")
+        text = text.replace(old, new)
+    return text
+
+
 def generate(out: Path) -> list[Path]:
     """Run protoc for every ``proto/*.proto`` into ``out``; return the files written.
 
@@ -69,7 +91,8 @@ def generate(out: Path) -> list[Path]:
     for mod in sorted(modules):
         for suffix in (".py", ".pyi"):
             f = out / (mod + suffix)
-            f.write_text(_fix_imports(f.read_text(), modules))
+            text = _fix_imports(f.read_text(), modules)
+            f.write_text(_runtime_imports(text) if suffix == ".py" else text)
             written.append(f)
     return written
 

@@ -4,11 +4,11 @@
 # source: cri.proto
 # Protobuf Python Version: 6.31.1
 """Generated protocol buffer code."""
-from google.protobuf import descriptor as _descriptor
-from google.protobuf import descriptor_pool as _descriptor_pool
-from google.protobuf import runtime_version as _runtime_version
-from google.protobuf import symbol_database as _symbol_database
-from google.protobuf.internal import builder as _builder
+from nri_cpumgr.api._protobuf import descriptor as _descriptor
+from nri_cpumgr.api._protobuf import descriptor_pool as _descriptor_pool
+from nri_cpumgr.api._protobuf import runtime_version as _runtime_version
+from nri_cpumgr.api._protobuf import symbol_database as _symbol_database
+from nri_cpumgr.api._protobuf import builder as _builder
 _runtime_version.ValidateProtobufRuntimeVersion(
     _runtime_version.Domain.PUBLIC,
     6,

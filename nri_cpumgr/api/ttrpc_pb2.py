@@ -4,11 +4,11 @@
 # source: ttrpc.proto
 # Protobuf Python Version: 6.31.1
 """Generated protocol buffer code."""
-from google.protobuf import descriptor as _descriptor
-from google.protobuf import descriptor_pool as _descriptor_pool
-from google.protobuf import runtime_version as _runtime_version
-from google.protobuf import symbol_database as _symbol_database
-from google.protobuf.internal import builder as _builder
+from nri_cpumgr.api._protobuf import descriptor as _descriptor
+from nri_cpumgr.api._protobuf import descriptor_pool as _descriptor_pool
+from nri_cpumgr.api._protobuf import runtime_version as _runtime_version
+from nri_cpumgr.api._protobuf import symbol_database as _symbol_database
+from nri_cpumgr.api._protobuf import builder as _builder
 _runtime_version.ValidateProtobufRuntimeVersion(
     _runtime_version.Domain.PUBLIC,
     6,
@@ -22,22 +22,21 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from google.protobuf import any_pb2 as google_dot_protobuf_dot_any__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0bttrpc.proto\x12\x05ttrpc\x1a\x19google/protobuf/any.proto\"t\n\x07Request\x12\x0f\n\x07service\x18\x01 \x01(\t\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\x14\n\x0ctimeout_nano\x18\x04 \x01(\x03\x12!\n\x08metadata\x18\x05 \x03(\x0b\x32\x0f.ttrpc.KeyValue\":\n\x08Response\x12\x1d\n\x06status\x18\x01 \x01(\x0b\x32\r.ttrpc.Status\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\"&\n\x08KeyValue\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"N\n\x06Status\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12%\n\x07\x64\x65tails\x18\x03 \x03(\x0b\x32\x14.google.protobuf.Anyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0bttrpc.proto\x12\x05ttrpc\"t\n\x07Request\x12\x0f\n\x07service\x18\x01 \x01(\t\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\x14\n\x0ctimeout_nano\x18\x04 \x01(\x03\x12!\n\x08metadata\x18\x05 \x03(\x0b\x32\x0f.ttrpc.KeyValue\":\n\x08Response\x12\x1d\n\x06status\x18\x01 \x01(\x0b\x32\r.ttrpc.Status\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\"&\n\x08KeyValue\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"8\n\x06Status\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0f\n\x07\x64\x65tails\x18\x03 \x03(\x0c\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ttrpc_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REQUEST']._serialized_start=49
-  _globals['_REQUEST']._serialized_end=165
-  _globals['_RESPONSE']._serialized_start=167
-  _globals['_RESPONSE']._serialized_end=225
-  _globals['_KEYVALUE']._serialized_start=227
-  _globals['_KEYVALUE']._serialized_end=265
-  _globals['_STATUS']._serialized_start=267
-  _globals['_STATUS']._serialized_end=345
+  _globals['_REQUEST']._serialized_start=22
+  _globals['_REQUEST']._serialized_end=138
+  _globals['_RESPONSE']._serialized_start=140
+  _globals['_RESPONSE']._serialized_end=198
+  _globals['_KEYVALUE']._serialized_start=200
+  _globals['_KEYVALUE']._serialized_end=238
+  _globals['_STATUS']._serialized_start=240
+  _globals['_STATUS']._serialized_end=296
 # @@protoc_insertion_point(module_scope)

@@ -1,4 +1,3 @@
-from google.protobuf import any_pb2 as _any_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -44,5 +43,5 @@ class Status(_message.Message):
     DETAILS_FIELD_NUMBER: _ClassVar[int]
     code: int
     message: str
-    details: _containers.RepeatedCompositeFieldContainer[_any_pb2.Any]
-    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., details: _Optional[_Iterable[_Union[_any_pb2.Any, _Mapping]]] = ...) -> None: ...
+    details: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., details: _Optional[_Iterable[bytes]] = ...) -> None: ...

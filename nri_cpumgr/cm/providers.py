@@ -12,16 +12,15 @@ from __future__ import annotations
 
 from nri_cpumgr.cm.cpumanager import CPUManagerState, NonePolicy, StaticPolicy
 from nri_cpumgr.cm.devicemanager import DeviceProvider, device_hints
-from nri_cpumgr.cm.memorymanager.manager import MemoryManager
-from nri_cpumgr.cm.memorymanager.policy_static import (
-    container_requested_resources,
-    pod_requested_resources,
-)
 from nri_cpumgr.cm.topologymanager import TopologyHint, TopologyManager
 from nri_cpumgr.cm.topologymanager.merge import ProviderHints
 from nri_cpumgr.cm.topologymanager.policy import POLICY_RESTRICTED, POLICY_SINGLE_NUMA_NODE
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.podmodel import Pod
+
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing)
+if TYPE_CHECKING:  # (the Memory Manager's package is imported with a Memory Manager only)
+    from nri_cpumgr.cm.memorymanager.manager import MemoryManager
 
 
 def _affinity(tm: TopologyManager, pod: Pod, name: str) -> TopologyHint | None:
@@ -111,12 +110,16 @@ class MemoryProvider:
         hints = self.manager.get_topology_hints(pod, c)
         if hints is None:
             return None
+        from nri_cpumgr.cm.memorymanager.policy_static import container_requested_resources
+
         return self._unsatisfiable(hints, container_requested_resources(c), c.name)
 
     def get_pod_topology_hints(self, pod: Pod) -> ProviderHints:
         hints = self.manager.get_pod_topology_hints(pod)
         if hints is None:
             return None
+        from nri_cpumgr.cm.memorymanager.policy_static import pod_requested_resources
+
         return self._unsatisfiable(hints, pod_requested_resources(pod), "")
 
     def allocate(self, pod: Pod, container_name: str) -> None:

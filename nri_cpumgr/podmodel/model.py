@@ -11,7 +11,6 @@ import enum
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
 
@@ -127,23 +126,46 @@ def pod_qos(pod: Pod) -> QOSClass:
     return QOSClass.GUARANTEED if guaranteed else QOSClass.BURSTABLE
 
 
+#: suffix -> (multiplier, divisor)
 _SUFFIX = {
-    "": 1,
-    "m": Fraction(1, 1000),
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-    "E": 10**18,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-    "Ei": 2**60,
+    "": (1, 1),
+    "m": (1, 1000),
+    "k": (10**3, 1),
+    "M": (10**6, 1),
+    "G": (10**9, 1),
+    "T": (10**12, 1),
+    "P": (10**15, 1),
+    "E": (10**18, 1),
+    "Ki": (2**10, 1),
+    "Mi": (2**20, 1),
+    "Gi": (2**30, 1),
+    "Ti": (2**40, 1),
+    "Pi": (2**50, 1),
+    "Ei": (2**60, 1),
 }
 _QTY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
+#: the number of a quantity as a decimal literal: sign, digits, optional fraction, exponent
+_DECIMAL = re.compile(r"([+-]?)([0-9]*)(?:\.([0-9]*))?(?:[eE]([+-]?[0-9]+))?")
+
+
+def _exact(number: str) -> tuple[int, int]:
+    """``number`` (a decimal literal as :data:`_QTY` takes it) as an exact ratio
+    (numerator, positive denominator). Raises ValueError, with the message
+    ``fractions.Fraction`` gives, for one without a digit before or after its point, or
+    with two points (integer arithmetic: fractions and decimal cost ~0.6 MiB resident)."""
+    m = _DECIMAL.fullmatch(number)
+    if m is None or not (m.group(2) or m.group(3)):
+        raise ValueError(f"Invalid literal for Fraction: {number!r}")
+    sign, whole, frac, exp = m.groups()
+    frac = frac or ""
+    num = int(whole + frac or "0")
+    shift = (int(exp) if exp else 0) - len(frac)
+    den = 1
+    if shift >= 0:
+        num *= 10**shift
+    else:
+        den = 10**-shift
+    return (-num if sign == "-" else num), den
 
 
 def parse_quantity(text: str, *, milli: bool = False) -> int:
@@ -155,11 +177,12 @@ def parse_quantity(text: str, *, milli: bool = False) -> int:
     m = _QTY.match(text.strip())
     if not m or m.group(2) not in _SUFFIX:
         raise ValueError(f"invalid quantity {text!r}")
-    value = Fraction(m.group(1)) * _SUFFIX[m.group(2)]
-    if milli:
-        value *= 1000
-    n = value.numerator // value.denominator
-    return n + (1 if n * value.denominator != value.numerator and value > 0 else 0)
+    num, den = _exact(m.group(1))
+    mul, div = _SUFFIX[m.group(2)]
+    num *= mul * (1000 if milli else 1)
+    den *= div
+    n = num // den
+    return n + (1 if n * den != num and num > 0 else 0)
 
 
 class ResourceListError(ValueError):

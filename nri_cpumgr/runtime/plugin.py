@@ -31,7 +31,6 @@ from nri_cpumgr.adopt import kubelet_state_absent
 from nri_cpumgr.api import nri_pb2
 from nri_cpumgr.checkpoint import BackgroundWriter, Checkpoint, CheckpointError
 from nri_cpumgr.cm.container_manager import AdmissionError, Decision
-from nri_cpumgr.cm.memorymanager.state import MemoryState
 from nri_cpumgr.config import Config, ConfigError, parse_config
 from nri_cpumgr.config.model import with_source
 from nri_cpumgr.cpuset import CPUSet
@@ -196,6 +195,8 @@ class Plugin:
         if self.adoption is not None and body and body["entries"] and not state.assignments:
             self.adoption = None  # the policy rejected it (logged): the runtime is the truth
         if memory is not None:
+            from nri_cpumgr.cm.memorymanager.state import MemoryState
+
             if provisional:
                 memory.start(MemoryState())
             elif self.resume is not None and self.resume.memory_body is not None:
@@ -577,7 +578,8 @@ class Plugin:
                                            plain=plain)
         self.synchronized = True
         self.registered = True  # (a Synchronize comes from a runtime, after its Configure)
-        reply = [_update(d) for d in updates.values()]
+        texts: dict[CPUSet, str] = {}  # (most of the updates carry the one shared pool)
+        reply = [_update(d, texts) for d in updates.values()]
         if self.resume is not None:  # an interrupted reconfiguration: its updates after the
             from nri_cpumgr.runtime.reconfig import can_send, resume_updates  # reply
 
@@ -879,14 +881,20 @@ def _mems_text(mems: CPUSet | None) -> str:
     return str(mems) if mems else ""
 
 
-def _update(d: Decision) -> nri_pb2.ContainerUpdate:
+def _update(d: Decision, texts: dict[CPUSet, str] | None = None) -> nri_pb2.ContainerUpdate:
     """An update keeping everything we decided for the container: cpus, no CFS quota when
     exclusive (or the kubelet's quota restored when it left exclusive CPUs), mems when
-    pinned."""
+    pinned. ``texts``: cpulists already formatted (cpuset -> text), filled as it goes."""
     u = nri_pb2.ContainerUpdate(container_id=d.container_id, ignore_failure=True)
     cpu = u.linux.resources.cpu
     if d.cpus:
-        cpu.cpus = str(d.cpus)
+        if texts is None:
+            cpu.cpus = str(d.cpus)
+        else:
+            text = texts.get(d.cpus)
+            if text is None:
+                text = texts[d.cpus] = str(d.cpus)
+            cpu.cpus = text
     if d.exclusive:
         cpu.quota.value = -1
     elif d.quota is not None:

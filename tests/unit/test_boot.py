@@ -17,6 +17,7 @@ import pytest
 from nri_cpumgr import boot
 from nri_cpumgr.api import nri_pb2
 from nri_cpumgr.config import ConfigError, parse_config
+from nri_cpumgr.runline import run_arguments
 
 from .nri_peer import FakeRuntime
 
@@ -202,3 +203,42 @@ def test_an_invalid_config_fails_as_before(sock_path: Path, tmp_path: Path) -> N
     assert status == 2
     assert err.strip() == f"nri-cpumgr: {want.value}"
     assert [(r.plugin_name, r.plugin_idx) for r in regs] in ([], [("early", "90")])
+
+
+RUN_LINES = [
+    ["run"],
+    ["run", "--config", "c.yaml", "--socket", "/s", "--state-dir", "d", "-v"],
+    ["run", "--config=a", "--config", "b", "--sysfs-root=/x", "--verbose"],
+    ["run", "--config=", "--state-dir", "", "--socket=/a=b", "-v", "--verbose"],
+    ["run", "--sysfs-root", "/fixture", "--state-dir=/var/lib/x"],
+]
+
+
+@pytest.mark.parametrize("argv", RUN_LINES)
+def test_run_arguments_are_the_run_parsers(argv: list[str]) -> None:
+    """What the plugin's start reads without argparse is what the ``run`` parser reads."""
+    from nri_cpumgr import cli
+
+    want = vars(cli.build_parser(only_run=True).parse_args(argv))
+    got = run_arguments(argv)
+    assert got is not None
+    assert {**got, "cmd": "run", "func": cli.cmd_run} == want
+    assert vars(cli.parse_args(argv)) == want
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--conf", "c"], ["run", "--config"], ["run", "-vv"], ["run", "-h"], ["run", "x"],
+    ["run", "--verbose=1"], ["run", "--config", "-x"], ["status"], [],
+])
+def test_run_arguments_leave_the_rest_to_argparse(argv: list[str]) -> None:
+    assert run_arguments(argv) is None
+
+
+def test_a_plain_run_line_does_not_import_argparse() -> None:
+    code = ("import sys; from nri_cpumgr import cli; "
+            "a = cli.parse_args(['run', '--config', 'c', '-v']); "
+            "print('argparse' in sys.modules, a.config, a.verbose, a.sysfs_root); "
+            "cli.parse_args(['run', '--conf', 'c']); print('argparse' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=TOP, check=True).stdout.split()
+    assert out == ["False", "c", "True", "/", "True"]

@@ -159,9 +159,14 @@ def test_ttrpc_envelope_wire_layout() -> None:
         b"\x0a\x01s" b"\x12\x01m" b"\x1a\x01p" b"\x20\x05" b"\x2a\x06\x0a\x01k\x12\x01v")
     resp = ttrpc_pb2.Response(status=ttrpc_pb2.Status(code=12, message="x"), payload=b"y")
     assert resp.SerializeToString() == b"\x0a\x05\x08\x0c\x12\x01x" b"\x12\x01y"
+    # google.rpc.Status's `repeated google.protobuf.Any details`, declared as bytes: the same
+    # wire encoding (field 3, length-delimited, each an encoded Any); the plugin never reads it
     details = ttrpc_pb2.Status.DESCRIPTOR.fields_by_name["details"]
-    assert (details.number, details.message_type.full_name) == (3, "google.protobuf.Any")
+    assert (details.number, details.type) == (3, details.TYPE_BYTES)
     assert details.is_repeated
+    any_detail = b"\x0a\x01t\x12\x01v"  # Any{type_url: "t", value: "v"}
+    st = ttrpc_pb2.Status(code=12, details=[any_detail])
+    assert st.SerializeToString() == b"\x08\x0c" b"\x1a\x06" + any_detail
 
 
 CRI_API = SCHEMA / "cri/usr/share/gocode/src/k8s.io/cri-api/pkg/apis/runtime/v1/api.proto"

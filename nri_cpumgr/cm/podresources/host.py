@@ -8,14 +8,16 @@ A protocol, so podresources never imports the container manager (which imports i
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from nri_cpumgr.cm.cpumanager import CPUManagerState, NonePolicy, StaticPolicy
-from nri_cpumgr.cm.memorymanager.manager import MemoryManager
 from nri_cpumgr.cm.providers import CPUProvider, DeviceProvider
 from nri_cpumgr.cm.records import Tracked
 from nri_cpumgr.cm.topologymanager import TopologyManager
 from nri_cpumgr.cpuset import CPUSet
+
+if TYPE_CHECKING:  # (the Memory Manager's package is imported with a Memory Manager only)
+    from nri_cpumgr.cm.memorymanager.manager import MemoryManager
 
 
 class ContainerManagerView(Protocol):

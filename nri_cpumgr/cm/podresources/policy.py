@@ -31,8 +31,6 @@ from nri_cpumgr.cm.cpumanager.cpu_assignment import take_by_topology
 from nri_cpumgr.cm.cpumanager.errors import SMTAlignmentError
 from nri_cpumgr.cm.cpumanager.policy_static import StaticPolicy
 from nri_cpumgr.cm.cpumanager.state import CPUManagerState
-from nri_cpumgr.cm.memorymanager.policy_static import container_requested_resources
-from nri_cpumgr.cm.memorymanager.quantity import is_memory_resource
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.podmodel import ContainerSpec, Pod, QOSClass
 
@@ -78,6 +76,9 @@ def validate_pod_scope_memory(pod_requests: Mapping[str, int], pod: Pod) -> str 
     its limits (getContainerRequestedResources); the long-running ones' (app containers and
     sidecars) must leave some of each budget for the containers without memory of their
     own. The kubelet's error text, or None when the pod passes."""
+    from nri_cpumgr.cm.memorymanager.policy_static import container_requested_resources
+    from nri_cpumgr.cm.memorymanager.quantity import is_memory_resource
+
     total = {n: v for n, v in pod_requests.items() if is_memory_resource(n) and v > 0}
 
     def own(c: ContainerSpec) -> dict[str, int]:

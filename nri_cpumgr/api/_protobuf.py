@@ -1,0 +1,124 @@
+"""The protobuf runtime modules the generated ``*_pb2`` modules of this package import
+(``scripts/gen_proto.py`` points their imports here), lighter on protobuf's upb runtime.
+
+The stock generated code imports ``google.protobuf.descriptor_pool``, ``symbol_database``
+and ``internal.builder``; each imports ``google.protobuf.internal.python_message``, the
+pure-Python message implementation, with ``text_format``, the Python decoder and encoder,
+``pickle`` and their modules, whichever runtime runs the messages. With upb (protobuf's
+default runtime since 4.21, ``api_implementation.Type() == "upb"``) none of it is used:
+~10 ms of CPU and ~1 MiB resident at the plugin's start before its first Synchronize
+(issue 34). On upb this module gives the generated code the same calls built on the upb
+extension alone:
+
+* ``descriptor_pool.Default()``: upb's default pool (what the stock ``Default()`` returns
+  on upb);
+* ``builder.BuildMessageAndEnumDescriptors`` / ``BuildTopDescriptorsAndMessages``: the
+  module names the stock builder sets (``_FOO`` / ``_FOO_BAR`` descriptors, enum wrappers
+  and values, services, extensions, message classes with their nested classes), the
+  classes made by upb's ``MessageMeta`` as ``reflection.GeneratedProtocolMessageType``
+  makes them on upb;
+* ``symbol_database.Default()``: the stock symbol database, imported when first used; the
+  classes built here are registered in it then (the stock builder registers each at once).
+
+With the pure-Python or another runtime this module hands out the stock modules.
+Raises what the stock calls raise (``TypeError`` for a file the pool rejects, the version
+check's ``VersionError``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import descriptor, runtime_version
+from google.protobuf.internal import api_implementation
+
+__all__ = ["builder", "descriptor", "descriptor_pool", "runtime_version", "symbol_database"]
+
+UPB = api_implementation.Type() == "upb"
+
+if not UPB:
+    from google.protobuf import descriptor_pool, symbol_database
+    from google.protobuf.internal import builder
+else:
+    from google._upb import _message as _upb
+    from google.protobuf import message as _message_mod
+    from google.protobuf.internal import enum_type_wrapper as _enums
+
+    #: classes built here, registered in the stock symbol database when it is first used
+    _built: list[type] = []
+
+    class _Pool:
+        """``descriptor_pool`` on upb: ``Default()`` is upb's default pool."""
+
+        @staticmethod
+        def Default() -> Any:  # noqa: N802 - protobuf's name
+            return _upb.default_pool
+
+    class _SymbolDatabase:
+        """Stands for ``symbol_database.Default()`` in a generated module (``_sym_db``,
+        which the generated code does not use): the stock database, imported and given the
+        classes built here at the first attribute looked up."""
+
+        def __getattr__(self, name: str) -> Any:
+            from google.protobuf import symbol_database as stock
+
+            db = stock.Default()
+            while _built:
+                db.RegisterMessage(_built.pop(0))
+            return getattr(db, name)
+
+    class _SymbolDatabaseModule:
+        @staticmethod
+        def Default() -> Any:  # noqa: N802 - protobuf's name
+            return _SymbolDatabase()
+
+    def _nested_descriptors(msg: Any, prefix: str, module: dict[str, Any]) -> None:
+        for name, nested in msg.nested_types_by_name.items():
+            key = prefix + name.upper()
+            module[key] = nested
+            _nested_descriptors(nested, key + "_", module)
+        for enum in msg.enum_types:
+            module[prefix + enum.name.upper()] = enum
+
+    def _message_class(msg: Any, qualname: str, module_name: str) -> type:
+        body: dict[str, Any] = {
+            name: _message_class(nested, f"{qualname}.{name}", module_name)
+            for name, nested in msg.nested_types_by_name.items()}
+        body.update(DESCRIPTOR=msg, __module__=module_name, __qualname__=qualname)
+        cls = _upb.MessageMeta(msg.name, (_message_mod.Message,), body)
+        _built.append(cls)
+        return cls
+
+    class _Builder:
+        """``internal.builder`` on upb (the two calls generated code makes)."""
+
+        @staticmethod
+        def BuildMessageAndEnumDescriptors(file: Any, module: dict[str, Any]) -> None:  # noqa: N802
+            """``_NAME`` for each message, ``_NAME_NESTED`` for nested messages and enums."""
+            for name, msg in file.message_types_by_name.items():
+                key = "_" + name.upper()
+                module[key] = msg
+                _nested_descriptors(msg, key + "_", module)
+
+        @staticmethod
+        def BuildTopDescriptorsAndMessages(  # noqa: N802
+            file: Any, module_name: str, module: dict[str, Any]
+        ) -> None:
+            """Top-level enums (descriptor, wrapper, values), extensions, services and the
+            message classes."""
+            for name, enum in file.enum_types_by_name.items():
+                module["_" + name.upper()] = enum
+                module[name] = _enums.EnumTypeWrapper(enum)
+                for value in enum.values:
+                    module[value.name] = value.number
+            for name, ext in file.extensions_by_name.items():
+                module[name.upper() + "_FIELD_NUMBER"] = ext.number
+                module[name] = ext
+            for name, service in file.services_by_name.items():
+                module["_" + name.upper()] = service
+            for name, msg in file.message_types_by_name.items():
+                module[name] = _message_class(msg, name, module_name)
+
+    descriptor_pool = _Pool
+    symbol_database = _SymbolDatabaseModule
+    builder = _Builder
