@@ -20,9 +20,10 @@ extension alone:
 * ``symbol_database.Default()``: the stock symbol database, imported when first used; the
   classes built here are registered in it then (the stock builder registers each at once).
 
-With the pure-Python or another runtime this module hands out the stock modules.
-Raises what the stock calls raise (``TypeError`` for a file the pool rejects, the version
-check's ``VersionError``).
+With the pure-Python or another runtime this module hands out the stock modules. Should
+upb's internals differ in a later protobuf (an AttributeError or TypeError while building),
+the stock builder builds that file instead. Raises what the stock calls raise
+(``TypeError`` for a file the pool rejects, the version check's ``VersionError``).
 """
 
 from __future__ import annotations
@@ -52,7 +53,12 @@ else:
 
         @staticmethod
         def Default() -> Any:  # noqa: N802 - protobuf's name
-            return _upb.default_pool
+            pool = getattr(_upb, "default_pool", None)
+            if pool is None:  # (a upb without it: the stock module's)
+                from google.protobuf import descriptor_pool as stock
+
+                return stock.Default()
+            return pool
 
     class _SymbolDatabase:
         """Stands for ``symbol_database.Default()`` in a generated module (``_sym_db``,
@@ -95,6 +101,15 @@ else:
         @staticmethod
         def BuildMessageAndEnumDescriptors(file: Any, module: dict[str, Any]) -> None:  # noqa: N802
             """``_NAME`` for each message, ``_NAME_NESTED`` for nested messages and enums."""
+            try:
+                _Builder._descriptors(file, module)
+            except (AttributeError, TypeError):  # a protobuf whose upb differs: the stock
+                from google.protobuf.internal import builder as stock
+
+                stock.BuildMessageAndEnumDescriptors(file, module)
+
+        @staticmethod
+        def _descriptors(file: Any, module: dict[str, Any]) -> None:
             for name, msg in file.message_types_by_name.items():
                 key = "_" + name.upper()
                 module[key] = msg
@@ -106,6 +121,15 @@ else:
         ) -> None:
             """Top-level enums (descriptor, wrapper, values), extensions, services and the
             message classes."""
+            try:
+                _Builder._top(file, module_name, module)
+            except (AttributeError, TypeError):  # a protobuf whose upb differs: the stock
+                from google.protobuf.internal import builder as stock
+
+                stock.BuildTopDescriptorsAndMessages(file, module_name, module)
+
+        @staticmethod
+        def _top(file: Any, module_name: str, module: dict[str, Any]) -> None:
             for name, enum in file.enum_types_by_name.items():
                 module["_" + name.upper()] = enum
                 module[name] = _enums.EnumTypeWrapper(enum)

@@ -91,3 +91,20 @@ def test_pure_python_runtime_uses_the_stock_modules() -> None:
                          cwd=TOP, env=env, check=True).stdout
     assert out.strip() == "x"
     assert _protobuf.UPB == (api_implementation.Type() == "upb")
+
+
+@upb
+def test_a_upb_that_differs_falls_back_to_the_stock_builder(monkeypatch) -> None:
+    """Should upb's internals change under a later protobuf 6.x, the file is built by the
+    stock builder instead of failing the plugin's start."""
+
+    def broken(*_a: object, **_k: object) -> type:
+        raise AttributeError("MessageMeta")
+
+    monkeypatch.setattr(_protobuf, "_message_class", broken)
+    names: dict[str, object] = {}
+    _protobuf.builder.BuildMessageAndEnumDescriptors(ttrpc_pb2.DESCRIPTOR, names)
+    _protobuf.builder.BuildTopDescriptorsAndMessages(ttrpc_pb2.DESCRIPTOR, "ttrpc_pb2", names)
+    stock = _stock(ttrpc_pb2)
+    assert names.keys() == stock.keys()
+    assert {k: _shape(v) for k, v in names.items()} == {k: _shape(v) for k, v in stock.items()}
