@@ -104,3 +104,32 @@ def test_background_writer_lingers_to_gather_a_burst(tmp_path, monkeypatch):
     assert w.flush(5)  # a flush does not wait for the linger
     assert writes[-1] == {"n": 4} and cp.load() == {"n": 4}
     w.close()
+
+
+def test_save_makes_its_directory_again_when_it_went_away(tmp_path):
+    import shutil
+
+    cp = Checkpoint(tmp_path / "d" / "state")
+    cp.save({"n": 1}, durable=False)
+    shutil.rmtree(tmp_path / "d")
+    cp.save({"n": 2}, durable=False)
+    assert cp.load() == {"n": 2}
+
+
+def test_flush_of_an_idle_writer_does_not_wake_its_thread(tmp_path):
+    """A release writes before its reply after flushing the writer (ordering): with nothing
+    pending the flush returns at once, without waking the writer thread."""
+    from nri_cpumgr.checkpoint import BackgroundWriter
+
+    cp = Checkpoint(tmp_path / "state")
+    w = BackgroundWriter()
+    w.submit(cp, {"n": 1})
+    assert w.flush(5) and cp.load() == {"n": 1}
+    woken = []
+    real = w._cond.notify_all
+    w._cond.notify_all = lambda: (woken.append(1), real())  # type: ignore[method-assign]
+    assert w.flush(5)
+    assert woken == []
+    w.submit(cp, {"n": 2})  # pending again: the flush writes it and waits
+    assert w.flush(5) and cp.load() == {"n": 2}
+    w.close()
