@@ -20,7 +20,9 @@ hits both. Prints median / min / max per plugin; asserts nothing.
 
 The Go plugin is ``../shared/tools/go-peer`` built into ``$GO_PEER`` (default ``.runtime/go-peer``;
 ``--go-peer``; skipped when absent).
-nri-cpumgr runs as the image runs it (deploy: bytecode compiled at build time): the benchmark
+nri-cpumgr runs as the image runs it: its ``nri-cpumgr`` command (the Dockerfile's
+ENTRYPOINT, the console script beside this interpreter; ``--python-m``: ``python -m
+nri_cpumgr`` instead, which adds ``runpy``), bytecode compiled at build time: the benchmark
 points PYTHONPYCACHEPREFIX at a private directory and discards one warm-up launch so that the
 bytecode exists; ``--cold-bytecode`` measures with no bytecode cache at all instead.
 
@@ -214,8 +216,12 @@ async def main_async(args: argparse.Namespace) -> int:
         else:
             env.pop("PYTHONDONTWRITEBYTECODE", None)
             env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+        script = Path(sys.executable).parent / "nri-cpumgr"
+        plugin = ([sys.executable, "-m", "nri_cpumgr"] if args.python_m or not script.is_file()
+                  else [str(script)])
+        print(f"nri-cpumgr launched as: {' '.join(plugin)}")
         subjects = [Subject("nri-cpumgr", [
-            sys.executable, "-m", "nri_cpumgr", "run", "--config", str(cfg),
+            *plugin, "run", "--config", str(cfg),
             "--socket", "{socket}", "--state-dir", "{work}/state"], env)]
         api = None
         if args.pod_spec_pods:
@@ -233,7 +239,7 @@ async def main_async(args: argparse.Namespace) -> int:
             cfg2.write_text(CONFIG + f"podSpecSource: apiServer\napiServerURL: {api.url}\n"
                             "nodeName: fp-node\n")
             subjects.append(Subject("nri-cpumgr+podspec", [
-                sys.executable, "-m", "nri_cpumgr", "run", "--config", str(cfg2),
+                *plugin, "run", "--config", str(cfg2),
                 "--socket", "{socket}", "--state-dir", "{work}/state"], env))
         go = Path(args.go_peer)
         if go.is_file():
@@ -286,6 +292,9 @@ def main() -> int:
     ap.add_argument("--pod-spec-pods", type=int, default=0,
                     help="also run with podSpecSource apiServer over a fake API server "
                          "holding this many pods")
+    ap.add_argument("--python-m", action="store_true",
+                    help="launch the plugin as `python -m nri_cpumgr` (before: what the "
+                         "benchmark did until 2026-12-06), not the image's `nri-cpumgr` command")
     ap.add_argument("--cold-bytecode", action="store_true",
                     help="no bytecode cache (PYTHONDONTWRITEBYTECODE=1)")
     ap.add_argument("--runtime-version", default=RUNTIME_VERSION,
