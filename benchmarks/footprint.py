@@ -21,10 +21,11 @@ hits both. Prints median / min / max per plugin; asserts nothing.
 The Go plugin is ``../shared/tools/go-peer`` built into ``$GO_PEER`` (default ``.runtime/go-peer``;
 ``--go-peer``; skipped when absent).
 nri-cpumgr runs as the image runs it: its ``nri-cpumgr`` command (the Dockerfile's
-ENTRYPOINT, the console script beside this interpreter; ``--python-m``: ``python -m
-nri_cpumgr`` instead, which adds ``runpy``), bytecode compiled at build time: the benchmark
-points PYTHONPYCACHEPREFIX at a private directory and discards one warm-up launch so that the
-bytecode exists; ``--cold-bytecode`` measures with no bytecode cache at all instead.
+ENTRYPOINT, the console script beside this interpreter, when that imports this tree;
+``--python-m``: ``python -m nri_cpumgr`` instead, which adds ``runpy``), bytecode compiled
+at build time: the benchmark points PYTHONPYCACHEPREFIX at a private directory and discards
+one warm-up launch so that the bytecode exists; ``--cold-bytecode`` measures with no
+bytecode cache at all instead.
 
 ``--pod-spec-pods N`` adds a third subject, nri-cpumgr with ``podSpecSource: apiServer``
 watching a loopback fake API server (tests/e2e/harness/fakeapi.py) that holds N pods of this
@@ -41,6 +42,7 @@ import contextlib
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -203,6 +205,16 @@ def line(label: str, values: list[float], unit: str) -> str:
             f"min {min(values):7.1f}   max {max(values):7.1f}   (n={len(values)})")
 
 
+def _installed_tree(env: dict[str, str]) -> Path | None:
+    """The checkout whose ``nri_cpumgr`` this interpreter imports outside it (its
+    virtualenv's install), or None."""
+    out = subprocess.run([sys.executable, "-c", "import nri_cpumgr; print(nri_cpumgr.__file__)"],
+                         cwd="/", env=env, capture_output=True, text=True, check=False)
+    if out.returncode != 0 or not out.stdout.strip():
+        return None
+    return Path(out.stdout.strip()).resolve().parent.parent
+
+
 async def main_async(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="fp-cfg-", dir="/tmp"))
     try:
@@ -216,9 +228,13 @@ async def main_async(args: argparse.Namespace) -> int:
         else:
             env.pop("PYTHONDONTWRITEBYTECODE", None)
             env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+        plugin = [sys.executable, "-m", "nri_cpumgr"]
         script = Path(sys.executable).parent / "nri-cpumgr"
-        plugin = ([sys.executable, "-m", "nri_cpumgr"] if args.python_m or not script.is_file()
-                  else [str(script)])
+        if not args.python_m and script.is_file():
+            if _installed_tree(env) == TOP:
+                plugin = [str(script)]
+            else:  # (an export run with another checkout's virtualenv: measure this tree)
+                print(f"({script} runs another tree than {TOP}: python -m instead)")
         print(f"nri-cpumgr launched as: {' '.join(plugin)}")
         subjects = [Subject("nri-cpumgr", [
             *plugin, "run", "--config", str(cfg),
