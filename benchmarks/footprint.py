@@ -20,9 +20,12 @@ hits both. Prints median / min / max per plugin; asserts nothing.
 
 The Go plugin is ``../shared/tools/go-peer`` built into ``$GO_PEER`` (default ``.runtime/go-peer``;
 ``--go-peer``; skipped when absent).
-nri-cpumgr runs as the image runs it (deploy: bytecode compiled at build time): the benchmark
-points PYTHONPYCACHEPREFIX at a private directory and discards one warm-up launch so that the
-bytecode exists; ``--cold-bytecode`` measures with no bytecode cache at all instead.
+nri-cpumgr runs as the image runs it: its ``nri-cpumgr`` command (the Dockerfile's
+ENTRYPOINT, the console script beside this interpreter, when that imports this tree;
+``--python-m``: ``python -m nri_cpumgr`` instead, which adds ``runpy``), bytecode compiled
+at build time: the benchmark points PYTHONPYCACHEPREFIX at a private directory and discards
+one warm-up launch so that the bytecode exists; ``--cold-bytecode`` measures with no
+bytecode cache at all instead.
 
 ``--pod-spec-pods N`` adds a third subject, nri-cpumgr with ``podSpecSource: apiServer``
 watching a loopback fake API server (tests/e2e/harness/fakeapi.py) that holds N pods of this
@@ -39,6 +42,7 @@ import contextlib
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -201,6 +205,16 @@ def line(label: str, values: list[float], unit: str) -> str:
             f"min {min(values):7.1f}   max {max(values):7.1f}   (n={len(values)})")
 
 
+def _installed_tree(env: dict[str, str]) -> Path | None:
+    """The checkout whose ``nri_cpumgr`` this interpreter imports outside it (its
+    virtualenv's install), or None."""
+    out = subprocess.run([sys.executable, "-c", "import nri_cpumgr; print(nri_cpumgr.__file__)"],
+                         cwd="/", env=env, capture_output=True, text=True, check=False)
+    if out.returncode != 0 or not out.stdout.strip():
+        return None
+    return Path(out.stdout.strip()).resolve().parent.parent
+
+
 async def main_async(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="fp-cfg-", dir="/tmp"))
     try:
@@ -214,8 +228,16 @@ async def main_async(args: argparse.Namespace) -> int:
         else:
             env.pop("PYTHONDONTWRITEBYTECODE", None)
             env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+        plugin = [sys.executable, "-m", "nri_cpumgr"]
+        script = Path(sys.executable).parent / "nri-cpumgr"
+        if not args.python_m and script.is_file():
+            if _installed_tree(env) == TOP:
+                plugin = [str(script)]
+            else:  # (an export run with another checkout's virtualenv: measure this tree)
+                print(f"({script} runs another tree than {TOP}: python -m instead)")
+        print(f"nri-cpumgr launched as: {' '.join(plugin)}")
         subjects = [Subject("nri-cpumgr", [
-            sys.executable, "-m", "nri_cpumgr", "run", "--config", str(cfg),
+            *plugin, "run", "--config", str(cfg),
             "--socket", "{socket}", "--state-dir", "{work}/state"], env)]
         api = None
         if args.pod_spec_pods:
@@ -233,7 +255,7 @@ async def main_async(args: argparse.Namespace) -> int:
             cfg2.write_text(CONFIG + f"podSpecSource: apiServer\napiServerURL: {api.url}\n"
                             "nodeName: fp-node\n")
             subjects.append(Subject("nri-cpumgr+podspec", [
-                sys.executable, "-m", "nri_cpumgr", "run", "--config", str(cfg2),
+                *plugin, "run", "--config", str(cfg2),
                 "--socket", "{socket}", "--state-dir", "{work}/state"], env))
         go = Path(args.go_peer)
         if go.is_file():
@@ -286,6 +308,9 @@ def main() -> int:
     ap.add_argument("--pod-spec-pods", type=int, default=0,
                     help="also run with podSpecSource apiServer over a fake API server "
                          "holding this many pods")
+    ap.add_argument("--python-m", action="store_true",
+                    help="launch the plugin as `python -m nri_cpumgr` (before: what the "
+                         "benchmark did until 2026-12-06), not the image's `nri-cpumgr` command")
     ap.add_argument("--cold-bytecode", action="store_true",
                     help="no bytecode cache (PYTHONDONTWRITEBYTECODE=1)")
     ap.add_argument("--runtime-version", default=RUNTIME_VERSION,

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from nri_cpumgr.cm.cpumanager import CPUManagerState, NonePolicy, StaticPolicy
 from nri_cpumgr.cm.providers import CPUProvider, DeviceProvider, MemoryProvider
 from nri_cpumgr.cm.records import (
+    POD_ENTRY,
     AdmissionError,
     Decision,
     Tracked,
@@ -58,9 +59,10 @@ from nri_cpumgr.podmodel import Pod, QOSClass
 from nri_cpumgr.podmodel.nri import ContainerInfo, Resources
 from nri_cpumgr.podmodel.spec import qualifies_for_slice
 
-if TYPE_CHECKING:  # (the Memory Manager's package is imported only when one is configured)
+if TYPE_CHECKING:  # (imported only when configured: the Memory Manager, pod-level managers)
     from nri_cpumgr.cm.memorymanager.manager import MemoryManager
     from nri_cpumgr.cm.memorymanager.state import Block
+    from nri_cpumgr.cm.podresources.manager import PodLevelManager
 
 # AdmissionError and Decision (nri_cpumgr.cm.records) are still importable from here
 __all__ = ["AdmissionError", "ContainerManager", "Decision", "PodAdmission", "Tracked"]
@@ -173,14 +175,16 @@ class ContainerManager:
         self.tm.add_hint_provider(self.devices)
         self.managed = self.static or memory is not None
         # --- pod-level resource managers and in-place resize (nri_cpumgr.cm.podresources)
+        # (their managers' modules only where the gates turn them on: issue 34, the start)
         from nri_cpumgr.cm.podresources.gates import pod_level_enabled
-        from nri_cpumgr.cm.podresources.manager import PodLevelManager
         from nri_cpumgr.cm.podresources.resizer import Resizer
 
         scope = topology_manager_scope or self.tm.scope_name
-        self.pod_level = (
-            PodLevelManager(self, scope) if pod_level_enabled(feature_gates) else None
-        )
+        self.pod_level: PodLevelManager | None = None
+        if pod_level_enabled(feature_gates):
+            from nri_cpumgr.cm.podresources.manager import PodLevelManager
+
+            self.pod_level = PodLevelManager(self, scope)
         self.resizer = Resizer(self, feature_gates)
         #: pod uid -> its whole-pod admission (pods whose spec was known at their first
         #: container); see :meth:`admit`
@@ -971,8 +975,6 @@ class ContainerManager:
         cpuset is adopted. A pod-level pod's slices are left to its manager."""
         if not self.static or not i.cpus:
             return
-        from nri_cpumgr.cm.podresources.manager import POD_ENTRY
-
         uid = i.pod_uid
         conts = self.state.assignments.get(uid, {})
         if not conts or POD_ENTRY in conts or uid in self.admissions:
@@ -1004,8 +1006,6 @@ class ContainerManager:
         every resize is refused), never for a slice of a pod-level budget (not resized)."""
         if not (self.static and self.resizer.cpus_gate and cur and i.qos is QOSClass.GUARANTEED):
             return False
-        from nri_cpumgr.cm.podresources.manager import POD_ENTRY
-
         if self.state.get_cpuset(i.pod_uid, POD_ENTRY) is not None:
             return False
         want = i.spec().guaranteed_cpus()

@@ -14,6 +14,11 @@ from dataclasses import dataclass, field
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.podmodel.nri import ContainerInfo
 
+#: Name of the pod's bubble in the CPU and memory states (not a valid container name; the
+#: pod-level resource managers', nri_cpumgr.cm.podresources.manager). Here so that readers of
+#: the states need not import those managers where they are off (issue 34: the start).
+POD_ENTRY = "<pod>"
+
 
 class AdmissionError(Exception):
     """A container cannot be admitted. ``str()`` carries the kubelet's error name

@@ -149,3 +149,35 @@ def test_synchronize_without_state_never_overlaps_exclusive_cpus(order):
     m2 = manager()
     ups = m2.synchronize([info("be", "q", current="0-1"), guaranteed("g", "p", 1, current="1")])
     assert {c: d.cpus for c, d in ups.items()} == {"be": CPUSet({0})}
+
+
+def test_pod_level_managers_module_loaded_only_with_their_gates():
+    """Issue 34 (the start): with the pod-level gates off (the default) the container
+    manager, a Guaranteed admission and a Synchronize's reuse check load no
+    nri_cpumgr.cm.podresources.manager (nor its policy); with both gates on it is built."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from tests.unit.test_container_manager import guaranteed, manager, TWO_CPUS\n"
+        "from nri_cpumgr.cm.container_manager import ContainerManager\n"
+        "from nri_cpumgr.cm.cpumanager import CPUManagerState, StaticPolicy\n"
+        "from nri_cpumgr.cpuset import CPUSet\n"
+        "m = manager()\n"
+        "d = m.admit(guaranteed('c1', 'p1', 1))\n"
+        "m._release_reused(guaranteed('c2', 'p2', 1, current='1'), set())\n"
+        "off = [n for n in ('nri_cpumgr.cm.podresources.manager',\n"
+        "                   'nri_cpumgr.cm.podresources.policy') if n in sys.modules]\n"
+        "print(m.pod_level is None, str(d.cpus), off)\n"
+        "p = StaticPolicy(TWO_CPUS, 1, CPUSet.parse('0'), {})\n"
+        "s = CPUManagerState()\n"
+        "p.start(s)\n"
+        "gates = {'PodLevelResources': True, 'PodLevelResourceManagers': True}\n"
+        "on = ContainerManager(p, s, feature_gates=gates)\n"
+        "print(type(on.pod_level).__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split("\n")
+    assert out[0] == "True 1 []"
+    assert out[1] == "PodLevelManager"

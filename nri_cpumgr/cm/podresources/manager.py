@@ -51,6 +51,7 @@ from nri_cpumgr.cm.podresources.policy import (
     validate_pod_scope_memory,
 )
 from nri_cpumgr.cm.records import (
+    POD_ENTRY,
     AdmissionError,
     Decision,
     Tracked,
@@ -69,10 +70,6 @@ log = logging.getLogger(__name__)
 #: scope_pod.go admitUsingPodResources, PodLevelTopologyAffinityError, v1.37.2).
 POD_SCOPE_REFUSAL = ("Pod Scope pod with pod-level resources failed admission under "
                      "pod-scope topology manager")
-
-#: Name of the pod's bubble in the CPU and memory states (not a valid container name).
-POD_ENTRY = "<pod>"
-
 
 def takes_pod_pool(info: ContainerInfo, scope: str, static: bool) -> bool:
     """Whether ``info``'s pod is given a pod pool (bubble) under the pod-level resource

@@ -12,13 +12,13 @@ from typing import Any
 
 from nri_cpumgr.cm.podresources.gates import resize_cpus_enabled, resize_memory_enabled
 from nri_cpumgr.cm.podresources.host import ContainerManagerView
-from nri_cpumgr.cm.podresources.manager import POD_ENTRY
 from nri_cpumgr.cm.podresources.resize import (
     REASON_INFEASIBLE,
     TEXT_INFEASIBLE_GATE_OFF,
     ResizeRefused,
     resize_exclusive,
 )
+from nri_cpumgr.cm.records import POD_ENTRY
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.podmodel.nri import Resources
 
