@@ -9,6 +9,17 @@ exec >"$J/guest.log" 2>&1
 echo "guest: job starts at uptime $(cut -d' ' -f1 /proc/uptime) s"
 systemd-analyze blame 2>&1 | head -6; systemd-analyze critical-chain nri-vm-job.service 2>&1 | head -12
 set -x
+# The scheduler's CFS-bandwidth static key (__cfs_bandwidth_used) is switched on when the
+# first cgroup gets a CPU quota (cpu.max) and off when the last loses it: the kernel then
+# patches its own text with an int3 (text_poke_bp), which multi-threaded TCG does not always
+# see on every vCPU at once; a vCPU ran the stale int3 after the patch was done ("Oops: int3"
+# at set_next_task_fair+0x37, account_cfs_rq_runtime's static branch just patched to a jmp;
+# 2s-2die-l3 lost both its boots of one `make e2e-vm` to int3 oopses, 2026-12-06). Every
+# container with a CPU limit can flip it, so a quota on an empty cgroup of our own keeps it
+# on for the whole boot: patched once here, before any test, then never again.
+echo +cpu > /sys/fs/cgroup/cgroup.subtree_control
+mkdir -p /sys/fs/cgroup/nri-vm-cfs-bw && echo "1000000 100000" > /sys/fs/cgroup/nri-vm-cfs-bw/cpu.max
+cat /sys/fs/cgroup/nri-vm-cfs-bw/cpu.max
 # more read-only 9p shares ("tag mountpoint" per line: the modern build's binaries)
 if [ -f "$J/shares" ]; then
   while read -r tag dir; do

@@ -35,7 +35,10 @@ BOOT_ARGS = ("root=/dev/vda rw console=ttyS0 quiet loglevel=3 mitigations=off "
              "systemd.show_status=false systemd.log_level=warning panic=-1 oops=panic")
 #: What a crashed guest kernel writes on the console. Seen under TCG: an oops on an int3 in
 #: the scheduler (set_next_task_fair) while the kernel patched its own text, in a guest that
-#: had run for 90 s; the same boot passes when run again.
+#: had run for 90 s; the same boot passes when run again. The one read closely
+#: (set_next_task_fair+0x37, 2026-12-06) was on the static key __cfs_bandwidth_used, flipped
+#: by the first / last cgroup with a CPU quota: scripts/vm/guest-run.sh now switches it on
+#: once, before the tests, and keeps it on.
 KERNEL_CRASH = ("Kernel panic", "Oops:", "BUG: kernel")
 #: The image's job unit could not mount the share "job" (seen once: no results after 26 s).
 #: Most likely udev's coldplug was loading the 9p virtio transport at that moment: the
