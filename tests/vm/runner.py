@@ -142,8 +142,8 @@ def run_guest(topo: Topology, *, containerd: list[str], drivers: list[str],
               local: list[str] | None = None) -> GuestRun:
     """Boot ``topo`` and run ``scenarios`` for each containerd version and driver; a boot
     whose guest kernel crashed (:data:`KERNEL_CRASH` on the console: emulation, not the
-    plugin) or whose job share could not be mounted (:data:`NO_JOB_SHARE`) is run once
-    more, said on stderr.
+    plugin) or whose job share could not be mounted (:data:`NO_JOB_SHARE`) is booted
+    again, up to :data:`GUEST_BOOTS` boots, each retry said on stderr.
 
     ``keep``: copy the job directory (results.json, guest.log, console.log, containerd logs)
     there. ``kubelet``: the job's kubelet section (:mod:`tests.vm.guest_kubelet`; turns the
@@ -152,22 +152,26 @@ def run_guest(topo: Topology, *, containerd: list[str], drivers: list[str],
     paths inside those shares (files or directories) that guest-run.sh copies to the guest's
     disk and bind-mounts over themselves before the job (binaries run often: an exec from the
     uncached 9p share reads the binary again each time).
-    Raises GuestError when the guest produced no results.json or failed so twice.
+    Raises GuestError when the guest produced no results.json or crashed at every boot.
     """
-    try:
-        return _run_guest_once(topo, containerd=containerd, drivers=drivers,
-                               scenarios=scenarios, timeout=timeout, keep=keep,
-                               kubelet=kubelet, files=files, shares=shares, local=local)
-    except _GuestCrashed as e:
-        print(f"\nQEMU guest failed ({e.line}); booting it once more",
-              file=sys.stderr)
-    try:
-        return _run_guest_once(topo, containerd=containerd, drivers=drivers,
-                               scenarios=scenarios, timeout=timeout, keep=keep,
-                               kubelet=kubelet, files=files, shares=shares, local=local)
-    except _GuestCrashed as e:
-        raise GuestError(f"the guest failed twice: {e.line}\n{e.console[-3000:]}") \
-            from None
+    for boot in range(1, GUEST_BOOTS + 1):
+        try:
+            return _run_guest_once(topo, containerd=containerd, drivers=drivers,
+                                   scenarios=scenarios, timeout=timeout, keep=keep,
+                                   kubelet=kubelet, files=files, shares=shares, local=local)
+        except _GuestCrashed as e:
+            if boot == GUEST_BOOTS:
+                raise GuestError(f"the guest failed {GUEST_BOOTS} times: {e.line}\n"
+                                 f"{e.console[-3000:]}") from None
+            print(f"\nQEMU guest failed ({e.line}); booting it once more "
+                  f"(boot {boot + 1} of {GUEST_BOOTS})", file=sys.stderr)
+    raise AssertionError("unreachable")
+
+
+#: boots of one guest before its crash is a failure: multi-threaded TCG still crashes a
+#: guest kernel now and then during its own start-up (an ``Oops: int3`` at 2.6 s of uptime,
+#: before the job runs; docs/development/qemu-guests.md), each crash said on stderr
+GUEST_BOOTS = 3
 
 
 class _GuestCrashed(GuestError):
