@@ -13,7 +13,7 @@ Each container is then turned into the NRI messages the runtime would send for i
 (:func:`nri_messages`): the kubelet's cgroup parent for the QoS class
 (cm/qos_container_manager_linux.go: ``/kubepods/pod<uid>``, ``/kubepods/burstable/...``,
 ``/kubepods/besteffort/...``) and the container's Linux resources as the kubelet computes them
-(cm/helpers_linux.go: ``cpu.shares = request * 1024 / 1000`` (minimum 2; a limit alone is
+(cm/helpers_linux.go: ``cpu.shares = request * 1024 / 1000`` (2 to 262144; a limit alone is
 also the request, as the API server defaults it), ``cpu.quota = limit * period / 1000``
 (minimum 1000 us, period 100000 us), ``memory.limit`` and hugepage limits in bytes). The
 plugin's own :func:`~nri_cpumgr.podmodel.nri.container_info` then reads them, so a plan sees a
@@ -50,7 +50,10 @@ from nri_cpumgr.podmodel.nri import (
 from nri_cpumgr.podmodel.spec import PodSpecFacts, facts_from_pod
 
 MIN_SHARES = 2
+MAX_SHARES = 262144  # kubelet cm.MaxShares: the shares of a request above 256 CPUs
 SHARES_PER_CPU = 1024
+#: the largest quota the field holds (the kubelet's int64 arithmetic overflows there)
+MAX_QUOTA = 2**63 - 1
 QUOTA_PERIOD = 100000  # us, the kubelet's default cpuCFSQuotaPeriod
 MIN_QUOTA = 1000  # us, kubelet MinQuotaPeriod
 
@@ -295,10 +298,11 @@ def linux_resources(spec: ContainerSpec,
             mem = pod_limits.get("memory")
         if "cpu" not in spec.requests:
             req = lim or 0
-    shares = max(MIN_SHARES, req * SHARES_PER_CPU // 1000) if req else MIN_SHARES
+    shares = (min(MAX_SHARES, max(MIN_SHARES, req * SHARES_PER_CPU // 1000)) if req
+              else MIN_SHARES)
     r.cpu.shares.value = shares
     if lim:
-        r.cpu.quota.value = max(MIN_QUOTA, lim * QUOTA_PERIOD // 1000)
+        r.cpu.quota.value = min(MAX_QUOTA, max(MIN_QUOTA, lim * QUOTA_PERIOD // 1000))
         r.cpu.period.value = QUOTA_PERIOD
     if mem:
         r.memory.limit.value = mem

@@ -129,6 +129,8 @@ def pod_qos(pod: Pod) -> QOSClass:
 #: suffix -> (multiplier, divisor)
 _SUFFIX = {
     "": (1, 1),
+    "n": (1, 10**9),
+    "u": (1, 10**6),
     "m": (1, 1000),
     "k": (10**3, 1),
     "M": (10**6, 1),
@@ -146,6 +148,15 @@ _SUFFIX = {
 _QTY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
 #: the number of a quantity as a decimal literal: sign, digits, optional fraction, exponent
 _DECIMAL = re.compile(r"([+-]?)([0-9]*)(?:\.([0-9]*))?(?:[eE]([+-]?[0-9]+))?")
+#: the bound on a quantity's magnitude, in its unit: resource.Quantity's maxAllowed, where
+#: the API server caps a binary-suffixed one (a decimal one that large has no int64 Value or
+#: MilliValue in the kubelet either: its ScaledValue overflows); a larger one is capped to it
+_MAX = 2**63 - 1
+#: the decimal exponent beyond which a quantity's magnitude exceeds :data:`_MAX` whatever its
+#: digits and suffix (>= 10**(40-9)), and the margin below its digits under which it is
+#: under a millionth of a millionth of a unit whatever its suffix (< 10**-40 * 2**60 * 1000):
+#: :func:`_exact` clamps its exponent to them, so "1e999999999" costs no 10**999999999
+_EXP_HIGH, _EXP_LOW_MARGIN = 40, 40
 
 
 def _exact(number: str) -> tuple[int, int]:
@@ -158,8 +169,13 @@ def _exact(number: str) -> tuple[int, int]:
         raise ValueError(f"Invalid literal for Fraction: {number!r}")
     sign, whole, frac, exp = m.groups()
     frac = frac or ""
-    num = int(whole + frac or "0")
+    digits = (whole + frac).lstrip("0")
+    if not digits:
+        return 0, 1
+    num = int(digits)
     shift = (int(exp) if exp else 0) - len(frac)
+    # (the same result once capped and rounded: parse_quantity)
+    shift = max(min(shift, _EXP_HIGH), -(len(digits) + _EXP_LOW_MARGIN))
     den = 1
     if shift >= 0:
         num *= 10**shift
@@ -172,15 +188,20 @@ def parse_quantity(text: str, *, milli: bool = False) -> int:
     """Parse a Kubernetes quantity (``"2"``, ``"1500m"``, ``"1G"``, ``"128Mi"``).
 
     Returns the value as an integer, in thousandths when ``milli`` is true (CPU millicores),
-    rounded up as the API server does. Raises ValueError on a malformed quantity.
+    rounded up (away from zero) as the API server and the kubelet's ``MilliValue`` do, its
+    magnitude capped at 2**63-1 units (:data:`_MAX`). Raises ValueError on a malformed
+    quantity.
     """
     m = _QTY.match(text.strip())
     if not m or m.group(2) not in _SUFFIX:
         raise ValueError(f"invalid quantity {text!r}")
     num, den = _exact(m.group(1))
     mul, div = _SUFFIX[m.group(2)]
-    num *= mul * (1000 if milli else 1)
+    num *= mul
     den *= div
+    if abs(num) > _MAX * den:
+        num, den = (_MAX if num > 0 else -_MAX), 1
+    num *= 1000 if milli else 1
     n = num // den
     return n + (1 if n * den != num and num > 0 else 0)
 

@@ -373,3 +373,29 @@ def test_plan_shows_the_configured_topology_manager_scope(text, scope):
     """The summary names the config's scope, never the kubelet's internal "none" scope of
     policy none (a value the key cannot take)."""
     assert planner(text).summary()["topologyManagerScope"] == scope
+
+
+@pytest.mark.parametrize(("cpu", "shares", "quota"), [
+    ("255", 261120, 25500000), ("256", 262144, 25600000), ("300", 262144, 30000000),
+    ("1e20", 262144, 2**63 - 1)])
+def test_linux_resources_bounded_as_the_kubelet_bounds_them(cpu, shares, quota):
+    """cpu.shares at most 262144 (kubelet cm.MaxShares: the plugin reads 256 CPUs from a
+    larger request, as on a node); a quota past the field's int64 held at its end, not an
+    error (the API server takes a CPU of 1e20, capped at 2**63-1)."""
+    from nri_cpumgr.planner.manifest import linux_resources
+    from nri_cpumgr.podmodel import ContainerSpec, parse_quantity
+
+    milli = parse_quantity(cpu, milli=True)
+    r = linux_resources(ContainerSpec("app", requests={"cpu": milli}, limits={"cpu": milli}))
+    assert (r.cpu.shares.value, r.cpu.quota.value) == (shares, quota)
+
+
+def test_cli_plan_huge_cpu_is_refused_not_a_crash(tmp_path, capsys):
+    f = tmp_path / "pod.yaml"
+    f.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: huge}\nspec:\n"
+                 "  containers: [{name: app, resources: {limits: {cpu: '1e20', memory: 1Gi}}}]\n")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("cpuManagerPolicy: static\nreservedSystemCPUs: '0'\n")
+    assert main(["plan", "--config", str(cfg), "--sysfs-root", str(DUAL), str(f)]) == 0
+    out = capsys.readouterr().out
+    assert "default/huge" in out and "refused" in out, out

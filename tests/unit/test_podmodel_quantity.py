@@ -12,6 +12,8 @@ import pytest
 from nri_cpumgr.podmodel import parse_quantity
 from nri_cpumgr.podmodel.model import _QTY, _SUFFIX
 
+_MAX = 2**63 - 1  # resource.Quantity's maxAllowed: the plugin caps a quantity there
+
 _SCALE = {k: Fraction(mul, div) for k, (mul, div) in _SUFFIX.items()}
 
 
@@ -20,7 +22,10 @@ def _rational(text: str, milli: bool) -> int:
     m = _QTY.match(text.strip())
     if not m or m.group(2) not in _SUFFIX:
         raise ValueError(f"invalid quantity {text!r}")
-    value = Fraction(m.group(1)) * _SCALE[m.group(2)] * (1000 if milli else 1)
+    value = Fraction(m.group(1)) * _SCALE[m.group(2)]
+    if abs(value) > _MAX:
+        value = _MAX if value > 0 else -_MAX
+    value *= 1000 if milli else 1
     n = value.numerator // value.denominator
     return n + (1 if n * value.denominator != value.numerator and value > 0 else 0)
 
@@ -35,7 +40,9 @@ def _outcome(fn, text: str, milli: bool) -> tuple[str, object]:
 CORPUS = ["0", "1", "2", "1500m", "250m", "0.5", "1.5Gi", "128Mi", "1e3", "1E3", "1e-3",
           "-1m", "-0.5", "+2", "0.0001", "2.5m", "1E", "5.", ".5", "+.5", "-.25Ki", "7e+2",
           "100k", "1.000000001", "3Pi", "1Ei", " 2 ", ".", "1.2.3", "+", "-", ".e5", "1e",
-          "1x", "Mi", "", "1.5mi", "e5", "1..2", "0.0", "00012", "-0"]
+          "1x", "Mi", "", "1.5mi", "e5", "1..2", "0.0", "00012", "-0", "100u", "1n", "-1n",
+          "2.5u", "9223372036854775807", "9223372036854775808", "8Ei", "1e100", "-1e40",
+          "1e-60", "-1e-60m", "0e99", "1U", "1N"]
 
 
 @pytest.mark.parametrize("text", CORPUS)
@@ -52,3 +59,43 @@ def test_random_quantities() -> None:
         text = body + rng.choice(list(_SUFFIX) + ["x", "mi"])
         milli = rng.random() < 0.5
         assert _outcome(parse_quantity, text, milli) == _outcome(_rational, text, milli), text
+
+
+#: (quantity, milli) -> what the API server and the kubelet make of it (resource.Quantity:
+#: MilliValue for CPU, Value otherwise; both round up), capped at 2**63-1 units (the API
+#: server's cap of a binary-suffixed one; past it the kubelet's int64 overflows)
+KUBERNETES = [
+    (("1.5", True), 1500), (("500m", True), 500), (("1Gi", False), 2**30),
+    (("1e3", False), 1000), (("0.0001", True), 1), (("1E", False), 10**18),
+    (("-1m", True), -1), (("0.5", False), 1),
+    # n and u are SI suffixes of resource.Quantity; the API server serves a CPU of 0.0001
+    # as "100u"
+    (("100u", True), 1), (("1n", True), 1), (("1n", False), 1), (("1500000u", True), 1500),
+    (("2000000000n", True), 2000), (("-1n", True), -1), (("250000u", False), 1),
+    # capped at 2**63-1 units
+    (("9223372036854775807", False), _MAX), (("9223372036854775808", False), _MAX),
+    (("8Ei", False), _MAX), (("8Ei", True), _MAX * 1000), (("-1e100000", False), -_MAX),
+    (("1e100000", True), _MAX * 1000), (("1e-100000", True), 1), (("-1e-100000", False), -1),
+    (("0e100000", True), 0),
+]
+
+
+@pytest.mark.parametrize(("args", "want"), KUBERNETES)
+def test_kubernetes_semantics(args: tuple[str, bool], want: int) -> None:
+    text, milli = args
+    assert parse_quantity(text, milli=milli) == want
+
+
+def test_huge_exponents_parse_at_once() -> None:
+    """A quantity of 13 characters is no 10**999999999 to compute (minutes of CPU; the
+    plugin's config and `plan`'s manifests took it as written). In a child process: a
+    regression would hang this one."""
+    import subprocess
+    import sys
+
+    code = ("from nri_cpumgr.podmodel import parse_quantity as p; "
+            "print(p('1e999999999', milli=True), p('-1e-999999999'), p('0e999999999'), "
+            "p('1.5e999999999Ki'), p('1e99999999999999999999n'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout.split()
+    assert out == [str(_MAX * 1000), "-1", "0", str(_MAX), str(_MAX)]
