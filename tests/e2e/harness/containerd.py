@@ -366,10 +366,20 @@ class Containerd:
                 with self.cri_client(timeout=20.0) as c:
                     for pod in c.list_pods():
                         for op in (c.stop_pod, c.remove_pod):
-                            try:
-                                op(pod.id)
-                            except Exception as e:  # noqa: BLE001 - report, keep going
-                                problems.append(f"{op.__name__}({pod.id[:12]}): {e}")
+                            for attempt in (1, 2):
+                                try:
+                                    op(pod.id)
+                                    break
+                                except Exception as e:  # noqa: BLE001 - report, keep going
+                                    # a container that exited as it was stopped: its shim
+                                    # was closing ("failed to kill container ...: ttrpc:
+                                    # closed", containerd 2.4 after the kubelet's own
+                                    # StopContainer was cancelled); asked again, the pod
+                                    # stops (a second failure is a problem)
+                                    if attempt == 1 and "ttrpc: closed" in str(e):
+                                        time.sleep(1.0)
+                                        continue
+                                    problems.append(f"{op.__name__}({pod.id[:12]}): {e}")
             except Exception as e:  # noqa: BLE001
                 problems.append(f"CRI cleanup: {e}")
         self._terminate(timeout)
