@@ -10,6 +10,8 @@ The device provider lives in :mod:`nri_cpumgr.cm.devicemanager` (re-exported her
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from nri_cpumgr.cm.cpumanager import CPUManagerState, NonePolicy, StaticPolicy
 from nri_cpumgr.cm.devicemanager import DeviceProvider, device_hints
 from nri_cpumgr.cm.topologymanager import TopologyHint, TopologyManager
@@ -18,7 +20,6 @@ from nri_cpumgr.cm.topologymanager.policy import POLICY_RESTRICTED, POLICY_SINGL
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.podmodel import Pod
 
-TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing)
 if TYPE_CHECKING:  # (the Memory Manager's package is imported with a Memory Manager only)
     from nri_cpumgr.cm.memorymanager.manager import MemoryManager
 

@@ -9,11 +9,9 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs"
 
 
 def test_bad_config_exits_2_with_one_line(tmp_path, capsys):
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text("cpuManagerPolicy: static\ncpuManagerPolicyOptions: {full-pcpus-onyl: 'true'}\n"
-                   "reservedSystemCPUs: '0'\n")
-    assert main(["run", "--config", str(cfg), "--sysfs-root", str(FIXTURES / "this-machine"),
-                 "--state-dir", str(tmp_path / "s")]) == 2
+    assert _run(tmp_path, "cpuManagerPolicy: static\n"
+                "cpuManagerPolicyOptions: {full-pcpus-onyl: 'true'}\n"
+                "reservedSystemCPUs: '0'\n") == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "full-pcpus-onyl" in err
@@ -21,20 +19,16 @@ def test_bad_config_exits_2_with_one_line(tmp_path, capsys):
 
 def test_unwritable_log_file_exits_2_with_one_line(tmp_path, capsys):
     (tmp_path / "file").write_text("")
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"logFile: {tmp_path}/file/nri-cpumgr.log\n")  # its directory is a file
-    assert main(["run", "--config", str(cfg), "--sysfs-root", str(FIXTURES / "this-machine"),
-                 "--state-dir", str(tmp_path / "s"), "--socket", str(tmp_path / "no.sock")]) == 2
+    # (its directory is a file)
+    assert _run(tmp_path, f"logFile: {tmp_path}/file/nri-cpumgr.log\n",
+                "--socket", str(tmp_path / "no.sock")) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "logFile: cannot write the log file" in err and "file/nri-cpumgr.log" in err
 
 
 def test_static_without_reservation_is_refused(tmp_path, capsys):
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text("cpuManagerPolicy: static\n")
-    assert main(["run", "--config", str(cfg), "--sysfs-root", str(FIXTURES / "this-machine"),
-                 "--state-dir", str(tmp_path / "s")]) == 2
+    assert _run(tmp_path, "cpuManagerPolicy: static\n") == 2
     assert "greater than zero" in capsys.readouterr().err
 
 
@@ -449,11 +443,8 @@ def test_status_on_a_kubelet_checkpoint_says_what_it_is(tmp_path, capsys):
 
 
 def test_static_memory_manager_without_reserved_memory_names_the_keys(tmp_path, capsys):
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text('cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n'
-                   "memoryManagerPolicy: Static\nevictionHard: {memory.available: 100Mi}\n")
-    assert main(["run", "--config", str(cfg), "--sysfs-root", str(FIXTURES / "this-machine"),
-                 "--state-dir", str(tmp_path / "s")]) == 2
+    assert _run(tmp_path, 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n'
+                "memoryManagerPolicy: Static\nevictionHard: {memory.available: 100Mi}\n") == 2
     err = capsys.readouterr().err
     assert 'determined by Node Allocatable feature; set reservedMemory' in err
     assert "104857600" in err

@@ -39,6 +39,13 @@ def run(workdir: Path, body, config: str = OLD) -> Plugin:
     return serve_plugin(plugin, workdir, body)
 
 
+async def settled(conn) -> None:
+    """The handshake with the node's pods and containers, its updates received and dropped."""
+    await conn.handshake(pods=PODS, containers=CONTAINERS)
+    await asyncio.sleep(0.05)
+    await drain(conn)
+
+
 async def drain(conn) -> list[dict[str, str]]:
     """The UpdateContainers calls received so far, each as {container id: cpus}."""
     out = []
@@ -79,9 +86,7 @@ def test_reserved_grown_moves_only_the_container_on_the_new_reserved_cpu(workdir
 
 def test_invalid_config_keeps_the_running_one(workdir, caplog):
     async def body(conn, plugin):
-        await conn.handshake(pods=PODS, containers=CONTAINERS)
-        await asyncio.sleep(0.05)
-        await drain(conn)
+        await settled(conn)
         before = Checkpoint(workdir / "state" / CHECKPOINT_NAME).load()
         bad = cfg(workdir, 'cpuManagerPolicy: static\nreservedSystemCPUs: "0-9"\n')
         with caplog.at_level(logging.ERROR):
@@ -106,9 +111,7 @@ def test_invalid_config_keeps_the_running_one(workdir, caplog):
 
 def test_a_refused_update_rolls_back_to_the_old_config(workdir, caplog):
     async def body(conn, plugin):
-        await conn.handshake(pods=PODS, containers=CONTAINERS)
-        await asyncio.sleep(0.05)
-        await drain(conn)
+        await settled(conn)
         conn.fail_updates = {"c-g1"}
         with caplog.at_level(logging.INFO):
             assert await plugin.reconfigure(cfg(workdir, NEW), "test") == "rolled-back"
@@ -131,9 +134,7 @@ def test_a_refused_update_rolls_back_to_the_old_config(workdir, caplog):
 
 def test_killed_mid_plan_the_relaunch_completes_it(workdir, caplog):
     async def first(conn, plugin):
-        await conn.handshake(pods=PODS, containers=CONTAINERS)
-        await asyncio.sleep(0.05)
-        await drain(conn)
+        await settled(conn)
 
         async def hang(payload: bytes) -> set[str]:
             await asyncio.sleep(3600)
@@ -276,9 +277,7 @@ def test_reply_mode_has_no_update_path_and_keeps_the_config(workdir, caplog):
 
 def test_a_plan_that_cannot_be_recorded_is_refused_with_an_event(workdir, caplog):
     async def body(conn, plugin):
-        await conn.handshake(pods=PODS, containers=CONTAINERS)
-        await asyncio.sleep(0.05)
-        await drain(conn)
+        await settled(conn)
         from nri_cpumgr.runtime import reconfig
 
         def no_room(*a, **k):
