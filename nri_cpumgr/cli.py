@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from nri_cpumgr import locations
 from nri_cpumgr.config import Config, ConfigError, load_config
 from nri_cpumgr.config.model import with_source
-from nri_cpumgr.locations import config_path, load_state_file, state_dir_of
+from nri_cpumgr.locations import config_path, state_dir_of
 
 if TYPE_CHECKING:
     import argparse
@@ -434,21 +434,32 @@ def cmd_topology(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    """The checkpointed assignments. Exit status 0, also with no checkpoint yet (a note on
+    stderr naming the file looked for, then the empty state: ``{}`` with ``--json``); 1 for
+    a checkpoint that cannot be read (corrupt, another version, the kubelet's own); 2 for a
+    bad config."""
+    from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
     from nri_cpumgr.runtime.plugin import CHECKPOINT_NAME
 
     state_dir = state_dir_of(args)
-    body = load_state_file(state_dir, CHECKPOINT_NAME, "nri-cpumgr",
-                           f"no checkpoint in {state_dir} (the plugin writes it once it runs "
-                           "with that stateDirectory; --config FILE or --state-dir DIR reads "
-                           "another)")
-    if body is None:
+    path = state_dir / CHECKPOINT_NAME
+    try:
+        body = Checkpoint(path).load()
+    except CheckpointError as e:
+        print(f"nri-cpumgr: {e}", file=sys.stderr)
         return 1
+    if body is None:
+        where = "" if state_dir.is_dir() else f" (no directory {state_dir})"
+        print(f"nri-cpumgr: no checkpoint yet at {path}{where}: the plugin writes it once a "
+              "runtime has configured it with that stateDirectory (--config FILE or "
+              "--state-dir DIR reads another); the state is empty", file=sys.stderr)
+        body = {}
     if args.json:
         import json
 
         print(json.dumps(body, indent=1))
         return 0
-    print(f"policy:        {body.get('policyName')}")
+    print(f"policy:        {body.get('policyName') or '-'}")
     print(f"reserved CPUs: {body.get('reservedCpuSet') or '-'}")
     print(f"shared pool:   {body.get('defaultCpuSet') or '-'}")
     rows = sorted(body.get("containers", []), key=lambda r: (r["pod"], r["container"]))
@@ -619,7 +630,12 @@ def build_parser(only_run: bool = False) -> argparse.ArgumentParser:
     t.add_argument("--name", help="name written in the JSON")
     t.set_defaults(func=cmd_topology)
 
-    s = sub.add_parser("status", help="show the checkpointed assignments")
+    s = sub.add_parser(
+        "status", help="show the checkpointed assignments",
+        description="The plugin's checkpointed assignments: the shared pool and a row per "
+        "container. Exit status 0, also when the plugin has written no checkpoint yet (said "
+        "on stderr, with the file looked for; the state printed is empty, {} with --json); "
+        "1 when the checkpoint cannot be read; 2 for a bad config.")
     s.add_argument("--config", help="the plugin's config file, read for its stateDirectory "
                    f"(default: {locations.DEFAULT_CONFIG} if present, else the built-in defaults)")
     s.add_argument("--state-dir", help="read the checkpoint from DIR (overrides the config)")
