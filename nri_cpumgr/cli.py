@@ -1,6 +1,6 @@
 """nri-cpumgr: the kubelet's CPU, Topology and Memory managers as an NRI plugin.
 
-Commands: run (the plugin), topology (the machine as the managers see it), status (the
+Commands: run (the plugin; run --check-config checks a config and exits), topology (the machine as the managers see it), status (the
 checkpointed assignments), plan (a dry run for Pod manifests, or with --reconfigure for a
 config change), explain (why a container got its CPUs), nrt-export (the NodeResourceTopology
 exporter), enable-nri (turn NRI on in the runtime's configuration). Started by the runtime
@@ -233,6 +233,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides["stateDirectory"] = args.state_dir
     if overrides:
         config = config.model_copy(update=overrides)
+    if args.check_config:
+        return _check_config(config, source, overrides, args.sysfs_root)
     if launched:
         args.launched_log = _launched_log_file(config)
     try:
@@ -354,6 +356,33 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise with_source(e, source) from None
     finally:
         log_handler.flush_pending()  # what the stopped event loop did not write
+    return 0
+
+
+def _check_config(config: Config, source: str | None, overrides: dict[str, object],
+                  sysfs_root: str) -> int:
+    """``run --check-config``: ``config`` (loaded and validated as ``run`` does) checked
+    against this machine as the plugin's start checks it (nri_cpumgr.configcheck); prints
+    ``config OK`` and the effective values that differ from the defaults. Returns 0; an
+    invalid config raises ConfigError (exit status 2), an unreadable topology SysfsError."""
+    from nri_cpumgr.configcheck import check, check_log_file, differences
+
+    check_log_file(config, source)
+    machine = _discover(sysfs_root)
+    notes = check(config, machine, source)
+    topo = machine.topology
+    print(f"config OK: {source or 'no config file (the built-in defaults)'} (checked against "
+          f"{'this machine' if sysfs_root == '/' else f'{sysfs_root}/sys'}: CPUs {topo.cpus()}, "
+          f"NUMA nodes {topo.numa_nodes()})")
+    for note in notes:
+        print(f"note: {note}")
+    diff = differences(config, overrides)
+    if diff:
+        print("effective values that differ from the defaults:")
+        for line in diff:
+            print(f"  {line}")
+    else:
+        print("every value is the default")
     return 0
 
 
@@ -620,6 +649,12 @@ def build_parser(only_run: bool = False) -> argparse.ArgumentParser:
     r.add_argument("--state-dir", help="state directory (overrides stateDirectory)")
     r.add_argument("--sysfs-root", default="/", help="read topology from DIR/sys instead of /sys")
     r.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    r.add_argument("--check-config", action="store_true",
+                   help="check the config as the plugin's start does (the file, the options "
+                   "above, this machine's topology, the checkpoint's policy, the state "
+                   "directory), print 'config OK' and the values that differ from the "
+                   "defaults, and exit: 0, or 2 with the error `run` would give; needs no "
+                   "runtime, writes nothing")
     r.set_defaults(func=cmd_run)
     if only_run:
         return p
@@ -675,7 +710,8 @@ def main(argv: list[str] | None = None) -> int:
     if launched and not argv:
         argv = ["run"]  # launched by the runtime from plugin_path: no arguments
     args = parse_args(argv)
-    launched = launched and args.cmd == "run"  # also `run` from a wrapper script
+    # also `run` from a wrapper script; never `run --check-config` (its stderr is the user's)
+    launched = launched and args.cmd == "run" and not getattr(args, "check_config", False)
 
     def fail(message: str, status: int) -> int:
         print(f"nri-cpumgr: {message}", file=sys.stderr)
