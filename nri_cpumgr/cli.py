@@ -1,10 +1,11 @@
 """nri-cpumgr: the kubelet's CPU, Topology and Memory managers as an NRI plugin.
 
-Commands: run (the plugin; run --check-config checks a config and exits), topology (the machine as the managers see it), status (the
-checkpointed assignments), plan (a dry run for Pod manifests, or with --reconfigure for a
-config change), explain (why a container got its CPUs), nrt-export (the NodeResourceTopology
-exporter), enable-nri (turn NRI on in the runtime's configuration). Started by the runtime
-from its plugin_path with no arguments (NRI_PLUGIN_SOCKET set), it runs the plugin:
+Commands: run (the plugin; run --check-config checks a config and exits), topology (the
+machine as the managers see it), status (the checkpointed assignments), plan (a dry run for
+Pod manifests, or with --reconfigure for a config change), explain (why a container got its
+CPUs), nrt-export (the NodeResourceTopology exporter), enable-nri (turn NRI on in the
+runtime's configuration). Started by the runtime from its plugin_path with no arguments
+(NRI_PLUGIN_SOCKET set), it runs the plugin:
 configuration from the runtime's Configure request, else /etc/nri-cpumgr/config.yaml if
 present, else the defaults; log in <stateDirectory>/nri-cpumgr.log.
 """

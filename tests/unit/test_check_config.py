@@ -14,8 +14,8 @@ import pytest
 from nri_cpumgr import boot
 from nri_cpumgr.checkpoint import Checkpoint
 from nri_cpumgr.cli import main, parse_args
-from nri_cpumgr.configcheck import differences, directory_error, file_error
 from nri_cpumgr.config import parse_config
+from nri_cpumgr.configcheck import differences, directory_error, file_error
 
 DUAL = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs" / "dual-socket-smt"
 
