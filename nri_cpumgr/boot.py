@@ -115,8 +115,8 @@ def registration_keys(text: str) -> dict[str, str] | None:
         seen.add(key)
         if key in out:
             value = _plain(rest, _NAME_CHARS if key != "socketPath" else _PATH_CHARS)
-            if value is None:
-                return None
+            if value is None or (key == "socketPath" and value[0] != "/"):
+                return None  # (a relative socketPath: the config is refused, ConfigError)
             out[key] = value
     return out
 
