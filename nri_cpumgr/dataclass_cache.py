@@ -74,10 +74,15 @@ def install():
 
 
 def uninstall():
-    """Back to the stdlib's ``_create_fn`` (no-op if not installed)."""
+    """Back to the stdlib's ``_create_fn`` (no-op if not installed); the committed code's
+    module is let go (the methods made from it keep their own code objects)."""
     global _original, _code
     if _original is None:
         return
     if dataclasses._create_fn is _create_fn:
         dataclasses._create_fn = _original
     _original = _code = None
+    sys.modules.pop("nri_cpumgr._dataclass_code", None)
+    package = sys.modules.get("nri_cpumgr")
+    if package is not None and hasattr(package, "_dataclass_code"):
+        del package._dataclass_code

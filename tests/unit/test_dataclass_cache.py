@@ -188,6 +188,8 @@ def test_install_is_scoped_and_a_miss_compiles_as_before() -> None:
     finally:
         dataclass_cache.uninstall()
     assert dataclasses._create_fn is original
+    assert "nri_cpumgr._dataclass_code" not in sys.modules  # (its texts are let go)
+    assert v == NotInTheCode(1) and repr(v).endswith("(xyzzy_a=1, xyzzy_b='b')")
     dataclass_cache.uninstall()  # (no-op)
     assert dataclasses._create_fn is original
 
