@@ -66,8 +66,10 @@ def install():
     global _original, _code
     if _original is not None or not supported():
         return
-    from nri_cpumgr._dataclass_code import CODE
-
+    try:
+        from nri_cpumgr._dataclass_code import CODE
+    except ImportError:  # (a tree without it: everything compiles as usual)
+        return
     _code = CODE
     _original = dataclasses._create_fn
     dataclasses._create_fn = _create_fn

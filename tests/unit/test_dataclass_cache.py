@@ -199,3 +199,10 @@ def test_not_installed_where_unsupported(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(dataclass_cache, "supported", lambda: False)
     dataclass_cache.install()
     assert dataclasses._create_fn is original and dataclass_cache._original is None
+
+
+def test_not_installed_without_the_committed_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = dataclasses._create_fn
+    monkeypatch.setitem(sys.modules, "nri_cpumgr._dataclass_code", None)  # (import fails)
+    dataclass_cache.install()
+    assert dataclasses._create_fn is original and dataclass_cache._original is None
