@@ -218,8 +218,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     """The plugin. Connecting to a running runtime (a DaemonSet), registration comes first:
     before it only the configuration and the NRI schema are loaded (RegisterPlugin goes out
     on a blocking socket before asyncio is imported); the topology, the managers, the
-    checkpoints, the metrics and what they import are built when the runtime's first request
-    (Configure) arrives (issue 9: launch -> registered <= 150 ms). Errors of that build end
+    checkpoints, the metrics and what they import are built right after the answer to the
+    runtime's first request (Configure), while the runtime gathers its Synchronize (issue 9:
+    launch -> registered <= 150 ms; issue 34). Errors of that build end
     the command with the status they had before (ConfigError: exit 2), also when no runtime
     listens (after the first failed attempt). Launched by the runtime (``NRI_PLUGIN_SOCKET``),
     everything is built before connecting: a start-up error stops the plugin before it
