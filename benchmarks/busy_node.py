@@ -38,6 +38,10 @@ its first shared container, each next pod as soon as the grow pass has: both mee
 under way). ``--compare-src DIR``: one more plugin run per round from another source tree, so
 two revisions alternate in one run. ``--keep-logs DIR``: the plugin's and containerd's logs.
 The four calls of each deletion are printed one by one on stderr with every sample.
+``--settle S`` (0.5 s): every mode waits S before each deletion and before each next creation,
+so that no measured call meets the tail of the plugin's last CRI call (its cgroup write shows
+"off" or "back" before containerd has recorded the container's resources) and both modes
+delete a settled container (before it, no plugin deleted each pod right after its start).
 
     .venv/bin/python benchmarks/busy_node.py --version 2.1 --shared 40 --mode auto --overlap \
         --compare-src /tmp/src-main      # /tmp/src-main: git archive main nri_cpumgr | tar -x
@@ -260,6 +264,12 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
                             off = wait_until(lambda g=gcpus: all(not s & g for s in shared_cpus()),
                                              poll_timeout)
                             m.setdefault("off", []).append(float("nan") if off is None else off)
+                        if not overlap:
+                            # a settled node in every mode: the plugin's last CRI call of the
+                            # pass returns after its cgroup write (containerd still records
+                            # the container's new resources), and no plugin deletes a
+                            # container as old as the others
+                            time.sleep(args.settle)
                         t = t1 = time.perf_counter()
                         for step, call in (("stop", cri.stop_container),
                                            ("remove", cri.remove_container),
@@ -302,7 +312,7 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
                             if back is not None:  # ms from the end of the deletion
                                 back = (time.perf_counter() - t_del) * 1000
                             m.setdefault("back", []).append(float("nan") if back is None else back)
-                        time.sleep(0.2)
+                        time.sleep(args.settle)  # (the same before the next pod's creation)
                         m.setdefault("runc updates", []).append(float(count(counter) - u0))
                     if plugin is not None:
                         if not plugin.running:
@@ -381,6 +391,11 @@ def main(argv: list[str] | None = None) -> int:
                          "pass has moved its first shared container, each next pod as soon "
                          "as the grow pass has (both meet a pass under way; off and back "
                          "are not measured; not in reply mode, which has no pass)")
+    ap.add_argument("--settle", type=float, default=0.5, metavar="S",
+                    help="seconds every mode waits before a deletion (after the start, or "
+                         "after off) and before the next creation (after the deletion, or "
+                         "after back), so that each measured call meets a settled node "
+                         "(default 0.5; not with --overlap, which is about a pass under way)")
     ap.add_argument("--pod-spec-source", action="store_true",
                     help="the plugin with podSpecSource apiServer (a loopback fake API server)")
     args = ap.parse_args(argv)
