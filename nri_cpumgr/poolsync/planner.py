@@ -48,6 +48,13 @@ from dataclasses import dataclass, field
 from nri_cpumgr.cpuset import CPUSet
 
 
+def _beyond(cpus: CPUSet, pool: CPUSet) -> bool:
+    """``cpus`` holds a CPU outside ``pool`` (a shrink is due), from the two sets' masks,
+    which each set keeps: ``cpus - pool`` built a set of up to the node's CPUs, ten times
+    per plan while a pool of 1,000 shared containers waits to shrink."""
+    return bool(cpus.mask & ~pool.mask)
+
+
 @dataclass(slots=True)
 class _Shared:
     applied: CPUSet  # the cpuset the runtime has for the container (as we last set it)
@@ -201,7 +208,7 @@ class PoolPlanner:
 
     # ------------------------------------------------------------------ planning
     def _note_group(self, cpus: CPUSet, now: float) -> None:
-        if cpus - self.target:
+        if _beyond(cpus, self.target):
             if self.shrink_since is None:
                 self.shrink_since = now
         elif self.grow_since is None:
@@ -235,12 +242,13 @@ class PoolPlanner:
         ids: list[str] = []
         urgent = False
         for cpus in stale:  # oldest groups first
+            beyond = _beyond(cpus, target)
             for cid in self.groups[cpus]:
                 if cid in self.in_pass:
                     continue
                 if len(ids) < self.batch_size:
                     ids.append(cid)
-                    urgent = urgent or bool(cpus - target)
+                    urgent = urgent or beyond
                 else:
                     break
             if len(ids) >= self.batch_size:
@@ -249,7 +257,7 @@ class PoolPlanner:
             self._end_pass(now)
             return self.plan(now)
         if not self.in_pass:
-            urgent = any(cpus - target for cpus in stale)
+            urgent = any(_beyond(cpus, target) for cpus in stale)
             due = self._due(urgent)
             if now < due:
                 return None, due
@@ -272,7 +280,7 @@ class PoolPlanner:
         if not stale:
             self.shrink_since = self.grow_since = None
             return None
-        if not any(cpus - target for cpus in stale) and now < self._due(False):
+        if not any(_beyond(cpus, target) for cpus in stale) and now < self._due(False):
             return None
         ids = [cid for cpus in stale for cid in self.groups[cpus]]
         batch = Batch(target, ids, {c: self.shared[c].mems for c in ids}, True)

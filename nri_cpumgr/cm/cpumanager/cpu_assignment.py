@@ -763,3 +763,26 @@ def take_by_topology(
         spread=spread,
         prefer_align_by_uncorecache=opts.prefer_align_by_uncorecache,
     )
+
+
+def take_by_topology_mask(
+    topo: CPUTopology,
+    available: int,
+    count: int,
+    options: StaticPolicyOptions | None = None,
+    min_numas_from_hint: int = 0,
+) -> CPUSet:
+    """:func:`take_by_topology` of the CPUs of the bitmask ``available`` (bit *i* = CPU *i*):
+    the same take, without a set of the free CPUs built for it (a 256-CPU node's free CPUs
+    are a 255-element set; the static policy has their mask)."""
+    opts = options or StaticPolicyOptions()
+    idx = topology_index(topo)
+    size = available.bit_count()
+    spread = opts.distribute_cpus_across_cores
+    if opts.distribute_cpus_across_numa:
+        group = topo.cpus_per_core() if opts.full_pcpus_only else 1
+        mask = _distributed(idx, available, count, size, group, spread, opts.align_by_socket,
+                            min_numas_from_hint)
+    else:
+        mask = _packed(idx, available, count, size, spread, opts.prefer_align_by_uncorecache)
+    return mask_to_cpus(mask)
