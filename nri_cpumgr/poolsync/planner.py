@@ -239,6 +239,12 @@ class PoolPlanner:
                 self._end_pass(now)
             self.shrink_since = self.grow_since = None
             return None, None
+        starting = not self.in_pass
+        if starting:  # (when not due yet, no batch is gathered: a plan per pod event)
+            pass_urgent = any(_beyond(cpus, target) for cpus in stale)
+            due = self._due(pass_urgent)
+            if now < due:
+                return None, due
         ids: list[str] = []
         urgent = False
         for cpus in stale:  # oldest groups first
@@ -256,11 +262,8 @@ class PoolPlanner:
         if not ids:  # every stale container was updated in this pass: the pass is over
             self._end_pass(now)
             return self.plan(now)
-        if not self.in_pass:
-            urgent = any(_beyond(cpus, target) for cpus in stale)
-            due = self._due(urgent)
-            if now < due:
-                return None, due
+        if starting:
+            urgent = pass_urgent
             self.passes += 1
             self.shrink_since = self.grow_since = None
         self.in_pass.update(ids)

@@ -375,3 +375,16 @@ def test_allocate_cpus_without_a_hint_is_the_take_of_the_free_cpus(
         state.set_cpuset(f"pod{i}", "c", got)
         # (the next take may reuse a CPU of this one, as an init container's)
         reusable = CPUSet(sorted(got)[:1]) if reuse else CPUSet()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.sampled_from("abcd"), st.dictionaries(
+    st.sampled_from("xyz"), st.frozensets(st.integers(0, 300), min_size=1), min_size=1)))
+def test_assigned_count_is_the_size_of_the_union(
+    assignments: dict[str, dict[str, frozenset[int]]]
+) -> None:
+    """assigned_count (the exclusive-CPU gauge, per create) counts a CPU held by two
+    containers of a pod (an init container's, reused) once, as len(assigned_cpus())."""
+    state = CPUManagerState(
+        assignments={p: {c: CPUSet(v) for c, v in cs.items()} for p, cs in assignments.items()})
+    assert state.assigned_count() == len(state.assigned_cpus())

@@ -42,6 +42,7 @@ from nri_cpumgr.podmodel import ContainerSpec, Pod, QOSClass
 from nri_cpumgr.topology import CPUTopology
 
 POLICY_STATIC = "static"
+_NONE = CPUSet()  # (immutable: shared by every pod with nothing to reuse)
 
 
 def guaranteed_cpus(pod: Pod, container: ContainerSpec) -> int:
@@ -227,18 +228,19 @@ class StaticPolicy:
         for uid in list(self._cpus_to_reuse):
             if uid != pod.uid:
                 del self._cpus_to_reuse[uid]
-        current = self._cpus_to_reuse.get(pod.uid, CPUSet())
+        current = self._cpus_to_reuse.get(pod.uid, _NONE)
         for init in pod.init_containers:
             if init.name == container.name:
                 if init.restartable:
                     break
                 self._cpus_to_reuse[pod.uid] = current | cpus
                 return
-        self._cpus_to_reuse[pod.uid] = current - cpus
+        # (nothing to reuse minus anything is nothing: no set operation for most pods)
+        self._cpus_to_reuse[pod.uid] = current - cpus if current else _NONE
 
     def reusable_cpus(self, pod_uid: str) -> CPUSet:
         """CPUs of the pod's finished init containers that its next containers may reuse."""
-        return self._cpus_to_reuse.get(pod_uid, CPUSet())
+        return self._cpus_to_reuse.get(pod_uid, _NONE)
 
     def allocate(
         self,
