@@ -66,6 +66,7 @@ class Checkpoint:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self._tmp = self.path.with_name(f".{self.path.name}.tmp")
         self._dir_made = False  # (the directory is made once, again only if it went away)
 
     def load(self) -> dict[str, Any] | None:
@@ -117,7 +118,7 @@ class Checkpoint:
         canonical = _canonical(body)
         head = json.dumps({"checksum": _crc32(canonical), "version": VERSION}, sort_keys=True)
         parts = [head[:-1].encode() + b', "data": ', canonical, b"}\n"]
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        tmp = self._tmp
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         except FileNotFoundError:  # the directory was removed since
