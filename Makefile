@@ -10,7 +10,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup venv runtime proto proto-check lint docs docs-serve test unit e2e e2e-vm cluster \
+.PHONY: setup venv runtime proto proto-check dataclass-code lint docs docs-serve test unit e2e e2e-vm cluster \
         cluster-e2e \
         demo bench stress clean clean-cache kubelet-cri modern modern-tools chart e2e-2.4 e2e-crio \
         cluster-modern cluster-adopt oracle differential
@@ -32,6 +32,10 @@ proto: venv
 
 proto-check: venv
 	$(PY) scripts/gen_proto.py --check
+
+# the start's dataclass methods, compiled once (nri_cpumgr/_dataclass_code.py; issue 34)
+dataclass-code: venv
+	$(PY) scripts/gen_dataclass_code.py
 
 lint: venv
 	$(PY) -m ruff check nri_cpumgr tests benchmarks scripts

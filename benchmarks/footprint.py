@@ -27,6 +27,11 @@ at build time: the benchmark points PYTHONPYCACHEPREFIX at a private directory a
 one warm-up launch so that the bytecode exists; ``--cold-bytecode`` measures with no
 bytecode cache at all instead.
 
+``--compare TREE`` (repeatable) adds the ``nri_cpumgr`` of another tree (a checkout, or an
+export of a revision: ``git archive REV nri_cpumgr | tar -x -C TREE``), launched as the
+console script does (``from nri_cpumgr.boot import main``) with ``PYTHONPATH=TREE``, in the
+same alternating rounds: a before/after of the plugin's own CPU time on a shared machine.
+
 ``--pod-spec-pods N`` adds a third subject, nri-cpumgr with ``podSpecSource: apiServer``
 watching a loopback fake API server (tests/e2e/harness/fakeapi.py) that holds N pods of this
 node (the watch's cost: its imports, its thread, N pods' facts).
@@ -63,6 +68,8 @@ from tests.unit.nri_peer import FakeRuntime  # noqa: E402
 CONFIG = 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n'
 RUNTIME_NAME, RUNTIME_VERSION = "containerd", "v2.4.2"
 SIZES = (0, 100, 1000)
+#: what the ``nri-cpumgr`` console script runs (``--compare``: the same, from another tree)
+BOOT = "import sys; from nri_cpumgr.boot import main; sys.exit(main())"
 FRAME_CHUNK = 4000
 
 
@@ -257,6 +264,14 @@ async def main_async(args: argparse.Namespace) -> int:
             subjects.append(Subject("nri-cpumgr+podspec", [
                 *plugin, "run", "--config", str(cfg2),
                 "--socket", "{socket}", "--state-dir", "{work}/state"], env))
+        for tree in args.compare:  # another checkout or export, launched as the image does
+            root = Path(tree)
+            if not (root / "nri_cpumgr" / "boot.py").is_file():
+                raise SystemExit(f"--compare {tree}: no nri_cpumgr/boot.py there")
+            env2 = dict(env, PYTHONPATH=str(root))
+            subjects.append(Subject(f"nri-cpumgr@{tree}", [
+                sys.executable, "-c", BOOT, "run", "--config", str(cfg),
+                "--socket", "{socket}", "--state-dir", "{work}/state"], env2))
         go = Path(args.go_peer)
         if go.is_file():
             subjects.append(Subject("go-peer", [str(go), "-socket", "{socket}",
@@ -313,12 +328,20 @@ def main() -> int:
                          "benchmark did until 2026-12-06), not the image's `nri-cpumgr` command")
     ap.add_argument("--cold-bytecode", action="store_true",
                     help="no bytecode cache (PYTHONDONTWRITEBYTECODE=1)")
+    ap.add_argument("--compare", action="append", default=[], metavar="TREE",
+                    help="also measure the nri_cpumgr of TREE (another checkout, or a `git "
+                         "archive REV nri_cpumgr | tar -x -C TREE` export), launched as the "
+                         "console script does, alternating with this tree (repeatable)")
     ap.add_argument("--runtime-version", default=RUNTIME_VERSION,
                     help="containerd version the fake runtime reports in Configure (default "
                          "%(default)s: sharedPoolUpdateMode auto takes async; below v2.4.0 it "
                          "takes reply, the fake having no CRI socket)")
     args = ap.parse_args()
     RUNTIME_VERSION = args.runtime_version
+    args.go_peer = str(Path(args.go_peer).resolve())
+    args.compare = [str(Path(t).resolve()) for t in args.compare]
+    # a `-c` launch puts its working directory first on sys.path: away from any tree
+    os.chdir(tempfile.gettempdir())
     with contextlib.suppress(KeyboardInterrupt):
         return asyncio.run(main_async(args))
     return 130

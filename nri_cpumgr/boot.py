@@ -23,7 +23,8 @@ A plugin the runtime launched (``NRI_PLUGIN_SOCKET``) builds everything before i
 The garbage collector is off from here to the end of the plugin's build
 (:func:`release_gc`, called by the build after ``gc.freeze()``): the start allocates
 long-lived objects only (modules, classes, the topology), which the collections would scan
-again and again.
+again and again. Until then too, the start's dataclasses take their generated methods from
+the committed code (:mod:`nri_cpumgr.dataclass_cache`) instead of compiling them.
 """
 
 from __future__ import annotations
@@ -115,8 +116,8 @@ def registration_keys(text: str) -> dict[str, str] | None:
         seen.add(key)
         if key in out:
             value = _plain(rest, _NAME_CHARS if key != "socketPath" else _PATH_CHARS)
-            if value is None:
-                return None
+            if value is None or (key == "socketPath" and value[0] != "/"):
+                return None  # (a relative socketPath: the config is refused, ConfigError)
             out[key] = value
     return out
 
@@ -185,9 +186,13 @@ def take(name: str, idx: str, socket_path: str) -> tuple[int, int] | None:
 
 
 def release_gc() -> None:
-    """Turn the garbage collector back on if :func:`main` turned it off (the build calls
-    this after ``gc.freeze()``; :func:`main` at the end)."""
+    """Turn the garbage collector back on if :func:`main` turned it off, and give
+    ``@dataclass`` its own compilation back (:mod:`nri_cpumgr.dataclass_cache`) (the build
+    calls this after ``gc.freeze()``; :func:`main` at the end)."""
     global _gc_held
+    cache = sys.modules.get("nri_cpumgr.dataclass_cache")
+    if cache is not None:
+        cache.uninstall()
     if _gc_held:
         _gc_held = False
         gc.enable()
@@ -206,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
             _gc_held = True
         if not launched:
             _register(argv)
+        from nri_cpumgr import dataclass_cache
+
+        dataclass_cache.install()  # (until the build's release_gc)
     try:
         from nri_cpumgr.cli import main as cli_main
 

@@ -1,10 +1,11 @@
 """nri-cpumgr: the kubelet's CPU, Topology and Memory managers as an NRI plugin.
 
-Commands: run (the plugin), topology (the machine as the managers see it), status (the
-checkpointed assignments), plan (a dry run for Pod manifests, or with --reconfigure for a
-config change), explain (why a container got its CPUs), nrt-export (the NodeResourceTopology
-exporter), enable-nri (turn NRI on in the runtime's configuration). Started by the runtime
-from its plugin_path with no arguments (NRI_PLUGIN_SOCKET set), it runs the plugin:
+Commands: run (the plugin; run --check-config checks a config and exits), topology (the
+machine as the managers see it), status (the checkpointed assignments), plan (a dry run for
+Pod manifests, or with --reconfigure for a config change), explain (why a container got its
+CPUs), nrt-export (the NodeResourceTopology exporter), enable-nri (turn NRI on in the
+runtime's configuration). Started by the runtime from its plugin_path with no arguments
+(NRI_PLUGIN_SOCKET set), it runs the plugin:
 configuration from the runtime's Configure request, else /etc/nri-cpumgr/config.yaml if
 present, else the defaults; log in <stateDirectory>/nri-cpumgr.log.
 """
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING
 from nri_cpumgr import locations
 from nri_cpumgr.config import Config, ConfigError, load_config
 from nri_cpumgr.config.model import with_source
-from nri_cpumgr.locations import config_path, load_state_file, state_dir_of
+from nri_cpumgr.locations import config_path, state_dir_of
 
 if TYPE_CHECKING:
     import argparse
@@ -217,8 +218,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     """The plugin. Connecting to a running runtime (a DaemonSet), registration comes first:
     before it only the configuration and the NRI schema are loaded (RegisterPlugin goes out
     on a blocking socket before asyncio is imported); the topology, the managers, the
-    checkpoints, the metrics and what they import are built when the runtime's first request
-    (Configure) arrives (issue 9: launch -> registered <= 150 ms). Errors of that build end
+    checkpoints, the metrics and what they import are built right after the answer to the
+    runtime's first request (Configure), while the runtime gathers its Synchronize (issue 9:
+    launch -> registered <= 150 ms; issue 34). Errors of that build end
     the command with the status they had before (ConfigError: exit 2), also when no runtime
     listens (after the first failed attempt). Launched by the runtime (``NRI_PLUGIN_SOCKET``),
     everything is built before connecting: a start-up error stops the plugin before it
@@ -233,6 +235,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides["stateDirectory"] = args.state_dir
     if overrides:
         config = config.model_copy(update=overrides)
+    if args.check_config:
+        return _check_config(config, source, overrides, args.sysfs_root)
     if launched:
         args.launched_log = _launched_log_file(config)
     try:
@@ -357,6 +361,33 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_config(config: Config, source: str | None, overrides: dict[str, object],
+                  sysfs_root: str) -> int:
+    """``run --check-config``: ``config`` (loaded and validated as ``run`` does) checked
+    against this machine as the plugin's start checks it (nri_cpumgr.configcheck); prints
+    ``config OK`` and the effective values that differ from the defaults. Returns 0; an
+    invalid config raises ConfigError (exit status 2), an unreadable topology SysfsError."""
+    from nri_cpumgr.configcheck import check, check_log_file, differences
+
+    check_log_file(config, source)
+    machine = _discover(sysfs_root)
+    notes = check(config, machine, source)
+    topo = machine.topology
+    print(f"config OK: {source or 'no config file (the built-in defaults)'} (checked against "
+          f"{'this machine' if sysfs_root == '/' else f'{sysfs_root}/sys'}: CPUs {topo.cpus()}, "
+          f"NUMA nodes {topo.numa_nodes()})")
+    for note in notes:
+        print(f"note: {note}")
+    diff = differences(config, overrides)
+    if diff:
+        print("effective values that differ from the defaults:")
+        for line in diff:
+            print(f"  {line}")
+    else:
+        print("every value is the default")
+    return 0
+
+
 #: seconds between two looks at the config file (a change is then applied at runtime)
 CONFIG_WATCH_INTERVAL = 2.0
 
@@ -434,21 +465,32 @@ def cmd_topology(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    """The checkpointed assignments. Exit status 0, also with no checkpoint yet (a note on
+    stderr naming the file looked for, then the empty state: ``{}`` with ``--json``); 1 for
+    a checkpoint that cannot be read (corrupt, another version, the kubelet's own); 2 for a
+    bad config."""
+    from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
     from nri_cpumgr.runtime.plugin import CHECKPOINT_NAME
 
     state_dir = state_dir_of(args)
-    body = load_state_file(state_dir, CHECKPOINT_NAME, "nri-cpumgr",
-                           f"no checkpoint in {state_dir} (the plugin writes it once it runs "
-                           "with that stateDirectory; --config FILE or --state-dir DIR reads "
-                           "another)")
-    if body is None:
+    path = state_dir / CHECKPOINT_NAME
+    try:
+        body = Checkpoint(path).load()
+    except CheckpointError as e:
+        print(f"nri-cpumgr: {e}", file=sys.stderr)
         return 1
+    if body is None:
+        where = "" if state_dir.is_dir() else f" (no directory {state_dir})"
+        print(f"nri-cpumgr: no checkpoint yet at {path}{where}: the plugin writes it once a "
+              "runtime has configured it with that stateDirectory (--config FILE or "
+              "--state-dir DIR reads another); the state is empty", file=sys.stderr)
+        body = {}
     if args.json:
         import json
 
         print(json.dumps(body, indent=1))
         return 0
-    print(f"policy:        {body.get('policyName')}")
+    print(f"policy:        {body.get('policyName') or '-'}")
     print(f"reserved CPUs: {body.get('reservedCpuSet') or '-'}")
     print(f"shared pool:   {body.get('defaultCpuSet') or '-'}")
     rows = sorted(body.get("containers", []), key=lambda r: (r["pod"], r["container"]))
@@ -609,6 +651,12 @@ def build_parser(only_run: bool = False) -> argparse.ArgumentParser:
     r.add_argument("--state-dir", help="state directory (overrides stateDirectory)")
     r.add_argument("--sysfs-root", default="/", help="read topology from DIR/sys instead of /sys")
     r.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    r.add_argument("--check-config", action="store_true",
+                   help="check the config as the plugin's start does (the file, the options "
+                   "above, this machine's topology, the checkpoint's policy, the state "
+                   "directory), print 'config OK' and the values that differ from the "
+                   "defaults, and exit: 0, or 2 with the error `run` would give; needs no "
+                   "runtime, writes nothing")
     r.set_defaults(func=cmd_run)
     if only_run:
         return p
@@ -619,7 +667,12 @@ def build_parser(only_run: bool = False) -> argparse.ArgumentParser:
     t.add_argument("--name", help="name written in the JSON")
     t.set_defaults(func=cmd_topology)
 
-    s = sub.add_parser("status", help="show the checkpointed assignments")
+    s = sub.add_parser(
+        "status", help="show the checkpointed assignments",
+        description="The plugin's checkpointed assignments: the shared pool and a row per "
+        "container. Exit status 0, also when the plugin has written no checkpoint yet (said "
+        "on stderr, with the file looked for; the state printed is empty, {} with --json); "
+        "1 when the checkpoint cannot be read; 2 for a bad config.")
     s.add_argument("--config", help="the plugin's config file, read for its stateDirectory "
                    f"(default: {locations.DEFAULT_CONFIG} if present, else the built-in defaults)")
     s.add_argument("--state-dir", help="read the checkpoint from DIR (overrides the config)")
@@ -659,7 +712,8 @@ def main(argv: list[str] | None = None) -> int:
     if launched and not argv:
         argv = ["run"]  # launched by the runtime from plugin_path: no arguments
     args = parse_args(argv)
-    launched = launched and args.cmd == "run"  # also `run` from a wrapper script
+    # also `run` from a wrapper script; never `run --check-config` (its stderr is the user's)
+    launched = launched and args.cmd == "run" and not getattr(args, "check_config", False)
 
     def fail(message: str, status: int) -> int:
         print(f"nri-cpumgr: {message}", file=sys.stderr)

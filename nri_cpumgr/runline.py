@@ -9,14 +9,16 @@ from __future__ import annotations
 _OPTIONS_WITH_VALUE = {"--config": "config", "--socket": "socket", "--state-dir": "state_dir",
                        "--sysfs-root": "sysfs_root"}
 _RUN_DEFAULTS: dict[str, str | bool | None] = {
-    "config": None, "socket": None, "state_dir": None, "sysfs_root": "/", "verbose": False}
+    "config": None, "socket": None, "state_dir": None, "sysfs_root": "/", "verbose": False,
+    "check_config": False}  # (--check-config itself goes to argparse: not the plugin's start)
 _FLAGS = ("-v", "--verbose")
 
 
 def run_arguments(argv: list[str]) -> dict[str, str | bool | None] | None:
     """A ``run`` command line (``argv`` without the program) as the ``run`` parser of
     :func:`nri_cpumgr.cli.build_parser` reads it: every option's value by its destination
-    (``config``, ``socket``, ``state_dir``, ``sysfs_root``, ``verbose``; the parser's
+    (``config``, ``socket``, ``state_dir``, ``sysfs_root``, ``verbose``, ``check_config``
+    always False; the parser's
     defaults for those not given, the last one given otherwise); None unless every argument
     is one that parser takes as written (``--opt VALUE`` with a VALUE not starting with
     '-', ``--opt=VALUE``, ``-v``, ``--verbose``): anything else (an abbreviation, ``-h``,

@@ -45,8 +45,8 @@ PODS = DOCS_PODS  # name, QoS, requests, limits (the docs' examples)
 
 
 def _checkpoint(work: Path) -> dict | None:
-    """The plugin's checkpoint as ``nri-cpumgr status --json`` prints it, None while there is
-    none (it is written at most every 200 ms)."""
+    """The plugin's checkpoint as ``nri-cpumgr status --json`` prints it: ``{}`` while there
+    is none (it is written at most every 200 ms), None when it cannot be read."""
     cmd = [sys.executable, "-m", "nri_cpumgr", "status", "--config", str(work / "config.yaml"),
            "--json"]
     r = subprocess.run(cmd, capture_output=True, text=True)

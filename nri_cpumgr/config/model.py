@@ -329,6 +329,17 @@ def _path(key: str, v: Any) -> str:
     return v
 
 
+def _socket_path(key: str, v: Any) -> str:
+    """The runtime's NRI socket: an absolute path (containerd's ``[plugins."io.containerd.nri.
+    v1.nri"] socket_path``, CRI-O's ``nri_listen``, both absolute; a relative one would be
+    looked up from wherever the plugin happens to start)."""
+    v = _path(key, v)
+    if not v.startswith("/"):
+        raise _Invalid(key, f"{v!r}: expected an absolute path (the runtime's NRI socket, "
+                            "e.g. /var/run/nri/nri.sock)")
+    return v
+
+
 def _optional_string(key: str, v: Any) -> str | None:
     return None if v is None else _string(key, v)
 
@@ -411,15 +422,19 @@ def _options(key: str, v: Any) -> dict[str, str]:
     return out
 
 
-def _quantities(milli: bool) -> Callable[[str, Any], dict[str, str]]:
+def _quantities(milli: bool, trim: bool = False) -> Callable[[str, Any], dict[str, str]]:
+    """A mapping of resource names to quantities. ``trim``: the kubelet decodes them as a
+    v1.ResourceList (Quantity.UnmarshalJSON: blanks around one are dropped, as
+    ``reservedMemory`` limits); otherwise as its map[string]string of
+    ``kubeReserved``/``systemReserved``, each read by resource.ParseQuantity (no blanks)."""
     def check(key: str, v: Any) -> dict[str, str]:
         out = {}
         for k, x in _mapping(key, v).items():
             s = str(x)
             try:
-                parse_quantity(s, milli=milli)
-            except ValueError:
-                raise _Invalid(key, f"{k}: invalid quantity {s!r}") from None
+                parse_quantity(s.strip() if trim else s, milli=milli)
+            except ValueError as e:
+                raise _Invalid(key, f"{k}: {e}") from None
             out[k] = s
         return out
     return check
@@ -466,7 +481,7 @@ def _reserved_memory(key: str, v: Any) -> list[ReservedMemory]:
             raise _Invalid(f"{where}.numaNode", f"expected a NUMA node number, got {node!r}")
         if node < 0:
             raise _Invalid(f"{where}.numaNode", f"{node} is negative")
-        limits = _quantities(milli=False)(f"{where}.limits", entry["limits"])
+        limits = _quantities(milli=False, trim=True)(f"{where}.limits", entry["limits"])
         out.append(ReservedMemory(node, limits))
     return out
 
@@ -494,7 +509,7 @@ def _positive_int(key: str, v: Any) -> int:
 _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "pluginName": _plugin_name,
     "pluginIndex": _plugin_index,
-    "socketPath": _path,
+    "socketPath": _socket_path,
     "stateDirectory": _path,
     "logFile": _optional_string,
     "metricsAddress": _metrics_address,

@@ -48,9 +48,9 @@ KEYS: dict[str, KeyDoc] = {
         "index order and a later plugin's adjustment of the same field wins or conflicts. "
         "Quote it: YAML reads `90` as a number."),
     "socketPath": KeyDoc(
-        "The runtime's NRI socket the plugin dials (an external plugin; `--socket` "
-        "overrides it). The runtime's own setting: containerd `socket_path`, CRI-O "
-        "`nri_listen`."),
+        "The runtime's NRI socket the plugin dials, an absolute path (an external plugin; "
+        "`--socket` overrides it). The runtime's own setting: containerd `socket_path`, "
+        "CRI-O `nri_listen`."),
     "stateDirectory": KeyDoc(
         "Where the plugin keeps its checkpoints (`cpu_manager_state`, `memory_manager_state`, "
         "`explanations`) and, launched by the runtime, its log. Start-up checks that it is "
@@ -97,7 +97,9 @@ KEYS: dict[str, KeyDoc] = {
         "Resources reserved for Kubernetes system daemons (`cpu`, `memory`, "
         "`hugepages-<size>`). Their `cpu` plus `systemReserved`'s, rounded up, is the number "
         "of reserved CPUs when `reservedSystemCPUs` is empty; `memory` counts in the Memory "
-        "Manager's reservation.",
+        "Manager's reservation. Each value is read as the kubelet reads it "
+        "(resource.ParseQuantity): blanks around it are refused (`\" 2 \"`), as they are "
+        "not in `reservedMemory`'s limits, which the kubelet decodes as a resource list.",
         kubelet="kubeReserved"),
     "systemReserved": KeyDoc(
         "Resources reserved for the operating system; counted as `kubeReserved` is.",
@@ -221,7 +223,11 @@ _REFUSALS: dict[str, str] = {
     "_one_of.<locals>.check": "any other value (the closest accepted one is suggested)",
     "_options": "not a mapping; a value that is a list, a mapping or empty",
     "_cpu_list": "not a CPU list (`0-3,8`)",
-    "_quantities.<locals>.check": "not a mapping; a value that is not a Kubernetes quantity",
+    "_quantities.<locals>.check": "not a mapping; a value that is not a Kubernetes quantity "
+                                  "(resource.Quantity's grammar: `2`, `1500m`, `1Gi`, `1e3`; "
+                                  "not an exponent with a unit suffix, `1e3Mi`)",
+    "_socket_path": "not a string; an empty string; a relative path (the runtime's socket is "
+                    "absolute)",
     "_feature_gates": "not a mapping; a value that is not a boolean; a gate this plugin does "
                       "not read",
     "_string_map": "not a mapping of strings",

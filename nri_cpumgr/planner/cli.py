@@ -44,6 +44,22 @@ def load_machine(sysfs_root: str | None, topology_json: str | None) -> Machine:
     return discover(sysfs_root or "/")
 
 
+def machine_source(sysfs_root: str | None, topology_json: str | None) -> str:
+    """Where :func:`load_machine` reads the machine, for errors: the ``--topology`` file, else
+    ``<root>/sys``."""
+    if topology_json:
+        return "stdin" if topology_json == "-" else topology_json
+    return str(Path(sysfs_root or "/") / "sys")
+
+
+def against_machine(e: Exception, config_file: str | None, machine: str) -> InputError:
+    """A check of the config and state against the machine (the managers' build, as the
+    plugin's start makes it: reserved CPUs not on the machine, reservedMemory on a missing
+    NUMA node, a state of other CPUs) as an :class:`InputError` naming the files read:
+    ``<error> (<config file>; machine: <machine>)``."""
+    return InputError(f"{e} ({config_file or 'built-in defaults'}; machine: {machine})")
+
+
 def load_state(path: str | None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """``(cpu body, memory body)`` from the plugin's state directory (checkpoints verified),
     a checkpoint file, the output of ``nri-cpumgr status --json``, or the kubelet's own
@@ -162,7 +178,8 @@ def cmd_reconfigure(args: argparse.Namespace) -> int:
     from nri_cpumgr.sysfs import SysfsError
 
     try:
-        config = load_config(config_path(args.config))
+        config_file = config_path(args.config)
+        config = load_config(config_file)
         if not Path(args.reconfigure).is_file():
             raise InputError(f"{args.reconfigure}: no such file")
         new = load_config(args.reconfigure)
@@ -175,7 +192,8 @@ def cmd_reconfigure(args: argparse.Namespace) -> int:
             # for plain `plan --state` (another node's state is no plan)
             Planner(config, machine, cpu, mem, state_source=str(where))
         except ConfigError as e:
-            raise InputError(str(e)) from None
+            raise against_machine(e, config_file, machine_source(args.sysfs_root,
+                                                                 args.topology)) from None
         pods = load_manifests(args.manifests) if args.manifests else []
         try:
             rows = node_rows(cpu, mem, pods)
@@ -231,12 +249,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
     try:
         from nri_cpumgr.locations import config_path
 
-        config = load_config(config_path(args.config))
+        config_file = config_path(args.config)
+        config = load_config(config_file)
         machine = load_machine(args.sysfs_root, args.topology)
         cpu, mem = load_state(args.state)
         pods = load_manifests(args.manifests)
-        planner = Planner(config, machine, cpu, mem, explain=args.explain,
-                          state_source=args.state or "(given state)")
+        try:  # the config's and the state's checks against the machine
+            planner = Planner(config, machine, cpu, mem, explain=args.explain,
+                              state_source=args.state or "(given state)")
+        except ConfigError as e:
+            raise against_machine(e, config_file, machine_source(args.sysfs_root,
+                                                                 args.topology)) from None
         result = planner.plan(pods)
     except (InputError, ManifestError, ConfigError) as e:
         print(f"nri-cpumgr plan: {e}", file=sys.stderr)

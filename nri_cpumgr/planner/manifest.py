@@ -268,6 +268,8 @@ def _quantities(m: Any, where: str) -> dict[str, int]:
     except ResourceListError as e:
         if e.key is None:
             raise ManifestError(f"{where}: not a mapping") from None
+        if isinstance(e.value, str):  # (the parser's message: why, for some)
+            raise ManifestError(f"{where}.{e.key}: {e}") from None
         raise ManifestError(f"{where}.{e.key}: invalid quantity {e.value!r}") from None
 
 

@@ -145,7 +145,18 @@ _SUFFIX = {
     "Pi": (2**50, 1),
     "Ei": (2**60, 1),
 }
-_QTY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
+#: resource.Quantity's grammar (k8s.io/apimachinery pkg/api/resource quantity.go, v0.37.2):
+#: ``<signedNumber><suffix>``, the suffix a binary SI one (Ki..Ei), a decimal SI one (n..E,
+#: or none) or a decimal exponent (e/E and a signed integer), never two of them ("1e3Mi"),
+#: and no blanks (ParseQuantity refuses " 2 "; Quantity.UnmarshalJSON trims its JSON string
+#: first: :func:`parse_resource_list`). Groups: number, exponent, suffix. (The number's
+#: shape is checked by :func:`_exact`.)
+_QTY = re.compile(r"([+-]?[0-9.]+)(?:([eE][+-]?[0-9]+)|([a-zA-Z]*))")
+#: an exponent followed by a unit suffix ("1e3Mi"): said as such
+_EXPONENT_AND_SUFFIX = re.compile(r"[+-]?[0-9.]+([eE][+-]?[0-9]+)[a-zA-Z]+")
+#: what Go's strings.TrimSpace (unicode.IsSpace) takes off a quantity's JSON string
+_JSON_SPACE = " \t\n\v\f\r\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006" \
+    "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 #: the number of a quantity as a decimal literal: sign, digits, optional fraction, exponent
 _DECIMAL = re.compile(r"([+-]?)([0-9]*)(?:\.([0-9]*))?(?:[eE]([+-]?[0-9]+))?")
 #: the bound on a quantity's magnitude, in its unit: resource.Quantity's maxAllowed, where
@@ -185,18 +196,20 @@ def _exact(number: str) -> tuple[int, int]:
 
 
 def parse_quantity(text: str, *, milli: bool = False) -> int:
-    """Parse a Kubernetes quantity (``"2"``, ``"1500m"``, ``"1G"``, ``"128Mi"``).
+    """Parse a Kubernetes quantity (``"2"``, ``"1500m"``, ``"1G"``, ``"128Mi"``, ``"1e3"``)
+    as resource.ParseQuantity reads it (the grammar of :data:`_QTY`: no blanks around it, an
+    exponent or a unit suffix but not both).
 
     Returns the value as an integer, in thousandths when ``milli`` is true (CPU millicores),
     rounded up (away from zero) as the API server and the kubelet's ``MilliValue`` do, its
     magnitude capped at 2**63-1 units (:data:`_MAX`). Raises ValueError on a malformed
-    quantity.
+    quantity: ``invalid quantity '<text>'``, and why when it is one of those two.
     """
-    m = _QTY.match(text.strip())
-    if not m or m.group(2) not in _SUFFIX:
-        raise ValueError(f"invalid quantity {text!r}")
-    num, den = _exact(m.group(1))
-    mul, div = _SUFFIX[m.group(2)]
+    m = _QTY.fullmatch(text)
+    if not m or (m.group(3) or "") not in _SUFFIX:
+        raise ValueError(_why_invalid(text))
+    num, den = _exact(m.group(1) + (m.group(2) or ""))
+    mul, div = _SUFFIX[m.group(3) or ""]
     num *= mul
     den *= div
     if abs(num) > _MAX * den:
@@ -204,6 +217,19 @@ def parse_quantity(text: str, *, milli: bool = False) -> int:
     num *= 1000 if milli else 1
     n = num // den
     return n + (1 if n * den != num and num > 0 else 0)
+
+
+def _why_invalid(text: str) -> str:
+    """The error of a quantity :data:`_QTY` refuses: ``invalid quantity '<text>'``, with the
+    reason when it has blanks around it or an exponent with a unit suffix."""
+    msg = f"invalid quantity {text!r}"
+    if text and text.strip() != text:
+        return f"{msg}: blanks around it (a Kubernetes quantity has none)"
+    m = _EXPONENT_AND_SUFFIX.fullmatch(text)
+    if m is not None:
+        return (f"{msg}: an exponent ({m.group(1)}) and a unit suffix together (a Kubernetes "
+                "quantity has one or the other)")
+    return msg
 
 
 class ResourceListError(ValueError):
@@ -221,7 +247,9 @@ class ResourceListError(ValueError):
 def parse_resource_list(doc: Any) -> dict[str, int]:
     """A Kubernetes ``ResourceList`` (``requests`` or ``limits`` as decoded JSON or YAML:
     resource name -> quantity) in the kubelet's units: ``cpu`` in millicores, everything
-    else as :func:`parse_quantity` gives it (bytes for memory and hugepages). ``None``: no
+    else as :func:`parse_quantity` gives it (bytes for memory and hugepages), each taken
+    without the blanks around it as Quantity.UnmarshalJSON does (strings.TrimSpace: the API
+    server serves ``cpu: " 2 "`` as 2). ``None``: no
     list, ``{}``. Raises :class:`ResourceListError` for a list that is not a mapping or a
     quantity that does not parse (its message: ``expected a mapping, got <type>``, or
     :func:`parse_quantity`'s)."""
@@ -232,7 +260,7 @@ def parse_resource_list(doc: Any) -> dict[str, int]:
     out: dict[str, int] = {}
     for k, v in doc.items():
         try:
-            out[str(k)] = parse_quantity(str(v), milli=(k == "cpu"))
+            out[str(k)] = parse_quantity(str(v).strip(_JSON_SPACE), milli=(k == "cpu"))
         except ValueError as e:
             raise ResourceListError(str(e), str(k), v) from None
     return out

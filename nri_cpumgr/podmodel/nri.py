@@ -271,18 +271,15 @@ def plain_shared(pod: Any, ctr: Any) -> tuple[str, str, str] | None:
     BestEffort and it has no devices. None for any other container (Guaranteed, devices, no
     kubelet cgroup parent): decode it with :func:`container_info`. A fraction of the cost of
     :func:`container_info`, for Synchronize's thousand containers."""
-    if not pod.HasField("linux"):
-        return None
+    # (an unset message field reads as its empty default: no cgroup parent, no devices,
+    # no cpuset, as the HasField checks of container_info conclude)
     qos = qos_from_cgroup_parent(pod.linux.cgroup_parent)
     if qos is None or qos is QOSClass.GUARANTEED:
         return None
-    cpus = ""
-    if ctr.HasField("linux"):
-        lin = ctr.linux
-        if len(lin.devices):
-            return None
-        if lin.HasField("resources"):
-            cpus = lin.resources.cpu.cpus
+    lin = ctr.linux
+    if len(lin.devices):
+        return None
+    cpus = lin.resources.cpu.cpus
     uid = pod.uid or pod.labels.get(LABEL_POD_UID, "") or pod.id
     name = ctr.labels.get(LABEL_CONTAINER_NAME, "") or ctr.name
     return uid, name, cpus

@@ -9,7 +9,9 @@ Protocol facts (containerd/nri pkg/stub, pkg/adaptation; /work/shared/docs/nri-p
 * conn 1 serves the Plugin service; conn 2 carries our RegisterPlugin and UpdateContainers
   calls. Configure can arrive before the RegisterPlugin reply, so conn 1 is served while
   registering. A refused registration leaves the socket open: we close it ourselves.
-* Configure answers ``events & 0x7ff`` (NRI v0.6.1 refuses unknown bits); a split
+* Configure answers ``events & 0x7ff`` (NRI v0.6.1 refuses unknown bits), before deferred
+  handlers are built: the build and their ``configure`` run right after that reply, before
+  the next request is read, while the runtime gathers its Synchronize; a split
   Synchronize (v0.8 ``more``) is answered ``more=true`` without updates per intermediate
   part and the handler sees every pod and container once, with the last part.
 * Per-event methods of newer NRI answer Unimplemented (12); the runtime then falls back to
@@ -222,6 +224,9 @@ class Stub:
         self._sync_handler_s = 0.0
         self._sync_bytes = 0  # size of the Synchronize parts received so far
         self._last_payload = 0  # size of the request being handled, bytes
+        #: the deferred build and the handlers' Configure, run right after Configure's reply
+        #: (:meth:`_configure`), or None
+        self._after_configure: Callable[[], None] | None = None
         self.sessions = 0  # connections established so far
         self._methods: dict[tuple[str, str], Handler] = {
             (PLUGIN_SERVICE, "Configure"): self._wrap(
@@ -455,6 +460,7 @@ class Stub:
         # runtime's answer (and its Configure) may already be waiting in the socket
         self._sync_pods, self._sync_containers = [], []
         self._sync_parts, self._sync_handler_s, self._sync_bytes = 0, 0.0, 0
+        self._after_configure = None
         Server(mux, PLUGIN_SERVICE_CONN, self._methods, logger=self._log,
                after_reply=self._after_reply)
         client = Client(mux, RUNTIME_SERVICE_CONN, logger=self._log)
@@ -513,6 +519,7 @@ class Stub:
             self._pending_updates = []
             self._sync_pods, self._sync_containers = [], []
             self._sync_parts, self._sync_handler_s, self._sync_bytes = 0, 0.0, 0
+            self._after_configure = None
             if dropped:
                 self._log.warning("NRI: %d queued container updates dropped on disconnect",
                                   dropped)
@@ -584,7 +591,13 @@ class Stub:
             self._log.info("NRI: configured by %s %s (no timeouts given: request timeout "
                            "assumed %d ms)", req.runtime_name, req.runtime_version,
                            DEFAULT_REQUEST_TIMEOUT_MS)
-        self._ready().configure(req)
+        if self._handlers is None and self._build_error is None:
+            # the answer does not depend on the build: it goes out first and the build runs
+            # right after it, before the next request is read, while the runtime gathers its
+            # Synchronize (tens of ms of imports and set-up off the runtime's wait)
+            self._after_configure = lambda: self._ready().configure(req)
+        else:
+            self._ready().configure(req)
         return nri_pb2.ConfigureResponse(events=self.events & VALID_EVENTS_V061)
 
     def _synchronize(self, req: nri_pb2.SynchronizeRequest) -> nri_pb2.SynchronizeResponse:
@@ -616,6 +629,14 @@ class Stub:
 
     # --- unsolicited updates ----------------------------------------------------------------
     def _after_reply(self) -> None:
+        configure, self._after_configure = self._after_configure, None
+        if configure is not None:
+            try:
+                configure()
+            except _BuildFailed:  # (stop() was called: run() raises the build's error)
+                return
+            except Exception as exc:  # noqa: BLE001 - as a handler's failure is logged
+                self._log.error("NRI Configure handler failed: %s", exc, exc_info=exc)
         if self._pending_updates:
             self._schedule_flush()
 

@@ -80,6 +80,7 @@ def test_registration_keys_are_the_validated_configs(text: str) -> None:
     "pluginName: \"x\"y\n",
     "pluginName: x # ok\n\tother: 1\n",
     "socketPath: /a b\n",
+    "socketPath: run/nri.sock\n",  # relative: the config model refuses it
     "pluginName: caf\u00e9\n",
 ])
 def test_registration_keys_give_up_on_anything_else(text: str) -> None:

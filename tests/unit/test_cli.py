@@ -65,9 +65,32 @@ def test_plan_missing_sysfs_exits_2_with_one_line(tmp_path, capsys):
     assert err.startswith("nri-cpumgr plan: cannot read the topology: "), err
 
 
-def test_status_without_checkpoint(tmp_path, capsys):
+def test_status_without_checkpoint_is_an_empty_state(tmp_path, capsys):
+    """No checkpoint yet (the plugin has not run with that state directory) is no error:
+    a note on stderr naming the file looked for, the empty state, exit status 0."""
+    assert main(["status", "--state-dir", str(tmp_path)]) == 0
+    got = capsys.readouterr()
+    assert got.err == (
+        f"nri-cpumgr: no checkpoint yet at {tmp_path}/cpu_manager_state: the plugin writes it "
+        "once a runtime has configured it with that stateDirectory (--config FILE or "
+        "--state-dir DIR reads another); the state is empty\n")
+    out = got.out.splitlines()
+    assert out[:3] == ["policy:        -", "reserved CPUs: -", "shared pool:   -"]
+    assert out[4].split() == ["POD", "CONTAINER", "QOS", "CPUS", "MEMS", "NUMA", "EXCLUSIVE",
+                              "STATE"] and len(out) == 5
+    assert main(["status", "--json", "--state-dir", str(tmp_path / "nowhere")]) == 0
+    got = capsys.readouterr()
+    assert json.loads(got.out) == {}
+    assert f"no checkpoint yet at {tmp_path}/nowhere/cpu_manager_state (no directory " \
+           f"{tmp_path}/nowhere): " in got.err
+
+
+def test_status_of_a_corrupt_checkpoint_exits_1(tmp_path, capsys):
+    (tmp_path / "cpu_manager_state").write_text("{not json")
     assert main(["status", "--state-dir", str(tmp_path)]) == 1
-    assert "no checkpoint" in capsys.readouterr().err
+    got = capsys.readouterr()
+    assert got.out == "" and got.err.startswith(
+        f"nri-cpumgr: checkpoint {tmp_path}/cpu_manager_state: not JSON: ")
 
 
 def test_status_table_from_checkpoint(tmp_path, capsys):
@@ -222,9 +245,10 @@ def test_status_finds_the_state_directory_in_the_config(tmp_path, capsys, monkey
     assert main(["status"]) == 0
     assert "reserved CPUs: 0" in capsys.readouterr().out
     # --state-dir overrides the config
-    assert main(["status", "--config", str(cfg), "--state-dir", str(tmp_path / "none")]) == 1
+    assert main(["status", "--config", str(cfg), "--state-dir", str(tmp_path / "none")]) == 0
     err = capsys.readouterr().err
-    assert "no checkpoint in" in err and "--state-dir DIR" in err
+    assert f"no checkpoint yet at {tmp_path}/none/cpu_manager_state" in err
+    assert "--state-dir DIR" in err
 
 
 @pytest.mark.parametrize(

@@ -119,3 +119,38 @@ def test_pod_level_resource_managers_needs_pod_level_resources_not_turned_off():
     assert c.featureGates == {"PodLevelResourceManagers": True}
     c = parse_config("featureGates: {PodLevelResources: true, PodLevelResourceManagers: true}")
     assert c.featureGates["PodLevelResourceManagers"] is True
+
+
+@pytest.mark.parametrize("path", ["nri.sock", "run/nri/nri.sock", "./nri.sock", "~/nri.sock"])
+def test_socket_path_must_be_absolute(path):
+    """The runtime's NRI socket is an absolute path (containerd's socket_path, CRI-O's
+    nri_listen); a relative one would depend on the plugin's working directory."""
+    with pytest.raises(ConfigError) as ei:
+        parse_config(f"socketPath: {path}\n", "c.yaml")
+    assert str(ei.value) == (
+        f"invalid config: socketPath: {path!r}: expected an absolute path (the runtime's NRI "
+        "socket, e.g. /var/run/nri/nri.sock) (c.yaml)")
+    assert parse_config("socketPath: /run/containerd/nri.sock\n").socketPath == \
+        "/run/containerd/nri.sock"
+
+
+def test_quantities_follow_the_kubelets_reading():
+    """kubeReserved/systemReserved are the kubelet's map[string]string, each value read by
+    resource.ParseQuantity (cmd/kubelet/app/server.go parseResourceList, v1.37.2): no blanks,
+    no exponent with a unit suffix. reservedMemory limits are a v1.ResourceList decoded by
+    Quantity.UnmarshalJSON, which trims blanks first."""
+    with pytest.raises(ConfigError) as ei:
+        parse_config('kubeReserved: {cpu: " 2 "}\n')
+    assert str(ei.value) == ("invalid config: kubeReserved: cpu: invalid quantity ' 2 ': "
+                             "blanks around it (a Kubernetes quantity has none) (<config>)")
+    with pytest.raises(ConfigError, match=r"systemReserved: memory: invalid quantity '1e3Mi': "
+                       r"an exponent \(e3\) and a unit suffix together"):
+        parse_config("systemReserved: {memory: 1e3Mi}\n")
+    with pytest.raises(ConfigError, match=r"reservedMemory.0.limits: memory: invalid quantity "
+                       r"'1e3Mi': an exponent"):
+        parse_config("reservedMemory: [{numaNode: 0, limits: {memory: 1e3Mi}}]\n")
+    c = parse_config('memoryManagerPolicy: Static\nkubeReserved: {memory: 1e3}\n'
+                     'reservedMemory: [{numaNode: 0, limits: {memory: " 1100 "}}]\n'
+                     'evictionHard: {}\n')
+    assert c.reservedMemory[0].limits == {"memory": " 1100 "}
+    assert c.node_allocatable_memory_reservation() == {"memory": 1000}

@@ -113,7 +113,8 @@ def test_configure_before_the_registration_reply_builds_the_handlers(sock_path: 
 
 
 def test_a_failed_build_ends_run_with_its_error(sock_path: Path) -> None:
-    """The runtime's Configure fails with the build's error (Unknown), and run() raises it."""
+    """The build after the registration fails: the connection closes and run() raises the
+    build's error."""
     factory = Factory(fail=ValueError("bad machine"))
 
     async def main() -> None:
@@ -269,3 +270,59 @@ def test_register_request_is_what_protobuf_serializes(name: str, idx: str,
         RUNTIME_SERVICE, "RegisterPlugin", int(timeout * 1e9))
     back = nri_pb2.RegisterPluginRequest.FromString(req.payload)
     assert (back.plugin_name, back.plugin_idx) == (name, idx)
+
+
+def test_configure_is_answered_before_the_build() -> None:
+    """Configure's answer does not wait for the deferred build: the handler answers at once,
+    the build and the handlers' Configure run right after the reply went out (the server's
+    after-reply hook, before the next request is read: Synchronize finds them built)."""
+    from nri_cpumgr.transport.wire import PLUGIN_SERVICE
+
+    factory = Factory()
+
+    async def main() -> None:
+        stub = Stub(None, build_handlers=factory, name="early", idx="07",
+                    socket_path="/nonexistent")
+        configure = stub._methods[(PLUGIN_SERVICE, "Configure")]
+        answer = nri_pb2.ConfigureResponse.FromString(configure(nri_pb2.ConfigureRequest(
+            runtime_name="fake", runtime_version="0.0").SerializeToString()))
+        assert answer.events == stub.events & 0x7FF
+        assert factory.calls == 0 and factory.handlers.calls == []
+        stub._after_reply()  # (what the ttrpc server calls once the answer is written)
+        assert factory.calls == 1 and factory.handlers.calls == ["configure"]
+        assert factory.handlers.configs[0].runtime_name == "fake"
+        stub._after_reply()  # (once only)
+        sync = stub._methods[(PLUGIN_SERVICE, "Synchronize")]
+        sync(nri_pb2.SynchronizeRequest().SerializeToString())
+        assert factory.calls == 1 and factory.handlers.calls == ["configure", "synchronize"]
+
+    asyncio.run(main())
+
+
+def test_a_build_failing_after_configure_ends_run_with_its_error(sock_path: Path) -> None:
+    """Configure was answered (the build runs after its reply); the build's failure then
+    closes the connection and run() raises it, as a failure inside Configure did."""
+    factory = Factory(fail=ValueError("bad machine"))
+    answers: list[object] = []
+
+    async def configure_first(conn, reg) -> None:
+        try:
+            answers.append(await conn.call("Configure", nri_pb2.ConfigureRequest(
+                runtime_name="fake"), nri_pb2.ConfigureResponse))
+        except Exception as e:  # noqa: BLE001 - recorded for the assertion
+            answers.append(e)
+
+    async def main() -> None:
+        async with FakeRuntime(sock_path, on_register=configure_first) as rt:
+            early = register_early("early", "07", socket_path=str(sock_path))
+            conn = await rt.next_conn()
+            await asyncio.sleep(0.05)  # the runtime's Configure is in flight before the loop
+            stub = Stub(None, build_handlers=factory, name="early", idx="07",
+                        socket_path=str(sock_path), early=early)
+            with pytest.raises(ValueError, match="bad machine"):
+                await asyncio.wait_for(stub.run(), 5)
+            assert factory.calls == 1
+            await asyncio.wait_for(conn.closed, 5)
+            assert [type(a) for a in answers] == [nri_pb2.ConfigureResponse]
+
+    asyncio.run(asyncio.wait_for(main(), 30))

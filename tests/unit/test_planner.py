@@ -281,6 +281,27 @@ def test_cli_plan_state_that_does_not_fit_is_an_error(tmp_path, capsys):
         restore_state(planner().manager.policy, body, "x", strict=True)
 
 
+@pytest.mark.parametrize("source", ["topology", "sysfs"])
+def test_cli_plan_machine_check_names_the_files_it_read(tmp_path, capsys, source):
+    """A config refused against the machine (reservedSystemCPUs outside it) names the config
+    file and where the machine was read: the --topology JSON, or the sysfs tree."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("cpuManagerPolicy: static\nreservedSystemCPUs: '0,40'\n")
+    pods = tmp_path / "p.yaml"
+    pods.write_text("kind: Pod\nmetadata: {name: a}\nspec:\n  containers:\n"
+                    "  - {name: c, resources: {limits: {cpu: '2', memory: 1G}}}\n")
+    if source == "topology":
+        topo = tmp_path / "node7.json"
+        topo.write_text(json.dumps(to_json(discover(str(DUAL)), "node7")))
+        machine, where = ["--topology", str(topo)], str(topo)
+    else:
+        machine, where = ["--sysfs-root", str(DUAL)], f"{DUAL}/sys"
+    assert main(["plan", "--config", str(cfg), *machine, str(pods)]) == 2
+    assert capsys.readouterr().err == (
+        "nri-cpumgr plan: invalid config: reservedSystemCPUs '0,40': CPU(s) 40 not on this "
+        f"machine (CPUs 0-15) ({cfg}; machine: {where})\n")
+
+
 def test_deeply_nested_yaml_is_a_clear_error(tmp_path, capsys):
     deep = "a: " + "[" * 5000 + "]" * 5000 + "\n"
     pods = tmp_path / "deep.yaml"

@@ -1,28 +1,42 @@
 """nri_cpumgr.podmodel.parse_quantity in integer arithmetic (issue 34: no fractions/decimal in
 the process) gives what the exact rational computation gives: the value, the rounding up,
-and the errors with their messages, on a corpus and on random quantities."""
+and the errors with their messages, on a corpus and on random quantities; and it takes
+the quantities of resource.Quantity's grammar only (no blanks around one, no exponent with a
+unit suffix: k8s.io/apimachinery pkg/api/resource quantity.go, v0.37.2)."""
 
 from __future__ import annotations
 
 import random
+import re
 from fractions import Fraction
 
 import pytest
 
-from nri_cpumgr.podmodel import parse_quantity
-from nri_cpumgr.podmodel.model import _QTY, _SUFFIX
+from nri_cpumgr.podmodel import parse_quantity, parse_resource_list
+from nri_cpumgr.podmodel.model import _SUFFIX
 
 _MAX = 2**63 - 1  # resource.Quantity's maxAllowed: the plugin caps a quantity there
 
 _SCALE = {k: Fraction(mul, div) for k, (mul, div) in _SUFFIX.items()}
 
 
+#: the grammar of resource.Quantity's doc comment, written here from it: <signedNumber>
+#: then a binarySI or decimalSI suffix, or "e"/"E" and a signed (whole) number
+_NUMBER = r"[+-]?(?:[0-9]+|[0-9]+\.[0-9]+|[0-9]+\.|\.[0-9]+)"
+_GRAMMAR = re.compile(rf"({_NUMBER})(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?)")
+#: a quantity's shape before its number is checked: the parser then says what Fraction says
+_SHAPE = re.compile(r"([+-]?[0-9.]+)(?:([eE][+-]?[0-9]+)|([a-zA-Z]*))")
+
+
 def _rational(text: str, milli: bool) -> int:
     """The reference: the quantity as a Fraction, rounded up as the API server does."""
-    m = _QTY.match(text.strip())
-    if not m or m.group(2) not in _SUFFIX:
+    m = _GRAMMAR.fullmatch(text)
+    if m is None:
+        shape = _SHAPE.fullmatch(text)
+        if shape is not None and (shape.group(3) or "") in _SUFFIX:
+            Fraction(shape.group(1) + (shape.group(2) or ""))  # raises, with its message
         raise ValueError(f"invalid quantity {text!r}")
-    value = Fraction(m.group(1)) * _SCALE[m.group(2)]
+    value = Fraction(m.group(1) + (m.group(2) or "")) * _SCALE[m.group(3) or ""]
     if abs(value) > _MAX:
         value = _MAX if value > 0 else -_MAX
     value *= 1000 if milli else 1
@@ -33,8 +47,8 @@ def _rational(text: str, milli: bool) -> int:
 def _outcome(fn, text: str, milli: bool) -> tuple[str, object]:
     try:
         return "ok", fn(text, milli=milli)
-    except ValueError as e:
-        return "error", str(e)
+    except ValueError as e:  # (the reason the parser adds to some: test_grammar_errors)
+        return "error", re.sub(r": (blanks|an exponent) .*", "", str(e))
 
 
 CORPUS = ["0", "1", "2", "1500m", "250m", "0.5", "1.5Gi", "128Mi", "1e3", "1E3", "1e-3",
@@ -43,6 +57,45 @@ CORPUS = ["0", "1", "2", "1500m", "250m", "0.5", "1.5Gi", "128Mi", "1e3", "1E3",
           "1x", "Mi", "", "1.5mi", "e5", "1..2", "0.0", "00012", "-0", "100u", "1n", "-1n",
           "2.5u", "9223372036854775807", "9223372036854775808", "8Ei", "1e100", "-1e40",
           "1e-60", "-1e-60m", "0e99", "1U", "1N"]
+
+
+# refused by resource.ParseQuantity (and its grammar); taken before
+NOT_QUANTITIES = [" 2 ", "2 ", " 2", "\t2", "1 Gi", "1e3Mi", "1E3Ki", "1e-3m", "2e1k", "1.5e3n",
+                  "1e3 ", "+1e3Mi", "Mi2", "1Mi3", "2e"]
+
+
+@pytest.mark.parametrize("text", NOT_QUANTITIES)
+@pytest.mark.parametrize("milli", [False, True])
+def test_outside_the_grammar_refused(text: str, milli: bool) -> None:
+    with pytest.raises(ValueError, match="^invalid quantity "):
+        parse_quantity(text, milli=milli)
+    assert _outcome(parse_quantity, text, milli) == _outcome(_rational, text, milli)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (" 2 ", "invalid quantity ' 2 ': blanks around it (a Kubernetes quantity has none)"),
+    ("1Gi ", "invalid quantity '1Gi ': blanks around it (a Kubernetes quantity has none)"),
+    ("1e3Mi", "invalid quantity '1e3Mi': an exponent (e3) and a unit suffix together (a "
+              "Kubernetes quantity has one or the other)"),
+    ("-1.5E+2m", "invalid quantity '-1.5E+2m': an exponent (E+2) and a unit suffix together "
+                 "(a Kubernetes quantity has one or the other)"),
+    ("1 Gi", "invalid quantity '1 Gi'"),
+    ("1x", "invalid quantity '1x'"),
+])
+def test_grammar_errors(text: str, message: str) -> None:
+    with pytest.raises(ValueError) as ei:
+        parse_quantity(text)
+    assert str(ei.value) == message
+
+
+def test_resource_lists_drop_blanks_as_the_api_server():
+    """A pod's requests and limits are decoded from JSON by Quantity.UnmarshalJSON, which
+    trims the string first (strings.TrimSpace): the API server serves `cpu: " 2 "` as 2.
+    Not the exponent with a suffix: ParseQuantity refuses it there too."""
+    assert parse_resource_list({"cpu": " 2 ", "memory": "\t1Gi\n"}) == {
+        "cpu": 2000, "memory": 2**30}
+    with pytest.raises(ValueError, match="an exponent"):
+        parse_resource_list({"memory": "1e3Mi"})
 
 
 @pytest.mark.parametrize("text", CORPUS)
@@ -95,7 +148,7 @@ def test_huge_exponents_parse_at_once() -> None:
 
     code = ("from nri_cpumgr.podmodel import parse_quantity as p; "
             "print(p('1e999999999', milli=True), p('-1e-999999999'), p('0e999999999'), "
-            "p('1.5e999999999Ki'), p('1e99999999999999999999n'))")
+            "p('1.5e999999999'), p('1e99999999999999999999'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True).stdout.split()
     assert out == [str(_MAX * 1000), "-1", "0", str(_MAX), str(_MAX)]

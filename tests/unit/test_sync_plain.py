@@ -49,6 +49,11 @@ def node(extra: int = 0) -> tuple[list[nri_pb2.PodSandbox], list[nri_pb2.Contain
     add("be-stopped", "besteffort", cpus="2", state=nri_pb2.CONTAINER_STOPPED)
     orphan = nri_container("no-such-pod", cpus="3")
     ctrs.append(orphan)
+    # unset message fields (read as their empty defaults by the plain path)
+    add("be-no-linux", "besteffort").ClearField("linux")
+    add("be-no-resources", "besteffort", cpus="1").linux.ClearField("resources")
+    add("pod-no-linux", "besteffort", cpus="0-7")
+    pods[-1].ClearField("linux")
     for i in range(extra):
         add(f"be-{i}", "besteffort", cpus="0-7" if i % 2 else "4-7")
     return pods, ctrs

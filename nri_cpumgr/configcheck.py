@@ -1,0 +1,151 @@
+"""``nri-cpumgr run --check-config``: the start-up checks of ``nri-cpumgr run`` on a config,
+without a runtime and without writing anything.
+
+The config is loaded and validated by the same code as ``run`` (:func:`nri_cpumgr.config.
+load_config`, the same ``--socket`` / ``--state-dir`` overrides), then checked against this
+machine as the plugin's build checks it (:mod:`nri_cpumgr.managers`: reservedSystemCPUs on
+the machine, the CPU policy and its options, the Topology Manager, the Memory Manager's
+reservedMemory against the NUMA nodes), with the start's other fatal checks made without
+their side effects: a checkpoint written by another CPU policy, a state directory or a log
+file that cannot be written (looked at, not created), a pod spec source that cannot be set
+up. Errors are the ones ``run`` gives (:class:`~nri_cpumgr.config.ConfigError`, one line
+naming the key and the file; exit status 2 by :func:`nri_cpumgr.cli.main`). Not checked:
+whether ``metricsAddress`` can be bound (the running plugin holds it) and the runtime's
+config a launched plugin receives in Configure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from nri_cpumgr.config import Config, ConfigError
+from nri_cpumgr.config.model import with_source
+from nri_cpumgr.topology import Machine
+
+
+def differences(config: Config, overrides: dict[str, Any] | None = None) -> list[str]:
+    """``key: value`` lines for the keys of ``config`` whose value differs from the model's
+    default, in the model's order; values in JSON (a YAML flow scalar or mapping); a key an
+    option set ends with ``(--socket)`` or ``(--state-dir)``."""
+    flags = {"socketPath": "--socket", "stateDirectory": "--state-dir"}
+    defaults = Config()
+    out = []
+    for f in dataclasses.fields(Config):
+        value = getattr(config, f.name)
+        if value == getattr(defaults, f.name):
+            continue
+        if isinstance(value, list):
+            value = [dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v
+                     for v in value]
+        line = f"{f.name}: {json.dumps(value)}"
+        if overrides and f.name in overrides:
+            line += f" ({flags.get(f.name, 'option')})"
+        out.append(line)
+    return out
+
+
+def _first_existing(path: Path) -> Path:
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    return path
+
+
+def _writable_dir(path: Path) -> bool:
+    return os.access(path, os.W_OK | os.X_OK)
+
+
+def directory_error(path: Path) -> str | None:
+    """What creating the directory ``path`` (``mkdir -p``) and a file in it would fail with,
+    as the start's probe of the state directory says it (``it is not a directory``, or the
+    error's text: ``Not a directory``, ``Permission denied``); None when it would work.
+    Looked at, nothing created."""
+    if path.exists():
+        if not path.is_dir():
+            return "it is not a directory"
+        return None if _writable_dir(path) else "Permission denied"
+    here = _first_existing(path)
+    if not here.is_dir():
+        return "Not a directory"
+    return None if _writable_dir(here) else "Permission denied"
+
+
+def file_error(path: Path) -> str | None:
+    """What creating the directory of the file ``path`` and opening it for appending would
+    fail with (the error's text, as the start's log file says it); None when it would work.
+    Looked at, nothing created."""
+    if path.is_dir():
+        return "Is a directory"
+    if path.exists():
+        return None if os.access(path, os.W_OK) else "Permission denied"
+    parent = path.parent
+    if parent.exists():
+        if not parent.is_dir():
+            return "File exists"
+        return None if _writable_dir(parent) else "Permission denied"
+    here = _first_existing(parent)
+    if not here.is_dir():
+        return "Not a directory"
+    return None if _writable_dir(here) else "Permission denied"
+
+
+def check_log_file(config: Config, source: str | None) -> None:
+    """``logFile`` must be a file the plugin can append to (checked before the machine is
+    read, as the start opens it first: cli._setup_logging, with its message). Raises
+    :class:`~nri_cpumgr.config.ConfigError`."""
+    if config.logFile:
+        why = file_error(Path(config.logFile))
+        if why is not None:
+            raise with_source(ConfigError(
+                f"logFile: cannot write the log file {config.logFile}: {why}"), source)
+
+
+def check(config: Config, machine: Machine, source: str | None) -> list[str]:
+    """Check ``config`` (validated, with the command line's overrides) against ``machine`` as
+    the start of ``run`` does (module doc). Returns notes, one line each (what the start
+    would log as a warning or do differently; not errors). Raises
+    :class:`~nri_cpumgr.config.ConfigError` naming the key and ``source``."""
+    from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
+    from nri_cpumgr.managers import (
+        build_memory_manager,
+        build_policy,
+        build_topology_manager,
+        restore_state,
+    )
+    from nri_cpumgr.runtime.plugin import CHECKPOINT_NAME
+
+    notes: list[str] = []
+    try:
+        policy = build_policy(config, machine)
+        build_topology_manager(config, machine)
+        build_memory_manager(config, machine)
+        checkpoint = Checkpoint(config.state_path(CHECKPOINT_NAME))
+        try:
+            body = checkpoint.load()
+        except CheckpointError as e:
+            notes.append(f"{e}: the plugin would rebuild its state from the runtime")
+            body = None
+        if body is not None:
+            restore_state(policy, body, checkpoint.path)  # (another policy's: ConfigError)
+        # (the message of the start's probe: runtime.plugin Plugin._setup)
+        why = directory_error(Path(config.stateDirectory))
+        if why is not None:
+            if why != "it is not a directory":
+                why = f"cannot write {CHECKPOINT_NAME}: {why}"
+            raise ConfigError(f"invalid config: stateDirectory {config.stateDirectory}: {why}")
+        if config.podSpecSource == "apiServer":
+            from nri_cpumgr.podsource import APIServerPodSource, PodSpecStore
+
+            try:  # (built, not started: no connection)
+                APIServerPodSource(PodSpecStore(), config.apiServerURL, config.nodeName)
+            except ValueError as e:
+                raise ConfigError(f"invalid config: {e}") from None
+    except ConfigError as e:
+        raise with_source(e, source) from None
+    if not Path(config.socketPath).is_socket():
+        notes.append(f"socketPath {config.socketPath}: no socket there now (is NRI enabled "
+                     "in the runtime? `nri-cpumgr enable-nri`); `run` keeps trying to connect")
+    return notes

@@ -1,0 +1,177 @@
+"""``nri-cpumgr run --check-config``: the config checked as ``run``'s start checks it, with no
+runtime and nothing written; the same error line and exit status as ``run`` for each kind of
+bad config (the file, the key checks, the machine, the checkpoint, the state directory, the
+log file, the pod spec source); ``config OK`` and the values that differ from the defaults
+otherwise. ``run``'s plain command line keeps its argparse-free path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from nri_cpumgr import boot
+from nri_cpumgr.checkpoint import Checkpoint
+from nri_cpumgr.cli import main, parse_args
+from nri_cpumgr.config import parse_config
+from nri_cpumgr.configcheck import differences, directory_error, file_error
+
+DUAL = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs" / "dual-socket-smt"
+
+
+def _both(tmp_path: Path, capsys, text: str, *extra: str) -> tuple[int, str, int, str]:
+    """(status, stderr) of `run` (dialing a socket that is not there: its start-up checks
+    run after the first failed attempt) and of `run --check-config`, on the config ``text``."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(text)
+    argv = ["run", "--config", str(cfg), "--sysfs-root", str(DUAL), *extra]
+    run = main([*argv, "--socket", str(tmp_path / "no.sock")])
+    run_err = capsys.readouterr().err
+    checked = main([*argv, "--check-config"])
+    got = capsys.readouterr()
+    assert got.out == ""
+    return run, run_err, checked, got.err
+
+
+def _checkpoint_of_static(state: Path) -> None:
+    Checkpoint(state / "cpu_manager_state").save(
+        {"policyName": "static", "defaultCpuSet": "0-15", "entries": {}})
+
+
+CASES = {
+    "unknown key": ("cpuManagerPolcy: static\n", "unknown key; did you mean"),
+    "bad quantity": ('kubeReserved: {cpu: " 2 "}\n', "blanks around it"),
+    "relative socketPath": ("socketPath: nri.sock\n", "expected an absolute path"),
+    "not YAML": ("a: [\n", "not YAML"),
+    "reserved CPUs off the machine": ("cpuManagerPolicy: static\nreservedSystemCPUs: '0,99'\n",
+                                      "CPU(s) 99 not on this machine (CPUs 0-15)"),
+    "no reservation": ("cpuManagerPolicy: static\n", "greater than zero"),
+    "bad option": ("cpuManagerPolicy: static\nreservedSystemCPUs: '0'\n"
+                   "cpuManagerPolicyOptions: {full-pcpus-onyl: 'true'}\n", "full-pcpus-only"),
+    "reservedMemory off the machine": (
+        "memoryManagerPolicy: Static\nkubeReserved: {memory: 100Mi}\nevictionHard: {}\n"
+        "reservedMemory: [{numaNode: 5, limits: {memory: 100Mi}}]\n", "NUMA node 5"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_errors_of_run(tmp_path, capsys, case):
+    text, words = CASES[case]
+    run, run_err, checked, err = _both(tmp_path, capsys, text, "--state-dir",
+                                       str(tmp_path / "state"))
+    assert (run, checked) == (2, 2)
+    assert err == run_err and words in err and err.count("\n") == 1, err
+    assert err.rstrip().endswith(f"({tmp_path}/c.yaml)") or "not YAML" in err
+
+
+def test_a_checkpoint_of_another_policy(tmp_path, capsys):
+    _checkpoint_of_static(tmp_path / "state")
+    run, run_err, checked, err = _both(tmp_path, capsys, "cpuManagerPolicy: none\n",
+                                       "--state-dir", str(tmp_path / "state"))
+    assert (run, checked) == (2, 2) and err == run_err
+    assert "written by cpuManagerPolicy 'static' but the config says 'none'" in err
+
+
+@pytest.mark.parametrize("where", ["file", "file/sub"])
+def test_a_state_directory_that_cannot_be(tmp_path, capsys, where):
+    (tmp_path / "file").write_text("")
+    run, run_err, checked, err = _both(tmp_path, capsys,
+                                       f"stateDirectory: {tmp_path / where}\n")
+    assert (run, checked) == (2, 2) and err == run_err, (run_err, err)
+    assert f"stateDirectory {tmp_path / where}: " in err
+
+
+@pytest.mark.parametrize("where", ["file/x.log", "file/sub/x.log", "dir"])
+def test_a_log_file_that_cannot_be_written(tmp_path, capsys, where):
+    (tmp_path / "file").write_text("")
+    (tmp_path / "dir").mkdir()
+    run, run_err, checked, err = _both(tmp_path, capsys, f"logFile: {tmp_path / where}\n",
+                                       "--state-dir", str(tmp_path / "state"))
+    assert (run, checked) == (2, 2) and err == run_err, (run_err, err)
+    assert f"logFile: cannot write the log file {tmp_path / where}: " in err
+
+
+def test_a_pod_spec_source_that_cannot_be_set_up(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    run, run_err, checked, err = _both(tmp_path, capsys, "podSpecSource: apiServer\n",
+                                       "--state-dir", str(tmp_path / "state"))
+    assert (run, checked) == (2, 2) and err == run_err
+    assert "no apiServerURL and no KUBERNETES_SERVICE_HOST" in err
+
+
+def test_config_ok_and_what_differs_from_the_defaults(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("cpuManagerPolicy: static\nreservedSystemCPUs: '0'\n"
+                   "cpuManagerPolicyOptions: {full-pcpus-only: true}\n"
+                   "reservedMemory: [{numaNode: 1, limits: {memory: 1Gi}}]\n")
+    state = tmp_path / "state"
+    assert main(["run", "--check-config", "--config", str(cfg), "--sysfs-root", str(DUAL),
+                 "--state-dir", str(state), "--socket", str(tmp_path / "nri.sock")]) == 0
+    got = capsys.readouterr()
+    assert got.err == ""
+    assert got.out.splitlines() == [
+        f"config OK: {cfg} (checked against {DUAL}/sys: CPUs 0-15, NUMA nodes 0-1)",
+        f"note: socketPath {tmp_path}/nri.sock: no socket there now (is NRI enabled in the "
+        "runtime? `nri-cpumgr enable-nri`); `run` keeps trying to connect",
+        "effective values that differ from the defaults:",
+        f'  socketPath: "{tmp_path}/nri.sock" (--socket)',
+        f'  stateDirectory: "{state}" (--state-dir)',
+        '  cpuManagerPolicy: "static"',
+        '  cpuManagerPolicyOptions: {"full-pcpus-only": "true"}',
+        '  reservedSystemCPUs: "0"',
+        '  reservedMemory: [{"numaNode": 1, "limits": {"memory": "1Gi"}}]',
+    ]
+    assert not state.exists()  # nothing written
+
+
+def test_defaults_and_a_checkpoint_of_the_same_policy(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"stateDirectory: {tmp_path / 'state'}\ncpuManagerPolicy: static\n"
+                   "reservedSystemCPUs: '0'\n")
+    _checkpoint_of_static(tmp_path / "state")
+    before = (tmp_path / "state" / "cpu_manager_state").read_bytes()
+    assert main(["run", "--check-config", "--config", str(cfg), "--sysfs-root",
+                 str(DUAL)]) == 0
+    assert "config OK" in capsys.readouterr().out
+    assert (tmp_path / "state" / "cpu_manager_state").read_bytes() == before
+    assert sorted(p.name for p in (tmp_path / "state").iterdir()) == ["cpu_manager_state"]
+    assert differences(parse_config("")) == []
+    assert differences(parse_config("pluginIndex: '90'\n")) == []  # the default, written
+
+
+def test_a_corrupt_checkpoint_is_a_note(tmp_path, capsys):
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "cpu_manager_state").write_text("{")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("")
+    assert main(["run", "--check-config", "--config", str(cfg), "--sysfs-root", str(DUAL),
+                 "--state-dir", str(tmp_path / "state")]) == 0
+    out = capsys.readouterr().out
+    assert "note: checkpoint " in out and "not JSON" in out and "rebuild its state" in out
+    assert "every value is the default" in out.splitlines()[-1] or "stateDirectory" in out
+
+
+def test_the_plain_run_line_keeps_its_fast_path():
+    """`run --check-config` goes to argparse; a plain `run` line does not, and boot sends no
+    early registration for a check."""
+    plain = parse_args(["run", "--config", "c.yaml"])
+    assert isinstance(plain, SimpleNamespace) and plain.check_config is False
+    checked = parse_args(["run", "--check-config", "--config", "c.yaml"])
+    assert not isinstance(checked, SimpleNamespace) and checked.check_config is True
+    assert checked.config == "c.yaml" and checked.sysfs_root == "/"
+    assert boot.run_options(["run", "--check-config"]) is None
+
+
+def test_what_creating_a_path_would_fail_with(tmp_path):
+    (tmp_path / "file").write_text("")
+    assert directory_error(tmp_path / "new" / "deeper") is None
+    assert directory_error(tmp_path) is None
+    assert directory_error(tmp_path / "file") == "it is not a directory"
+    assert directory_error(tmp_path / "file" / "sub") == "Not a directory"
+    assert file_error(tmp_path / "new" / "x.log") is None
+    assert file_error(tmp_path / "file") is None
+    assert file_error(tmp_path) == "Is a directory"
+    assert file_error(tmp_path / "file" / "x.log") == "File exists"
+    assert file_error(tmp_path / "file" / "sub" / "x.log") == "Not a directory"
