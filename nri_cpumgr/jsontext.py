@@ -17,9 +17,16 @@ class RawJSON(bytes):
     against the parsed value re-encoded."""
 
 
+#: ``json.dumps(value, sort_keys=True, separators=(",", ":"))``'s encoder, made once: dumps
+#: builds one per call with these arguments (a string costs 1.5 us that way, 0.1 us here).
+#: Its encode keeps no state between calls (threads may share it).
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
 def encode(value: Any) -> bytes:
-    """``value`` as canonical JSON text (UTF-8, non-ASCII escaped)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+    """``value`` as canonical JSON text (UTF-8, non-ASCII escaped): what ``json.dumps(value,
+    sort_keys=True, separators=(",", ":"))`` gives, encoded."""
+    return _ENCODER.encode(value).encode()
 
 
 def canonical(body: dict[str, Any]) -> bytes:

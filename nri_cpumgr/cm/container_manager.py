@@ -53,7 +53,7 @@ from nri_cpumgr.cm.topologymanager import (
     POD_LEVEL_CONTAINER_SCOPE_REFUSAL,
     TopologyManager,
 )
-from nri_cpumgr.cpuset import CPUSet
+from nri_cpumgr.cpuset import CPUSet, ids_to_mask
 from nri_cpumgr.jsontext import RawJSON, encode
 from nri_cpumgr.podmodel import Pod, QOSClass
 from nri_cpumgr.podmodel.nri import ContainerInfo, Resources
@@ -157,6 +157,9 @@ class ContainerManager:
         # the checkpoint's rows (rows_json): container id -> its row's JSON text, and the ids
         # whose row must be encoded again (tracked, or a field of their record changed)
         self._row_text: dict[str, bytes] = {}
+        #: cpuset mask -> (cpulist, cpulist of its NUMA nodes), for the topology it was made
+        #: for (see _cpuset_strings)
+        self._strings: tuple[Any, dict[int, tuple[str, str]]] = (None, {})
         self._row_dirty: set[str] = set()
         self._rows_cached = True
         #: (pod uid, name) -> id of the container that holds the entry's CPUs and memory
@@ -233,13 +236,17 @@ class ContainerManager:
     def _cpuset_strings(self) -> Callable[[CPUSet], tuple[str, str]]:
         """``cpus -> (cpulist, cpulist of its NUMA nodes)``, each distinct cpuset once."""
         details = self.policy.topology.details
-        text: dict[CPUSet, tuple[str, str]] = {}
+        owner, text = self._strings
+        if owner is not details or len(text) > 1024:  # (kept across checkpoints: the
+            text = {}                                  # shared pool's, mostly)
+            self._strings = (details, text)
 
         def strings(cpus: CPUSet) -> tuple[str, str]:
-            got = text.get(cpus)
+            key = cpus.mask if isinstance(cpus, CPUSet) else ids_to_mask(cpus)
+            got = text.get(key)
             if got is None:
                 numa = CPUSet({details[c].numa for c in cpus if c in details})
-                got = text[cpus] = (str(cpus), str(numa))
+                got = text[key] = (str(cpus), str(numa))
             return got
 
         return strings

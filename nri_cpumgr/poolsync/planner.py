@@ -48,6 +48,13 @@ from dataclasses import dataclass, field
 from nri_cpumgr.cpuset import CPUSet
 
 
+def _beyond(cpus: CPUSet, pool: CPUSet) -> bool:
+    """``cpus`` holds a CPU outside ``pool`` (a shrink is due), from the two sets' masks,
+    which each set keeps: ``cpus - pool`` built a set of up to the node's CPUs, ten times
+    per plan while a pool of 1,000 shared containers waits to shrink."""
+    return bool(cpus.mask & ~pool.mask)
+
+
 @dataclass(slots=True)
 class _Shared:
     applied: CPUSet  # the cpuset the runtime has for the container (as we last set it)
@@ -201,7 +208,7 @@ class PoolPlanner:
 
     # ------------------------------------------------------------------ planning
     def _note_group(self, cpus: CPUSet, now: float) -> None:
-        if cpus - self.target:
+        if _beyond(cpus, self.target):
             if self.shrink_since is None:
                 self.shrink_since = now
         elif self.grow_since is None:
@@ -232,15 +239,22 @@ class PoolPlanner:
                 self._end_pass(now)
             self.shrink_since = self.grow_since = None
             return None, None
+        starting = not self.in_pass
+        if starting:  # (when not due yet, no batch is gathered: a plan per pod event)
+            pass_urgent = any(_beyond(cpus, target) for cpus in stale)
+            due = self._due(pass_urgent)
+            if now < due:
+                return None, due
         ids: list[str] = []
         urgent = False
         for cpus in stale:  # oldest groups first
+            beyond = _beyond(cpus, target)
             for cid in self.groups[cpus]:
                 if cid in self.in_pass:
                     continue
                 if len(ids) < self.batch_size:
                     ids.append(cid)
-                    urgent = urgent or bool(cpus - target)
+                    urgent = urgent or beyond
                 else:
                     break
             if len(ids) >= self.batch_size:
@@ -248,11 +262,8 @@ class PoolPlanner:
         if not ids:  # every stale container was updated in this pass: the pass is over
             self._end_pass(now)
             return self.plan(now)
-        if not self.in_pass:
-            urgent = any(cpus - target for cpus in stale)
-            due = self._due(urgent)
-            if now < due:
-                return None, due
+        if starting:
+            urgent = pass_urgent
             self.passes += 1
             self.shrink_since = self.grow_since = None
         self.in_pass.update(ids)
@@ -272,7 +283,7 @@ class PoolPlanner:
         if not stale:
             self.shrink_since = self.grow_since = None
             return None
-        if not any(cpus - target for cpus in stale) and now < self._due(False):
+        if not any(_beyond(cpus, target) for cpus in stale) and now < self._due(False):
             return None
         ids = [cid for cpus in stale for cid in self.groups[cpus]]
         batch = Batch(target, ids, {c: self.shared[c].mems for c in ids}, True)

@@ -87,6 +87,10 @@ MODES = ("async", "cri", "reply")
 
 
 Sender = Callable[[bytes], Awaitable[set[str]]]
+#: Seconds from a pod event to the re-plan it causes (see SharedPoolSync._kick); with the
+#: defaults nothing of a pass is due sooner than 0.25 s after an event (the quiet time;
+#: ``sharedPoolShrinkDelay`` 1 s).
+REPLAN_AFTER = 0.001
 #: ``cri`` mode: ``async (cpus, [(container id, mems)]) -> Outcome`` (CRIUpdater.send).
 CRISender = Callable[[str, list[tuple[str, str]]], Awaitable[Any]]
 
@@ -224,9 +228,13 @@ class SharedPoolSync:
         return items
 
     # ------------------------------------------------------------------ the sender task
-    # Events only mark the plan dirty; one callback per loop iteration re-plans, and a timer
-    # (not a waiting task) wakes it when the next pass is due: an event costs a call_soon,
-    # not a task switch. A pass runs as a task, batch after batch, while batches are due.
+    # Events only mark the plan dirty; one callback re-plans :data:`REPLAN_AFTER` after the
+    # first of them, and a timer (not a waiting task) wakes it when the next pass is due: an
+    # event costs a timer, not a task switch. The re-plan waits that long so that the loop
+    # reads the runtime's next request first (a pod's create, start, stop and removal come
+    # a fraction of a millisecond apart: one re-plan for them, after their replies, not one
+    # per event right behind each reply). A pass runs as a task, batch after batch, while
+    # batches are due.
     def _kick(self) -> None:
         if self._send is None or self._soon or self._busy():
             return  # a running pass re-plans after each batch
@@ -235,7 +243,7 @@ class SharedPoolSync:
         except RuntimeError:
             return  # no loop (tests driving the glue synchronously): nothing is sent
         self._soon = True
-        loop.call_soon(self._replan)
+        loop.call_later(REPLAN_AFTER, self._replan)
 
     def _busy(self) -> bool:
         return self._task is not None and not self._task.done()

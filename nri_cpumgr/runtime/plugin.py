@@ -850,7 +850,7 @@ class Plugin:
             self.metrics.admission(ok, (time.perf_counter() - t0) * 1e3)
         if ok and self.manager.static:
             pool = self.manager.shared_pool()
-            self.metrics.set_pools(len(pool) * 1000, len(self.manager.state.assigned_cpus()))
+            self.metrics.set_pools(len(pool) * 1000, self.manager.state.assigned_count())
 
     # ------------------------------------------------------------------ logging
     def _log_decision(self, what: str, info: Any, d: Decision) -> None:

@@ -172,7 +172,7 @@ class Server(_Endpoint):
         except Exception as exc:  # noqa: BLE001 - every failure becomes a status
             self._error(sid, req.method, exc)
             return
-        if inspect.isawaitable(result):
+        if type(result) is not bytes and inspect.isawaitable(result):
             task = asyncio.ensure_future(self._finish(sid, req.method, result))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -199,7 +199,7 @@ class Server(_Endpoint):
             self._status(sid, RESOURCE_EXHAUSTED,
                          f"response of {len(payload)} bytes exceeds the ttrpc limit")
             return
-        data = ttrpc_pb2.Response(status=_STATUS_OK, payload=payload).SerializeToString()
+        data = ok_response(payload)
         if not self._write(sid, TYPE_RESPONSE, data):
             self._log.info("dropping answer to stream %d: its connection is gone", sid)
             return
@@ -213,7 +213,29 @@ class Server(_Endpoint):
             self._after_reply()
 
 
-_STATUS_OK = ttrpc_pb2.Status()
+def ok_response(payload: bytes) -> bytes:
+    """The serialized ``ttrpc.Response`` of a successful call: ``status`` (field 1) an empty
+    ``Status`` (code OK), then ``payload`` (field 2), as ``Response(status=Status(),
+    payload=payload).SerializeToString()`` writes it (field order, an empty payload left
+    out), without building the two messages per reply."""
+    n = len(payload)
+    if not n:
+        return _OK_EMPTY
+    if n < 0x80:
+        return b"\x0a\x00\x12" + bytes((n,)) + payload
+    return b"\x0a\x00\x12" + _varint(n) + payload
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_OK_EMPTY = b"\x0a\x00"  # (status only: an empty payload is not written)
 
 
 class Client(_Endpoint):

@@ -43,7 +43,8 @@ def test_a_write_that_is_not_durable_skips_the_fsyncs_only(tmp_path, monkeypatch
     [
         (lambda raw: raw[: len(raw) // 2], "not JSON"),
         (lambda raw: raw.replace(b'"0,2-3"', b'"0-3"'), "checksum mismatch"),
-        (lambda raw: raw.replace(b'"version": 1', b'"version": 9'), "unknown version"),
+        (lambda raw: raw.replace(b'"version": 2', b'"version": 9'), "unknown version"),
+        (lambda raw: raw.replace(b'"version": 2', b'"version": "2"'), "unknown version"),
         (lambda raw: b"[]", "missing data"),
         (lambda raw: b"\xff\xfe", "not JSON"),
     ],
@@ -52,11 +53,81 @@ def test_corrupt_checkpoint_is_a_clear_error(tmp_path, mutate, reason):
     cp = Checkpoint(tmp_path / "state")
     cp.save({"defaultCpuSet": "0,2-3"})
     raw = cp.path.read_bytes()
-    assert json.loads(raw)["version"] == 1
+    assert json.loads(raw)["version"] == 2
     cp.path.write_bytes(mutate(raw))
     with pytest.raises(CheckpointError, match=reason) as ei:
         cp.load()
     assert str(cp.path) in str(ei.value)
+
+
+def test_the_checksum_is_the_crc32_of_the_canonical_body(tmp_path):
+    """Version 2: ``checksum`` is zlib's CRC-32 of the body's canonical JSON (sorted keys, no
+    blanks), an unsigned int; one changed byte of the body is a mismatch."""
+    import zlib
+
+    from nri_cpumgr.jsontext import RawJSON
+
+    cp = Checkpoint(tmp_path / "state")
+    body = {"policyName": "static", "entries": {"u": {"c": "1"}}, "defaultCpuSet": "0,2-3",
+            "containers": RawJSON(b'[{"cpus":"1","id":"c"}]')}
+    cp.save(body)
+    doc = json.loads(cp.path.read_bytes())
+    canonical = (b'{"containers":[{"cpus":"1","id":"c"}],"defaultCpuSet":"0,2-3",'
+                 b'"entries":{"u":{"c":"1"}},"policyName":"static"}')
+    assert doc["checksum"] == zlib.crc32(canonical)
+    assert doc["data"] == json.loads(canonical) == cp.load()
+    cp.path.write_bytes(cp.path.read_bytes().replace(b'"cpus":"1"', b'"cpus":"2"'))
+    with pytest.raises(CheckpointError, match="checksum mismatch"):
+        cp.load()
+
+
+def _write_v1(path, body, digest=None):
+    """A checkpoint as the plugin wrote it before issue 34 (format 1: sha256 hex digest)."""
+    import hashlib
+
+    text = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    digest = digest or hashlib.sha256(text).hexdigest()
+    path.write_text(json.dumps({"checksum": digest, "version": 1, "data": body}))
+
+
+def test_a_version_1_checkpoint_is_still_read(tmp_path):
+    """An upgrade's first start reads the previous version's file (sha256); the next write
+    is version 2."""
+    body = {"policyName": "static", "defaultCpuSet": "0,2-3", "entries": {"u": {"c": "1"}}}
+    cp = Checkpoint(tmp_path / "state")
+    _write_v1(cp.path, body)
+    assert cp.load() == body
+    cp.save(body)
+    assert json.loads(cp.path.read_bytes())["version"] == 2
+    assert cp.load() == body
+
+
+def test_a_version_1_checkpoint_with_a_wrong_digest_is_corrupt(tmp_path):
+    """A version 1 file is verified with its own algorithm: its sha256 digest, not a
+    CRC-32 (a v1 file carrying the body's CRC-32 is as corrupt as one with a bad digest)."""
+    import zlib
+
+    body = {"policyName": "static", "defaultCpuSet": "0-3", "entries": {}}
+    cp = Checkpoint(tmp_path / "state")
+    _write_v1(cp.path, body, "0" * 64)
+    with pytest.raises(CheckpointError, match="checksum mismatch"):
+        cp.load()
+    crc = zlib.crc32(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+    cp.path.write_text(json.dumps({"checksum": crc, "version": 1, "data": body}))
+    with pytest.raises(CheckpointError, match="checksum mismatch"):
+        cp.load()
+
+
+def test_a_short_write_is_completed(tmp_path, monkeypatch):
+    """The file is written with one writev; when the kernel takes less, the rest follows."""
+    from nri_cpumgr.checkpoint import store
+
+    real = store.os.writev
+    monkeypatch.setattr(store.os, "writev", lambda fd, parts: real(fd, [parts[0][:5]]))
+    cp = Checkpoint(tmp_path / "state")
+    body = {"policyName": "static", "defaultCpuSet": "0-3", "entries": {"u": {"c": "1"}}}
+    cp.save(body)
+    assert cp.load() == body
 
 
 def test_background_writer_writes_the_newest_snapshot(tmp_path):

@@ -28,6 +28,10 @@ def check(m, tmp_path):
     parsed = json.loads(text)
     assert by_id(parsed) == by_id(m.rows()) and len(parsed) == len(m.rows())
     assert text == b"[" + b",".join(encode(r) for r in parsed) + b"]"
+    details = m.policy.topology.details  # (each row's NUMA nodes, worked out here again:
+    for r in parsed:                      # the manager keeps them per cpuset between calls)
+        nodes = CPUSet(details[c].numa for c in CPUSet.parse(r["cpus"]))
+        assert r["numa"] == str(nodes), r
     body = m.checkpoint(encoded=True)
     assert isinstance(body["containers"], RawJSON)
     plain = {**body, "containers": parsed}
@@ -100,3 +104,15 @@ def test_rows_json_equals_rows_under_churn(tmp_path_factory, steps):
         text = m.rows_json()
         assert text == b"[" + b",".join(encode(r) for r in json.loads(text)) + b"]"
         assert by_id(json.loads(text)) == by_id(m.rows())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner,
+                                                                  max_size=4),
+    max_leaves=20))
+def test_encode_is_json_dumps_canonical(value):
+    """jsontext.encode (one encoder kept for every call, issue 34) writes what json.dumps
+    writes with sorted keys and no blanks."""
+    assert encode(value) == json.dumps(value, sort_keys=True, separators=(",", ":")).encode()

@@ -305,3 +305,116 @@ def test_hybrid_machine_take_never_returns_a_held_cpu() -> None:
     free = CPUSet.parse("10-15,17-23")  # the static policy's: reserved CPU 0 left out
     assert take_packed(topo, free, 2) == CPUSet.parse("10,17")
     assert take_packed(topo, free, 2) <= free
+
+
+@settings(max_examples=300, deadline=None)
+@given(topology_and_pool(), st.integers(0, 40),
+       st.fixed_dictionaries({"distribute_cpus_across_numa": st.booleans(),
+                              "full_pcpus_only": st.booleans(),
+                              "distribute_cpus_across_cores": st.booleans(),
+                              "prefer_align_by_uncorecache": st.booleans(),
+                              "align_by_socket": st.booleans()}))
+def test_the_take_of_a_mask_is_the_take_of_its_set(
+    tp: tuple[CPUTopology, CPUSet], count: int, flags: dict[str, bool]
+) -> None:
+    """take_by_topology_mask (the static policy's no-hint allocation, issue 34) takes what
+    take_by_topology takes from the same CPUs as a set, and fails the same way."""
+    from nri_cpumgr.cm.cpumanager.cpu_assignment import take_by_topology, take_by_topology_mask
+    from nri_cpumgr.cm.cpumanager.policy_options import StaticPolicyOptions
+
+    topo, pool = tp
+    opts = StaticPolicyOptions(**flags)
+
+    def outcome(take, available):
+        try:
+            return take(topo, available, count, opts)
+        except Exception as e:  # noqa: BLE001 - the same error, the same text
+            return (type(e), str(e))
+
+    set_way = outcome(take_by_topology, CPUSet(pool))
+    mask_way = outcome(take_by_topology_mask, cpus_to_mask(pool))
+    assert mask_way == set_way
+    if isinstance(mask_way, CPUSet):
+        assert mask_way.mask == cpus_to_mask(mask_way)  # (a CPUSet that knows its mask)
+
+
+@settings(max_examples=150, deadline=None)
+@given(topologies, st.lists(st.integers(1, 6), min_size=1, max_size=10), st.booleans(),
+       st.booleans())
+def test_allocate_cpus_without_a_hint_is_the_take_of_the_free_cpus(
+    topo: CPUTopology, requests: list[int], strict: bool, reuse: bool
+) -> None:
+    """The static policy's allocation without a NUMA affinity (its mask path) gives what
+    take_by_topology gives from available_cpus (plus the reusable CPUs), as the kubelet's
+    allocateCPUs, and refuses as it (strict-cpu-reservation: never the last shared CPU)."""
+    from nri_cpumgr.cm.cpumanager.cpu_assignment import take_by_topology
+
+    if len(topo.details) < 2:
+        return
+    policy = StaticPolicy(topo, 1, options={"strict-cpu-reservation": "true"} if strict
+                          else None)
+    state = CPUManagerState()
+    policy.start(state)
+    reusable = CPUSet()
+    for i, n in enumerate(requests):
+        allocatable = policy.available_cpus(state) | reusable
+        try:
+            want = take_by_topology(topo, allocatable, n, policy.options)
+            if strict and not (state.default_set - want):
+                want = NotEnoughCPUsError
+        except NotEnoughCPUsError:
+            want = NotEnoughCPUsError
+        try:
+            got = policy.allocate_cpus(state, n, None, reusable)
+        except NotEnoughCPUsError:
+            got = NotEnoughCPUsError
+        assert got == want
+        if got is NotEnoughCPUsError:
+            continue
+        state.default_set = state.default_set - got
+        state.set_cpuset(f"pod{i}", "c", got)
+        # (the next take may reuse a CPU of this one, as an init container's)
+        reusable = CPUSet(sorted(got)[:1]) if reuse else CPUSet()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.sampled_from("abcd"), st.dictionaries(
+    st.sampled_from("xyz"), st.frozensets(st.integers(0, 300), min_size=1), min_size=1)))
+def test_assigned_count_is_the_size_of_the_union(
+    assignments: dict[str, dict[str, frozenset[int]]]
+) -> None:
+    """assigned_count (the exclusive-CPU gauge, per create) counts a CPU held by two
+    containers of a pod (an init container's, reused) once, as len(assigned_cpus())."""
+    state = CPUManagerState(
+        assignments={p: {c: CPUSet(v) for c, v in cs.items()} for p, cs in assignments.items()})
+    assert state.assigned_count() == len(state.assigned_cpus())
+
+
+@settings(max_examples=100, deadline=None)
+@given(topology_and_pool(), st.lists(st.integers(0, 12), min_size=1, max_size=6))
+def test_a_kept_take_is_the_take_of_that_request_only(
+    tp: tuple[CPUTopology, CPUSet], counts: list[int]
+) -> None:
+    """take_by_topology_mask keeps its answers per (free CPUs, count, options, floor): asked
+    again, each option set and count gets what the uncached take gives it, never another's
+    kept answer, and a refusal is not kept."""
+    from nri_cpumgr.cm.cpumanager.cpu_assignment import take_by_topology, take_by_topology_mask
+    from nri_cpumgr.cm.cpumanager.policy_options import StaticPolicyOptions
+
+    topo, pool = tp
+    variants = [StaticPolicyOptions(), StaticPolicyOptions(distribute_cpus_across_cores=True),
+                StaticPolicyOptions(distribute_cpus_across_numa=True),
+                StaticPolicyOptions(prefer_align_by_uncorecache=True)]
+    mask = cpus_to_mask(pool)
+    for _ in range(2):  # (the second round is answered from what was kept)
+        for count in counts:
+            for opts in variants:
+                for floor in (0, 2):
+                    try:
+                        want = take_by_topology(topo, pool, count, opts, floor)
+                    except NotEnoughCPUsError:
+                        with pytest.raises(NotEnoughCPUsError):
+                            take_by_topology_mask(topo, mask, count, opts, floor)
+                        continue
+                    assert take_by_topology_mask(topo, mask, count, opts, floor) == want
+    assert len(topology_index(topo).takes) <= 256

@@ -369,3 +369,46 @@ def test_a_container_started_during_its_update_is_sent_again():
     assert p.shared["new"].applied == ALL and p.stale_count() == 1
     assert sum(drain(p, 2.0), []) == ["new"]  # the same pass, once
     assert p.shared["new"].applied == SHRUNK and p.stale_count() == 0
+
+
+def test_a_burst_of_pod_events_is_planned_once_after_the_loop_read_on(monkeypatch):
+    """The events of a pod's create, start, stop and removal (issue 34: a fraction of a
+    millisecond apart) cost one re-plan, REPLAN_AFTER after the first, not one right behind
+    each reply; a shrink is still sent once due."""
+    from nri_cpumgr.poolsync import SharedPoolSync
+    from nri_cpumgr.poolsync.planner import PoolPlanner
+    from nri_cpumgr.poolsync.sync import REPLAN_AFTER
+
+    sent: list[bytes] = []
+
+    async def send(body: bytes) -> set[str]:
+        sent.append(body)
+        return set()
+
+    async def main() -> tuple[int, list[bytes]]:
+        # (the shrink is due 0.3 s after the last event: the quiet time)
+        s = SharedPoolSync(shrink_delay=0.3, grow_delay=0.3, quiet=0.3, batch_gap=0.0)
+        s.connected(send, ALL, {"s0": (ALL, "")})
+        await asyncio.sleep(REPLAN_AFTER * 5)
+        plans: list[float] = []
+        real = PoolPlanner.plan
+        monkeypatch.setattr(PoolPlanner, "plan",
+                            lambda self, now: (plans.append(now), real(self, now))[1])
+        s.allocated("g")  # an exclusive container's create
+        s.set_target(SHRUNK)
+        s.started("g")
+        s.add("b", SHRUNK, "", created=True)
+        s.started("b")
+        assert plans == []  # (nothing re-planned inside the handlers' loop iteration)
+        await asyncio.sleep(REPLAN_AFTER * 5)
+        burst = len(plans)
+        for _ in range(300):
+            if sent:
+                break
+            await asyncio.sleep(0.01)
+        s.close()
+        return burst, list(sent)
+
+    burst, sent_calls = asyncio.run(main())
+    assert burst == 1
+    assert len(sent_calls) == 1 and b"s0" in sent_calls[0]

@@ -361,3 +361,16 @@ def test_views_kept_alive_by_a_sink_do_not_break_the_next_read() -> None:
     assert sink.got == [b"a" * 10, b"b" * 20, b"c" * 5, b"d" * 7]
     assert not mux.closed
     assert kept  # the views really were kept alive during the later reads
+
+
+@pytest.mark.parametrize("size", [0, 1, 127, 128, 300, 16383, 16384, 2**21, 4 << 20])
+def test_an_ok_response_is_what_protobuf_writes(size):
+    """The server's hand-built success answer (issue 34: no two messages built per reply)
+    is byte for byte ``Response(status=Status(), payload=...)`` serialized, and reads back."""
+    from nri_cpumgr.transport.ttrpc import ok_response
+
+    payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    want = ttrpc_pb2.Response(status=ttrpc_pb2.Status(), payload=payload).SerializeToString()
+    assert ok_response(payload) == want
+    back = ttrpc_pb2.Response.FromString(ok_response(payload))
+    assert back.HasField("status") and back.status.code == 0 and back.payload == payload

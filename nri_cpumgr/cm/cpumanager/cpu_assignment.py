@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from nri_cpumgr.cm.cpumanager.errors import AllocationFailedError, NotEnoughCPUsError
 from nri_cpumgr.cm.cpumanager.policy_options import StaticPolicyOptions
@@ -115,6 +115,10 @@ class TopologyIndex:
     socket_numas: dict[int, tuple[tuple[int, int], ...]]
     numa_uncores: dict[int, tuple[tuple[int, int], ...]]
     numa_socket_ids: dict[int, frozenset[int]]
+    #: take_by_topology_mask's answers: (free CPUs' mask, count, options, NUMA floor) ->
+    #: the CPUs taken (a pure function of those on this topology; bounded)
+    takes: dict[tuple[int, int, StaticPolicyOptions, int], CPUSet] = field(
+        default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def build(cls, topo: CPUTopology) -> TopologyIndex:
@@ -763,3 +767,42 @@ def take_by_topology(
         spread=spread,
         prefer_align_by_uncorecache=opts.prefer_align_by_uncorecache,
     )
+
+
+def take_by_topology_mask(
+    topo: CPUTopology,
+    available: int,
+    count: int,
+    options: StaticPolicyOptions | None = None,
+    min_numas_from_hint: int = 0,
+) -> CPUSet:
+    """:func:`take_by_topology` of the CPUs of the bitmask ``available`` (bit *i* = CPU *i*):
+    the same take, without a set of the free CPUs built for it (a 256-CPU node's free CPUs
+    are a 255-element set; the static policy has their mask). The answer is kept per
+    (``available``, ``count``, options, floor) on the topology: the same free CPUs and
+    request are answered again without the walk (a pod of a size replaced by another of
+    that size, a restart loop). Raises as :func:`take_by_topology` (nothing kept then)."""
+    opts = options or StaticPolicyOptions()
+    idx = topology_index(topo)
+    key = (available, count, opts, min_numas_from_hint)
+    got = idx.takes.get(key)
+    if got is not None:
+        return got
+    size = available.bit_count()
+    spread = opts.distribute_cpus_across_cores
+    if opts.distribute_cpus_across_numa:
+        group = topo.cpus_per_core() if opts.full_pcpus_only else 1
+        mask = _distributed(idx, available, count, size, group, spread, opts.align_by_socket,
+                            min_numas_from_hint)
+    else:
+        mask = _packed(idx, available, count, size, spread, opts.prefer_align_by_uncorecache)
+    got = mask_to_cpus(mask)
+    if len(idx.takes) >= _TAKES_KEPT:
+        idx.takes.clear()
+    idx.takes[key] = got
+    return got
+
+
+#: how many answers of take_by_topology_mask a topology keeps (then it starts over): the free
+#: CPUs of a node come back to the same set as pods of one size come and go
+_TAKES_KEPT = 256

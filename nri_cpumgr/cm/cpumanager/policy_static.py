@@ -22,7 +22,7 @@ import itertools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from nri_cpumgr.cm.cpumanager.cpu_assignment import take_by_topology
+from nri_cpumgr.cm.cpumanager.cpu_assignment import take_by_topology, take_by_topology_mask
 from nri_cpumgr.cm.cpumanager.errors import (
     CPUManagerError,
     InvalidStateError,
@@ -42,6 +42,7 @@ from nri_cpumgr.podmodel import ContainerSpec, Pod, QOSClass
 from nri_cpumgr.topology import CPUTopology
 
 POLICY_STATIC = "static"
+_NONE = CPUSet()  # (immutable: shared by every pod with nothing to reuse)
 
 
 def guaranteed_cpus(pod: Pod, container: ContainerSpec) -> int:
@@ -227,18 +228,19 @@ class StaticPolicy:
         for uid in list(self._cpus_to_reuse):
             if uid != pod.uid:
                 del self._cpus_to_reuse[uid]
-        current = self._cpus_to_reuse.get(pod.uid, CPUSet())
+        current = self._cpus_to_reuse.get(pod.uid, _NONE)
         for init in pod.init_containers:
             if init.name == container.name:
                 if init.restartable:
                     break
                 self._cpus_to_reuse[pod.uid] = current | cpus
                 return
-        self._cpus_to_reuse[pod.uid] = current - cpus
+        # (nothing to reuse minus anything is nothing: no set operation for most pods)
+        self._cpus_to_reuse[pod.uid] = current - cpus if current else _NONE
 
     def reusable_cpus(self, pod_uid: str) -> CPUSet:
         """CPUs of the pod's finished init containers that its next containers may reuse."""
-        return self._cpus_to_reuse.get(pod_uid, CPUSet())
+        return self._cpus_to_reuse.get(pod_uid, _NONE)
 
     def allocate(
         self,
@@ -300,18 +302,27 @@ class StaticPolicy:
         default set with assignments ("default cpuset cannot be empty"), so such a state
         could be written but never restored (kubernetes #141196; the refusal is what the open
         PR #141197 proposes)."""
+        if numa_affinity is None:
+            # (the common case, no hint: the free CPUs as a mask, no set of them built)
+            free = state.default_set.mask & ~self.reserved_cpus.mask
+            if reusable:
+                free |= reusable.mask
+            result = take_by_topology_mask(self.topology, free, count, self.options) \
+                if count > 0 else CPUSet()
+            if (self.options.strict_cpu_reservation and self.strict_keeps_last_cpu
+                    and not state.default_set.mask & ~result.mask):
+                raise NotEnoughCPUsError(count, max(0, free.bit_count() - 1))
+            return result
         allocatable = self.available_cpus(state)
         if reusable:
             allocatable = allocatable | reusable
-        result = CPUSet()
-        if numa_affinity is not None:
-            nodes = set(numa_affinity)
-            aligned = self._aligned_cpus(nodes, allocatable)
-            # the affinity's node count is the distributed take's floor (PR #139456)
-            result = take_by_topology(
-                self.topology, aligned, min(len(aligned), count), self.options,
-                len(nodes) if self.affinity_floor else 0,
-            )
+        nodes = set(numa_affinity)
+        aligned = self._aligned_cpus(nodes, allocatable)
+        # the affinity's node count is the distributed take's floor (PR #139456)
+        result = take_by_topology(
+            self.topology, aligned, min(len(aligned), count), self.options,
+            len(nodes) if self.affinity_floor else 0,
+        )
         if count > len(result):
             rest = take_by_topology(  # (no copy of the free CPUs when none were taken)
                 self.topology, allocatable - result if result else allocatable,

@@ -53,6 +53,15 @@ class CPUManagerState:
                 out |= cpus
         return CPUSet(out)
 
+    def assigned_count(self) -> int:
+        """How many CPUs are assigned exclusively (``len(assigned_cpus())``, from the sets'
+        masks, which each CPUSet keeps: no set built, per create)."""
+        m = 0
+        for containers in self.assignments.values():
+            for cpus in containers.values():
+                m |= cpus.mask
+        return m.bit_count()
+
     def copy(self) -> CPUManagerState:
         return CPUManagerState(
             assignments={p: dict(cs) for p, cs in self.assignments.items()},
