@@ -388,33 +388,3 @@ def test_assigned_count_is_the_size_of_the_union(
     state = CPUManagerState(
         assignments={p: {c: CPUSet(v) for c, v in cs.items()} for p, cs in assignments.items()})
     assert state.assigned_count() == len(state.assigned_cpus())
-
-
-@settings(max_examples=100, deadline=None)
-@given(topology_and_pool(), st.lists(st.integers(0, 12), min_size=1, max_size=6))
-def test_a_kept_take_is_the_take_of_that_request_only(
-    tp: tuple[CPUTopology, CPUSet], counts: list[int]
-) -> None:
-    """take_by_topology_mask keeps its answers per (free CPUs, count, options, floor): asked
-    again, each option set and count gets what the uncached take gives it, never another's
-    kept answer, and a refusal is not kept."""
-    from nri_cpumgr.cm.cpumanager.cpu_assignment import take_by_topology, take_by_topology_mask
-    from nri_cpumgr.cm.cpumanager.policy_options import StaticPolicyOptions
-
-    topo, pool = tp
-    variants = [StaticPolicyOptions(), StaticPolicyOptions(distribute_cpus_across_cores=True),
-                StaticPolicyOptions(distribute_cpus_across_numa=True),
-                StaticPolicyOptions(prefer_align_by_uncorecache=True)]
-    mask = cpus_to_mask(pool)
-    for _ in range(2):  # (the second round is answered from what was kept)
-        for count in counts:
-            for opts in variants:
-                for floor in (0, 2):
-                    try:
-                        want = take_by_topology(topo, pool, count, opts, floor)
-                    except NotEnoughCPUsError:
-                        with pytest.raises(NotEnoughCPUsError):
-                            take_by_topology_mask(topo, mask, count, opts, floor)
-                        continue
-                    assert take_by_topology_mask(topo, mask, count, opts, floor) == want
-    assert len(topology_index(topo).takes) <= 256

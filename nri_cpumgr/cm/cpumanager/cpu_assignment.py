@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from nri_cpumgr.cm.cpumanager.errors import AllocationFailedError, NotEnoughCPUsError
 from nri_cpumgr.cm.cpumanager.policy_options import StaticPolicyOptions
@@ -115,10 +115,6 @@ class TopologyIndex:
     socket_numas: dict[int, tuple[tuple[int, int], ...]]
     numa_uncores: dict[int, tuple[tuple[int, int], ...]]
     numa_socket_ids: dict[int, frozenset[int]]
-    #: take_by_topology_mask's answers: (free CPUs' mask, count, options, NUMA floor) ->
-    #: the CPUs taken (a pure function of those on this topology; bounded)
-    takes: dict[tuple[int, int, StaticPolicyOptions, int], CPUSet] = field(
-        default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def build(cls, topo: CPUTopology) -> TopologyIndex:
@@ -778,16 +774,9 @@ def take_by_topology_mask(
 ) -> CPUSet:
     """:func:`take_by_topology` of the CPUs of the bitmask ``available`` (bit *i* = CPU *i*):
     the same take, without a set of the free CPUs built for it (a 256-CPU node's free CPUs
-    are a 255-element set; the static policy has their mask). The answer is kept per
-    (``available``, ``count``, options, floor) on the topology: the same free CPUs and
-    request are answered again without the walk (a pod of a size replaced by another of
-    that size, a restart loop). Raises as :func:`take_by_topology` (nothing kept then)."""
+    are a 255-element set; the static policy has their mask)."""
     opts = options or StaticPolicyOptions()
     idx = topology_index(topo)
-    key = (available, count, opts, min_numas_from_hint)
-    got = idx.takes.get(key)
-    if got is not None:
-        return got
     size = available.bit_count()
     spread = opts.distribute_cpus_across_cores
     if opts.distribute_cpus_across_numa:
@@ -796,13 +785,4 @@ def take_by_topology_mask(
                             min_numas_from_hint)
     else:
         mask = _packed(idx, available, count, size, spread, opts.prefer_align_by_uncorecache)
-    got = mask_to_cpus(mask)
-    if len(idx.takes) >= _TAKES_KEPT:
-        idx.takes.clear()
-    idx.takes[key] = got
-    return got
-
-
-#: how many answers of take_by_topology_mask a topology keeps (then it starts over): the free
-#: CPUs of a node come back to the same set as pods of one size come and go
-_TAKES_KEPT = 256
+    return mask_to_cpus(mask)
