@@ -67,6 +67,11 @@ def directory_error(path: Path) -> str | None:
         if not path.is_dir():
             return "it is not a directory"
         return None if _writable_dir(path) else "Permission denied"
+    return _missing_dir_error(path)
+
+
+def _missing_dir_error(path: Path) -> str | None:
+    """What ``mkdir -p`` of the missing directory ``path`` would fail with (None: nothing)."""
     here = _first_existing(path)
     if not here.is_dir():
         return "Not a directory"
@@ -86,10 +91,7 @@ def file_error(path: Path) -> str | None:
         if not parent.is_dir():
             return "File exists"
         return None if _writable_dir(parent) else "Permission denied"
-    here = _first_existing(parent)
-    if not here.is_dir():
-        return "Not a directory"
-    return None if _writable_dir(here) else "Permission denied"
+    return _missing_dir_error(parent)
 
 
 def check_log_file(config: Config, source: str | None) -> None:
