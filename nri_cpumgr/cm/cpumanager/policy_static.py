@@ -309,9 +309,7 @@ class StaticPolicy:
                 free |= reusable.mask
             result = take_by_topology_mask(self.topology, free, count, self.options) \
                 if count > 0 else CPUSet()
-            if (self.options.strict_cpu_reservation and self.strict_keeps_last_cpu
-                    and not state.default_set.mask & ~result.mask):
-                raise NotEnoughCPUsError(count, max(0, free.bit_count() - 1))
+            self._keep_last_cpu(state, result, count, free.bit_count())
             return result
         allocatable = self.available_cpus(state)
         if reusable:
@@ -329,10 +327,17 @@ class StaticPolicy:
                 count - len(result), self.options,
             )
             result = result | rest
-        if (self.options.strict_cpu_reservation and self.strict_keeps_last_cpu
-                and not (state.default_set - result)):
-            raise NotEnoughCPUsError(count, max(0, len(allocatable) - 1))
+        self._keep_last_cpu(state, result, count, len(allocatable))
         return result
+
+    def _keep_last_cpu(self, state: CPUManagerState, result: CPUSet, count: int,
+                       available: int) -> None:
+        """Under ``strict-cpu-reservation`` (with :attr:`strict_keeps_last_cpu`), refuse a
+        ``result`` that would leave the default set empty. Raises NotEnoughCPUsError
+        (requested ``count``, ``available - 1`` available)."""
+        if (self.options.strict_cpu_reservation and self.strict_keeps_last_cpu
+                and not state.default_set.mask & ~result.mask):
+            raise NotEnoughCPUsError(count, max(0, available - 1))
 
     def _aligned_cpus(self, numa_affinity: Iterable[int], allocatable: CPUSet) -> CPUSet:
         nodes = set(numa_affinity)
