@@ -115,6 +115,9 @@ class Handlers(Protocol):
 
     def disconnected(self) -> None: ...
 
+    # optional: ``defer_after_reply() -> Callable[[], None]``: the stub calls the function
+    # it returns after each answer is written (see :meth:`Stub._bind`)
+
 
 class _BuildFailed(PluginError):
     """The deferred handlers could not be built: :meth:`Stub.run` raises the cause; the
@@ -185,6 +188,7 @@ class Stub:
         if (handlers is None) == (build_handlers is None):
             raise ValueError("need exactly one of handlers and build_handlers")
         self._handlers = handlers
+        self._handlers_after: Callable[[], None] | None = None
         self._build_handlers = build_handlers
         self._build_error: BaseException | None = None
         self._early = early
@@ -255,6 +259,11 @@ class Stub:
         """Dispatch the per-container methods straight to ``handlers`` (no indirection on
         the hot path)."""
         self._handlers = handlers
+        # handlers that keep work for after their answer (metrics, log lines, re-plans):
+        # the function that runs it, called right after each answer is written and before
+        # the next request is read, so the runtime does not wait for it
+        hook = getattr(handlers, "defer_after_reply", None)
+        self._handlers_after = hook() if hook is not None else None
         for method, req_cls, attr in self._PER_CONTAINER:
             self._methods[(PLUGIN_SERVICE, method)] = self._wrap(
                 method, req_cls, getattr(handlers, attr))
@@ -629,6 +638,12 @@ class Stub:
 
     # --- unsolicited updates ----------------------------------------------------------------
     def _after_reply(self) -> None:
+        after = self._handlers_after
+        if after is not None:
+            try:
+                after()
+            except Exception as exc:  # noqa: BLE001 - as a handler's failure is logged
+                self._log.error("NRI after-reply work failed: %s", exc, exc_info=exc)
         configure, self._after_configure = self._after_configure, None
         if configure is not None:
             try:

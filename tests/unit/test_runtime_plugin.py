@@ -324,3 +324,39 @@ def test_pod_operations_mark_the_node_busy_for_the_cri_pass(workdir):
                         ("StopContainer", True), ("StateChange", True)]
 
     run(workdir, body)
+
+
+def test_create_leaves_its_bookkeeping_for_after_the_answer(workdir):
+    """Behind a transport that calls it (defer_after_reply), a create's counters and shared
+    pool re-plan wait for after its answer; an answer that was never written has them done
+    before the next handler. Without such a transport they are done before the return."""
+    def plugin(sub: str) -> Plugin:
+        p = Plugin(parse_config(STATIC + f"stateDirectory: {workdir / sub}\n"), MACHINE)
+        p.configure(nri_pb2.ConfigureRequest(runtime_name="containerd", runtime_version="v2.4.2"))
+        p.synchronize([], [])
+        return p
+
+    pinned = "cpu_manager_pinning_requests_total"
+    direct = plugin("direct")
+    direct.create_container(nri_pb2.CreateContainerRequest(pod=pod("g"), container=ctr("g", 1000)))
+    assert direct.metrics.value(pinned) == 1
+    assert direct.pool_sync is not None and direct.pool_sync.planner.target == {0}
+
+    p = plugin("deferred")
+    after = p.defer_after_reply()
+    req = nri_pb2.CreateContainerRequest(pod=pod("g"), container=ctr("g", 1000))
+    resp = p.create_container(req)
+    assert resp.adjust.linux.resources.cpu.cpus == "1"
+    assert p.metrics.value(pinned) == 0
+    assert p.pool_sync is not None and p.pool_sync.planner.target != {0}
+    after()
+    assert p.metrics.value(pinned) == 1 and p.pool_sync.planner.target == {0}
+    after()  # (once only)
+    assert p.metrics.value(pinned) == 1
+    # an answer that could not be written: its work is done before the next request's
+    p.create_container(nri_pb2.CreateContainerRequest(pod=pod("b", "burstable"),
+                                                      container=ctr("b")))
+    assert p.metrics.value(pinned) == 1
+    p.stop_container(nri_pb2.StopContainerRequest(pod=pod("b", "burstable"), container=ctr("b")))
+    assert p.metrics.value("nri_cpumgr_nri_request_duration_seconds_count",
+                           {"method": "CreateContainer"}) == 2

@@ -491,3 +491,51 @@ def test_runtime_dropping_plugin_after_register_is_not_hammered(sock_path: Path)
         assert 2 <= count <= 6, count
 
     run_scenario(sock_path, body, backoff_initial=0.05, backoff_max=1.0)
+
+
+class _DeferringHandlers(RecordingHandlers):
+    """Handlers that leave work for after their answer (Plugin.defer_after_reply)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stub: Stub | None = None
+        self.seen: list[tuple[str, int]] = []  # (what, mux frames written by then)
+
+    def defer_after_reply(self):
+        def after() -> None:
+            assert self.stub is not None
+            self.seen.append(("after", self.stub._mux.frames_out))
+        return after
+
+    def create_container(self, req):
+        assert self.stub is not None
+        self.seen.append(("create", self.stub._mux.frames_out))
+        return super().create_container(req)
+
+    def stop_container(self, req):
+        assert self.stub is not None
+        self.seen.append(("stop", self.stub._mux.frames_out))
+        return super().stop_container(req)
+
+
+def test_after_reply_work_runs_once_the_answer_is_written(sock_path: Path) -> None:
+    """Work a handler leaves for after its answer runs once that answer's frame is written
+    and before the next request is handled (the two requests sent back to back)."""
+    h = _DeferringHandlers()
+
+    async def body(rt, stub, conn, hh):
+        h.stub = stub
+        await conn.handshake()
+        h.seen.clear()
+        create = conn.call_raw("CreateContainer", nri_pb2.CreateContainerRequest(
+            pod=pod(1), container=ctr(1)).SerializeToString())
+        stop = conn.call_raw("StopContainer", nri_pb2.StopContainerRequest(
+            pod=pod(1), container=ctr(1)).SerializeToString())
+        r1, r2 = await asyncio.gather(create, stop)
+        assert r1.status.code == 0 and r2.status.code == 0
+
+    run_scenario(sock_path, body, handlers=h)
+    what = [w for w, _ in h.seen]
+    assert what[:4] == ["create", "after", "stop", "after"], h.seen
+    (_, c), (_, a1), (_, s), (_, a2) = h.seen[:4]
+    assert a1 == c + 1 and s == a1 and a2 == s + 1  # each answer written before its work
