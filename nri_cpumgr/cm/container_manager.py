@@ -373,7 +373,7 @@ class ContainerManager:
         self.tm.add_container(pod, info.name, info.id)
         if self.memory is not None:
             self.memory.container_map[info.id] = key
-        return self._decide(info, key, CPUSet(allocated) if allocated else None)
+        return self._decide(info, key, _as_cpuset(allocated) if allocated else None)
 
     # ------------------------------------------------------------ whole-pod admission
     def _whole_pod(self, info: ContainerInfo) -> bool:
@@ -505,7 +505,7 @@ class ContainerManager:
         self.tm.add_container(Pod(uid=info.pod_uid), info.name, info.id)
         if mem is not None and self.memory is not None:
             self.memory.container_map[info.id] = key
-        return self._decide(info, key, CPUSet(cpus) if cpus is not None else None)
+        return self._decide(info, key, _as_cpuset(cpus) if cpus is not None else None)
 
     def _decide(self, info: ContainerInfo, key: tuple[str, str],
                 cpus: CPUSet | None) -> Decision:
@@ -1164,3 +1164,8 @@ def _restored_quota(info: ContainerInfo) -> int | None:
     period = r.cpu_period or 100000
     return max(1000, milli * period // 1000)
 
+
+def _as_cpuset(cpus: Iterable[int]) -> CPUSet:
+    """``cpus`` as a :class:`CPUSet`: itself when it is one (a copy would lose the bitmask
+    its string form is written from)."""
+    return cpus if type(cpus) is CPUSet else CPUSet(cpus)
