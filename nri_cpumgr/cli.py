@@ -548,6 +548,18 @@ def _print_pod_level(body: dict) -> None:
                   f"(promised {r['promised']})")
 
 
+def _absolute_socket(path: str) -> str:
+    """``--socket``: an absolute path, as ``socketPath`` must be (a relative one would be
+    looked up from wherever the plugin starts). Raises argparse.ArgumentTypeError."""
+    if not path.startswith("/"):
+        import argparse
+
+        raise argparse.ArgumentTypeError(
+            f"{path!r}: expected an absolute path (the runtime's NRI socket, e.g. "
+            "/var/run/nri/nri.sock)")
+    return path
+
+
 def _version() -> str:
     try:
         from importlib.metadata import version
@@ -647,7 +659,8 @@ def build_parser(only_run: bool = False) -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run the NRI plugin")
     r.add_argument("--config", help="YAML config file (KubeletConfiguration-style keys; "
                    f"default: {locations.DEFAULT_CONFIG} if present, else the built-in defaults)")
-    r.add_argument("--socket", help="NRI socket to dial (overrides socketPath)")
+    r.add_argument("--socket", type=_absolute_socket,
+                   help="NRI socket to dial, an absolute path (overrides socketPath)")
     r.add_argument("--state-dir", help="state directory (overrides stateDirectory)")
     r.add_argument("--sysfs-root", default="/", help="read topology from DIR/sys instead of /sys")
     r.add_argument("-v", "--verbose", action="store_true", help="log at debug level")

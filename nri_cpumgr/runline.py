@@ -22,7 +22,8 @@ def run_arguments(argv: list[str]) -> dict[str, str | bool | None] | None:
     defaults for those not given, the last one given otherwise); None unless every argument
     is one that parser takes as written (``--opt VALUE`` with a VALUE not starting with
     '-', ``--opt=VALUE``, ``-v``, ``--verbose``): anything else (an abbreviation, ``-h``,
-    a missing value, a stray argument) is left to argparse and its messages."""
+    a missing value, a stray argument, a relative ``--socket``) is left to argparse and its
+    messages."""
     if argv[:1] != ["run"]:
         return None
     out: dict[str, str | bool | None] = dict(_RUN_DEFAULTS)
@@ -43,4 +44,7 @@ def run_arguments(argv: list[str]) -> dict[str, str | bool | None] | None:
             i += 1
         i += 1
         out[_OPTIONS_WITH_VALUE[opt]] = value
+    socket = out["socket"]
+    if isinstance(socket, str) and not socket.startswith("/"):
+        return None  # (a relative --socket: argparse refuses it, with the reason)
     return out

@@ -230,9 +230,24 @@ def test_run_arguments_are_the_run_parsers(argv: list[str]) -> None:
 @pytest.mark.parametrize("argv", [
     ["run", "--conf", "c"], ["run", "--config"], ["run", "-vv"], ["run", "-h"], ["run", "x"],
     ["run", "--verbose=1"], ["run", "--config", "-x"], ["status"], [],
+    ["run", "--socket", "rel.sock"], ["run", "--socket="],
 ])
 def test_run_arguments_leave_the_rest_to_argparse(argv: list[str]) -> None:
     assert run_arguments(argv) is None
+
+
+@pytest.mark.parametrize("socket", ["rel.sock", "run/nri.sock", ""])
+def test_a_relative_socket_on_the_command_line_is_refused(
+        socket: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--socket`` must be absolute, as ``socketPath`` must: a usage error (status 2) that
+    names the option, before anything starts."""
+    from nri_cpumgr import boot
+
+    with pytest.raises(SystemExit) as ei:
+        boot.main(["run", "--socket", socket])
+    assert ei.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument --socket: {socket!r}: expected an absolute path" in err
 
 
 def test_a_plain_run_line_does_not_import_argparse() -> None:
