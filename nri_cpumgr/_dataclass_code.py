@@ -458,27 +458,6 @@ def __create_fn__():
  return __hash__
 CODE['def __create_fn__():\n def __hash__(self):\n  return hash((self.all_mask,self.num_cpus_table,self.cpus_per_core,self.cpus_per_socket,self.cpus_per_uncore,self.numa_first,self.cores,self.sockets,self.numas,self.uncores,self.core_mask,self.socket_mask,self.numa_mask,self.uncore_mask,self.numa_size,self.min_numa_size,self.uncore_size,self.socket_cores,self.numa_cores,self.uncore_cores,self.numa_sockets,self.socket_numas,self.numa_uncores,self.numa_socket_ids,))\n return __hash__'] = __create_fn__.__code__
 
-def __create_fn__(_type_assignments, _type_default_set, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_assignments, _dflt_default_set, _return_type):
- def __init__(self,assignments:_type_assignments=_HAS_DEFAULT_FACTORY,default_set:_type_default_set=_HAS_DEFAULT_FACTORY)->_return_type:
-  self.assignments=_dflt_assignments() if assignments is _HAS_DEFAULT_FACTORY else assignments
-  self.default_set=_dflt_default_set() if default_set is _HAS_DEFAULT_FACTORY else default_set
- return __init__
-CODE['def __create_fn__(_type_assignments, _type_default_set, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_assignments, _dflt_default_set, _return_type):\n def __init__(self,assignments:_type_assignments=_HAS_DEFAULT_FACTORY,default_set:_type_default_set=_HAS_DEFAULT_FACTORY)->_return_type:\n  self.assignments=_dflt_assignments() if assignments is _HAS_DEFAULT_FACTORY else assignments\n  self.default_set=_dflt_default_set() if default_set is _HAS_DEFAULT_FACTORY else default_set\n return __init__'] = __create_fn__.__code__
-
-def __create_fn__():
- def __repr__(self):
-  return self.__class__.__qualname__ + f"(assignments={self.assignments!r}, default_set={self.default_set!r})"
- return __repr__
-CODE['def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(assignments={self.assignments!r}, default_set={self.default_set!r})"\n return __repr__'] = __create_fn__.__code__
-
-def __create_fn__():
- def __eq__(self,other):
-  if other.__class__ is self.__class__:
-   return (self.assignments,self.default_set,)==(other.assignments,other.default_set,)
-  return NotImplemented
- return __eq__
-CODE['def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.assignments,self.default_set,)==(other.assignments,other.default_set,)\n  return NotImplemented\n return __eq__'] = __create_fn__.__code__
-
 def __create_fn__(_type_numa, _type_preferred, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):
  def __init__(self,numa:_type_numa,preferred:_type_preferred)->_return_type:
   __dataclass_builtins_object__.__setattr__(self,'numa',numa)

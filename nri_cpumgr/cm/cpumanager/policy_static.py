@@ -279,7 +279,7 @@ class StaticPolicy:
                 raise SMTAlignmentError(num, group, free_physical, True)
         numa = hint.numa if hint is not None else None
         cpus = self.allocate_cpus(state, num, numa, self.reusable_cpus(pod.uid))
-        state.default_set = state.default_set - cpus
+        state.take_from_default(cpus)
         state.set_cpuset(pod.uid, container_name, cpus)
         self._update_cpus_to_reuse(pod, container, cpus)
         return cpus
@@ -304,7 +304,7 @@ class StaticPolicy:
         PR #141197 proposes)."""
         if numa_affinity is None:
             # (the common case, no hint: the free CPUs as a mask, no set of them built)
-            free = state.default_set.mask & ~self.reserved_cpus.mask
+            free = state.default_mask & ~self.reserved_cpus.mask
             if reusable:
                 free |= reusable.mask
             result = take_by_topology_mask(self.topology, free, count, self.options) \
@@ -336,7 +336,7 @@ class StaticPolicy:
         ``result`` that would leave the default set empty. Raises NotEnoughCPUsError
         (requested ``count``, ``available - 1`` available)."""
         if (self.options.strict_cpu_reservation and self.strict_keeps_last_cpu
-                and not state.default_set.mask & ~result.mask):
+                and not state.default_mask & ~result.mask):
             raise NotEnoughCPUsError(count, max(0, available - 1))
 
     def _aligned_cpus(self, numa_affinity: Iterable[int], allocatable: CPUSet) -> CPUSet:

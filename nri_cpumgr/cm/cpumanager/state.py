@@ -9,18 +9,60 @@ pool. :meth:`CPUManagerState.to_dict` uses the kubelet checkpoint's key names
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from nri_cpumgr.cpuset import CPUSet
 
 
-@dataclass
 class CPUManagerState:
-    """Mutable CPU manager state (pure data; persistence is someone else's job)."""
+    """Mutable CPU manager state (pure data; persistence is someone else's job).
 
-    assignments: dict[str, dict[str, CPUSet]] = field(default_factory=dict)
-    default_set: CPUSet = field(default_factory=CPUSet)
+    ``default_set`` is kept as a bitmask after :meth:`take_from_default`, and its set is built
+    when next read: an allocation on a 256-CPU node does not build the 254-CPU shared pool
+    while the runtime waits for the answer (issue 34), but when the pool is next needed."""
+
+    __slots__ = ("assignments", "_default", "_default_mask")
+
+    def __init__(self, assignments: dict[str, dict[str, CPUSet]] | None = None,
+                 default_set: CPUSet | None = None) -> None:
+        self.assignments: dict[str, dict[str, CPUSet]] = {} if assignments is None \
+            else assignments
+        self._default: CPUSet | None = CPUSet() if default_set is None else default_set
+        self._default_mask = 0
+
+    @property
+    def default_set(self) -> CPUSet:
+        """The shared (default) CPU set."""
+        d = self._default
+        if d is None:
+            d = self._default = CPUSet.from_mask(self._default_mask)
+        return d
+
+    @default_set.setter
+    def default_set(self, cpus: Iterable[int]) -> None:
+        self._default = cpus if type(cpus) is CPUSet else CPUSet(cpus)
+
+    @property
+    def default_mask(self) -> int:
+        """``default_set.mask`` (bit *i* = CPU *i*), without building the set."""
+        d = self._default
+        return self._default_mask if d is None else d.mask
+
+    def take_from_default(self, cpus: CPUSet) -> None:
+        """``default_set -= cpus``, as a bitmask until the set is next read."""
+        self._default_mask = self.default_mask & ~cpus.mask
+        self._default = None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CPUManagerState):
+            return NotImplemented
+        return self.assignments == other.assignments and self.default_mask == other.default_mask
+
+    __hash__ = None  # type: ignore[assignment]  # (mutable, as the dataclass was)
+
+    def __repr__(self) -> str:
+        return (f"CPUManagerState(assignments={self.assignments!r}, "
+                f"default_set={self.default_set!r})")
 
     def get_cpuset(self, pod_uid: str, container_name: str) -> CPUSet | None:
         """The container's exclusive CPUs, or None when it has none."""

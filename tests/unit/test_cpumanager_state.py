@@ -1,0 +1,33 @@
+"""The CPU manager state's default set kept as a bitmask between an allocation and its next
+read (nri_cpumgr.cm.cpumanager.state)."""
+
+from __future__ import annotations
+
+from nri_cpumgr.cm.cpumanager.state import CPUManagerState
+from nri_cpumgr.cpuset import CPUSet
+
+
+def test_take_from_default_builds_the_set_when_next_read() -> None:
+    s = CPUManagerState(default_set=CPUSet.parse("0-255"))
+    s.take_from_default(CPUSet.parse("3,128"))
+    assert s._default is None  # (nothing built yet)
+    assert s.default_mask == ((1 << 256) - 1) & ~(1 << 3 | 1 << 128)
+    s.take_from_default(CPUSet.parse("4"))
+    got = s.default_set
+    assert got == CPUSet(set(range(256)) - {3, 4, 128}) and str(got) == "0-2,5-127,129-255"
+    assert s.default_set is got  # (built once)
+    s.default_set = got | {4}
+    assert s.default_mask == got.mask | 1 << 4
+
+
+def test_equality_and_copy_follow_the_contents() -> None:
+    a = CPUManagerState(assignments={"p": {"c": CPUSet.parse("1")}},
+                        default_set=CPUSet.parse("0-3"))
+    b = a.copy()
+    a.take_from_default(CPUSet.parse("1"))
+    assert a != b
+    b.default_set = CPUSet.parse("0,2-3")
+    assert a == b
+    assert repr(a) == ("CPUManagerState(assignments={'p': {'c': CPUSet('1')}}, "
+                       "default_set=CPUSet('0,2-3'))")
+    assert CPUManagerState() == CPUManagerState(assignments={}, default_set=CPUSet())
