@@ -388,3 +388,20 @@ def test_assigned_count_is_the_size_of_the_union(
     state = CPUManagerState(
         assignments={p: {c: CPUSet(v) for c, v in cs.items()} for p, cs in assignments.items()})
     assert state.assigned_count() == len(state.assigned_cpus())
+
+
+@settings(max_examples=400, deadline=None)
+@given(topology_and_pool())
+def test_a_one_cpu_take_looks_at_the_first_group_of_the_full_order(
+    tp: tuple[CPUTopology, CPUSet],
+) -> None:
+    """The 1-CPU take's shortcut (the first socket, or NUMA node, without sorting them all;
+    then the best core in it) is the first core of the full order it replaces."""
+    from nri_cpumgr.cm.cpumanager.cpu_assignment import _Accumulator
+
+    topo, pool = tp
+    acc = _Accumulator(topology_index(topo), cpus_to_mask(pool), 1, False)
+    full = acc.sort_sockets() if acc.idx.numa_first else acc.sort_numas()
+    assert acc._first_outer() == (full[0] if full else -1)
+    runs = list(acc._core_runs(first_only=True))
+    assert runs == ([[acc.sort_cores()[0]]] if pool else [])

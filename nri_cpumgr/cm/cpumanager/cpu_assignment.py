@@ -259,7 +259,12 @@ class _Accumulator:
         ``first_only``: just the first core of that order (a 1-CPU take needs no more)."""
         idx = self.idx
         avail = self.avail
-        if idx.numa_first:
+        if first_only:
+            # the first socket (NUMA node) of that order holds a free core: the rest of the
+            # order is sorted only if it did not (it always does: a guard, not a path)
+            outer: Iterable[int] = self._first_then_all()
+            groups = idx.socket_cores if idx.numa_first else idx.numa_cores
+        elif idx.numa_first:
             outer, groups = self.sort_sockets(), idx.socket_cores
         else:
             outer, groups = self.sort_numas(), idx.numa_cores
@@ -286,6 +291,43 @@ class _Accumulator:
                      for i, m in groups[g] if avail & m]
             keyed.sort()
             yield [k & _ID_MASK for k in keyed]
+
+    def _first_then_all(self) -> Iterator[int]:
+        first = self._first_outer()
+        if first >= 0:
+            yield first
+        yield from self.sort_sockets() if self.idx.numa_first else self.sort_numas()
+
+    def _first_outer(self) -> int:
+        """``sort_sockets()[0]`` (NUMA-first machines) or ``sort_numas()[0]``, without
+        sorting; -1 when no CPU is free."""
+        idx = self.idx
+        if idx.numa_first:
+            n = self._first(idx.numas, idx.numa_mask)
+            return -1 if n < 0 else self._first_in(idx.numa_sockets[n], idx.socket_mask)
+        s = self._first(idx.sockets, idx.socket_mask)
+        return -1 if s < 0 else self._first_in(idx.socket_numas[s], idx.numa_mask)
+
+    def _first(self, ids: Iterable[int], masks: dict[int, int]) -> int:
+        """The first of the ``ids`` with a free CPU in :meth:`_sorted` order; -1 if none."""
+        avail = self.avail
+        best = -1
+        for i in ids:
+            free = (avail & masks[i]).bit_count()
+            if free and (best < 0 or (free << _ID_BITS | i) < best):
+                best = free << _ID_BITS | i
+        return best & _ID_MASK if best >= 0 else -1
+
+    def _first_in(self, group: Sequence[tuple[int, int]], masks: dict[int, int]) -> int:
+        """``self._sorted(self._present(group), masks)[0]``; -1 if none is present."""
+        avail = self.avail
+        best = -1
+        for i, m in group:
+            if avail & m:
+                key = (avail & masks[i]).bit_count() << _ID_BITS | i
+                if best < 0 or key < best:
+                    best = key
+        return best & _ID_MASK if best >= 0 else -1
 
     def sort_uncores(self) -> list[int]:
         idx = self.idx
