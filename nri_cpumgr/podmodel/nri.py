@@ -227,7 +227,24 @@ class ContainerInfo:
         return (self.pod_uid, self.name)
 
     def spec(self) -> ContainerSpec:
-        return container_spec(self.name, self.resources)
+        """:func:`container_spec` of the name and resources (the same object for the same
+        name and :class:`Resources`: a node's containers share a handful of shapes, and
+        :func:`_resources` gives one object per shape)."""
+        r = self.resources
+        key = (self.name, id(r))
+        hit = _SPECS.get(key)
+        if hit is not None and hit[0] is r:
+            return hit[1]
+        out = container_spec(self.name, r)
+        if len(_SPECS) >= _SPECS_SIZE:
+            _SPECS.clear()
+        _SPECS[key] = (r, out)  # (r kept alive with it: its id is not reused meanwhile)
+        return out
+
+
+#: ContainerInfo.spec's answers by (name, id of the Resources), with that Resources
+_SPECS: dict[tuple[str, int], tuple[Resources, ContainerSpec]] = {}
+_SPECS_SIZE = 512
 
 
 _RESOURCES_CACHE_SIZE = 256

@@ -164,3 +164,30 @@ def test_guaranteed_cpus_integer_only():
     assert _c({"cpu": 2000}, {}).guaranteed_cpus() == 2
     assert _c({"cpu": 1500}, {}).guaranteed_cpus() == 0
     assert _c({}, {"cpu": 1000}).guaranteed_cpus() == 1
+
+
+def test_spec_is_shared_by_containers_of_one_shape() -> None:
+    """ContainerInfo.spec gives one ContainerSpec per (name, resources) shape: the same
+    object for every container of that shape, the container's own for another name or other
+    resources (the resources decode to one object per shape)."""
+    from nri_cpumgr.podmodel import nri as nri_model
+
+    def info(uid: str, name: str, milli: int):
+        p = nri_pb2.PodSandbox(id="sb-" + uid, uid=uid, name=uid, namespace="ns")
+        p.linux.cgroup_parent = f"/kubepods/pod{uid}"
+        c = nri_pb2.Container(id="c-" + uid + name, pod_sandbox_id="sb-" + uid, name=name)
+        c.linux.resources.cpu.shares.value = milli * 1024 // 1000
+        c.linux.resources.cpu.quota.value = milli * 100
+        c.linux.resources.cpu.period.value = 100000
+        c.linux.resources.memory.limit.value = 1 << 30
+        return container_info(p, c)
+
+    a, b = info("a", "app", 2000), info("b", "app", 2000)
+    assert a.resources is b.resources and a.spec() is b.spec()
+    assert a.spec() == ContainerSpec("app", {"cpu": 2000}, {"cpu": 2000, "memory": 1 << 30})
+    other = info("c", "side", 2000).spec()
+    assert other.name == "side" and other is not a.spec()
+    assert info("d", "app", 1000).spec().requests == {"cpu": 1000}
+    for i in range(nri_model._SPECS_SIZE + 10):  # (bounded: cleared when full)
+        info(f"x{i}", f"n{i}", 1000).spec()
+    assert len(nri_model._SPECS) <= nri_model._SPECS_SIZE
