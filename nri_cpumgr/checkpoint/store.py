@@ -16,13 +16,11 @@ body (130 KB), before a release's reply and on the writer thread, where zlib's C
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from zlib import crc32 as _crc32
 
 from nri_cpumgr.jsontext import canonical as _canonical
 
@@ -42,7 +40,9 @@ def checksum(body: dict[str, Any], version: int = VERSION) -> int | str:
     ValueError for another version."""
     text = _canonical(body)
     if version == 2:
-        return _crc32(text)
+        from zlib import crc32
+
+        return crc32(text)
     if version == 1:
         return _sha256()(text).hexdigest()
     raise ValueError(f"unknown checkpoint version {version!r}")
@@ -80,6 +80,8 @@ class Checkpoint:
             return None
         except OSError as e:
             raise CheckpointError(f"checkpoint {self.path}: unreadable: {e.strerror}") from None
+        import json  # (here and in save: not imported before a checkpoint is read or written)
+
         try:
             doc = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as e:
@@ -115,8 +117,11 @@ class Checkpoint:
         # the body is encoded once: its canonical form is both what the checksum covers and
         # what the file holds (a 1,000-container body costs ~2 ms of GIL once, not twice),
         # and written without another copy of it
+        import json
+        from zlib import crc32
+
         canonical = _canonical(body)
-        head = json.dumps({"checksum": _crc32(canonical), "version": VERSION}, sort_keys=True)
+        head = json.dumps({"checksum": crc32(canonical), "version": VERSION}, sort_keys=True)
         parts = [head[:-1].encode() + b', "data": ', canonical, b"}\n"]
         tmp = self._tmp
         try:
