@@ -19,14 +19,16 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 import re
 from collections.abc import Callable
-from pathlib import Path
 
 from nri_cpumgr.cpuset import CPUSet, CPUSetError
+from nri_cpumgr.paths import normal
 
 TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing)
 if TYPE_CHECKING:  # (typing is not loaded before the plugin registers)
+    from pathlib import Path
     from typing import Any
 
 
@@ -272,7 +274,13 @@ class Config:
         return parse_duration(getattr(self, key))
 
     def state_path(self, name: str) -> Path:
+        from pathlib import Path
+
         return Path(self.stateDirectory) / name
+
+    def state_file(self, name: str) -> str:
+        """``str(state_path(name))``, without importing pathlib (the plugin's start)."""
+        return normal(os.path.join(self.stateDirectory, name))
 
 
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h)")
@@ -635,11 +643,12 @@ def load_config(path: str | Path | None) -> Config:
     """Load the config file (``None``: all defaults). Raises :class:`ConfigError`."""
     if path is None:
         return Config()
-    p = Path(path)
+    p = normal(path)  # (pathlib's spelling of it, in the messages)
     try:
-        text = p.read_text(encoding="utf-8")
+        with open(p, encoding="utf-8") as f:
+            text = f.read()
     except OSError as e:
         raise ConfigError(f"cannot read config {p}: {e.strerror}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"invalid config {p}: not UTF-8 text") from None
-    return parse_config(text, str(p))
+    return parse_config(text, p)

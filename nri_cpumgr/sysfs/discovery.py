@@ -39,16 +39,19 @@ SMT-aware allocation (``full-pcpus-only``) silently wrong, so it raises
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nri_cpumgr.cpuset import CPUSet, CPUSetError
+from nri_cpumgr.paths import ABSENT as _ABSENT
 from nri_cpumgr.topology import CPUInfo, CPUTopology, Machine, NUMANodeInfo
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 CPU_DIR = "sys/devices/system/cpu"
 NODE_DIR = "sys/devices/system/node"
@@ -64,6 +67,8 @@ class SysfsError(RuntimeError):
     directory, ``reason`` what is wrong with it."""
 
     def __init__(self, path: Path | str, reason: str) -> None:
+        from pathlib import Path  # (not imported by a discovery that succeeds)
+
         self.path = Path(path)
         self.reason = reason
         super().__init__(f"{self.path}: {reason}")
@@ -92,11 +97,6 @@ def read_text(path: Path | str) -> str:
     if text is None:
         raise SysfsMissingError(path, "no such file")
     return text
-
-
-#: errno values of a path that is not there (as ``Path.exists`` reads them: it is False for
-#: these and raises for the others)
-_ABSENT = frozenset((errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP))
 
 
 def _read_optional(path: Path | str) -> str | None:
@@ -349,8 +349,9 @@ def discover(root: str | Path = "/") -> Machine:
     size's ``nr_hugepages``), :class:`SysfsParseError` for content not in the kernel's format
     or no online CPU, :class:`SysfsInconsistentError` for contradicting files.
     """
-    # (paths as strings: pathlib's joins cost more than the reads on a large machine)
-    base = os.fspath(Path(root))
+    # (paths as strings: pathlib's joins cost more than the reads on a large machine, and
+    # pathlib is not imported before the plugin's first Synchronize answer)
+    base = os.fspath(root)
     cpu_dir = os.path.join(base, CPU_DIR)
     node_root = os.path.join(base, NODE_DIR)
 

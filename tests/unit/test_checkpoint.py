@@ -205,36 +205,3 @@ def test_flush_of_an_idle_writer_does_not_wake_its_thread(tmp_path):
     assert w.flush(5) and cp.load() == {"n": 2}
     w.close()
 
-
-def test_json_is_imported_only_when_a_checkpoint_is_read_or_written(tmp_path):
-    """The plugin's start imports no ``json`` before its first Synchronize answer (issue 34:
-    the checkpoint is written after the reply); the first write, and a load of an existing
-    file, import it."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    code = (
-        "import asyncio, sys\n"
-        "from nri_cpumgr.api import nri_pb2\n"
-        "from nri_cpumgr.config import parse_config\n"
-        "from nri_cpumgr.runtime.plugin import Plugin\n"
-        "from nri_cpumgr.topology import CPUInfo, CPUTopology, Machine\n"
-        "m = Machine(CPUTopology.from_details({0: CPUInfo(0, 0, 0), 1: CPUInfo(0, 0, 1)}))\n"
-        "cfg = parse_config('cpuManagerPolicy: static\\nreservedSystemCPUs: \"0\"\\n'\n"
-        f"                   'stateDirectory: {tmp_path}\\n')\n"
-        "async def main():\n"
-        "    p = Plugin(cfg, m)\n"
-        "    p.configure(nri_pb2.ConfigureRequest(runtime_name='containerd',\n"
-        "                                         runtime_version='v2.4.2'))\n"
-        "    p.synchronize([], [])\n"
-        "    print('json' in sys.modules)\n"
-        "    await asyncio.sleep(0.05)\n"
-        "    p.close()\n"
-        "    print('json' in sys.modules)\n"
-        "asyncio.run(main())\n"
-        "p = Plugin(cfg, m)\n"
-        "print(p.checkpoint.load() is not None)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60, cwd=Path(__file__).resolve().parents[2])
-    assert out.stdout.split() == ["False", "True", "True"], out.stderr[-2000:]
