@@ -53,7 +53,7 @@ KNOWN_FEATURE_GATES = frozenset({
 
 _PLUGIN_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _PLUGIN_INDEX = re.compile(r"[0-9]{2}")
-_ADDRESS = re.compile(r"[^\s:]*:([0-9]{1,5})")
+_ADDRESS = r"[^\s:]*:([0-9]{1,5})"  # (compiled at its first use: metricsAddress is optional)
 # YAML strings a boolean key takes besides true/false (what the Go/pydantic parsers accept)
 _TRUE = frozenset({"true", "yes", "on", "1", "t", "y"})
 _FALSE = frozenset({"false", "no", "off", "0", "f", "n"})
@@ -400,7 +400,7 @@ def _metrics_address(key: str, v: Any) -> str:
     v = _string(key, v)
     if not v:
         return v
-    m = _ADDRESS.fullmatch(v)
+    m = re.fullmatch(_ADDRESS, v)
     if m is None:
         raise _Invalid(key, f"{v!r}: expected host:port (e.g. ':9109' or '127.0.0.1:9109'), "
                             "or '' for no endpoint")

@@ -194,6 +194,9 @@ def _is_dir(entry: os.DirEntry[str]) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class _RawCPU:
+    """One CPU's topology files (a docstring of its own: a dataclass without one takes
+    ``inspect.signature`` for it)."""
+
     cpu: int
     socket: int
     die: int
