@@ -89,7 +89,7 @@ async def main_async(args: argparse.Namespace) -> int:
         trees += [(f"nri-cpumgr@{t}", Path(t)) for t in args.compare]
         for name, tree in trees:  # warm-up: the bytecode of each tree
             await measure(name, tree, 0, cfg, env, valgrind)
-        print(f"start_instructions: instructions (Ir, millions) up to each answer; config: "
+        print("start_instructions: instructions (Ir, millions) up to each answer; config: "
               + fp.CONFIG.strip().replace("\n", ", ")
               + f"; runtime {fp.RUNTIME_NAME} {fp.RUNTIME_VERSION}")
         for n in args.sizes:
