@@ -17,13 +17,13 @@ import logging
 import os
 import signal
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nri_cpumgr import locations
 from nri_cpumgr.config import Config, ConfigError, load_config
 from nri_cpumgr.config.model import with_source
 from nri_cpumgr.locations import config_path, state_dir_of
+from nri_cpumgr.paths import normal
 
 if TYPE_CHECKING:
     import argparse
@@ -109,7 +109,7 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 def _launched_log_file(config: Config) -> str:
     """Where a plugin launched by the runtime logs: ``logFile``, else
     ``<stateDirectory>/nri-cpumgr.log``."""
-    return config.logFile or str(Path(config.stateDirectory) / "nri-cpumgr.log")
+    return config.logFile or normal(os.path.join(config.stateDirectory, "nri-cpumgr.log"))
 
 
 def _fallback_log_file(args: argparse.Namespace) -> str:
@@ -121,6 +121,8 @@ def _fallback_log_file(args: argparse.Namespace) -> str:
     path = config_path(getattr(args, "config", None))
     if path is not None:
         try:
+            from pathlib import Path
+
             import yaml
 
             doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
@@ -139,6 +141,8 @@ def _log_fatal_launched(message: str, args: argparse.Namespace) -> None:
     plugin /dev/null for stdio, so stderr alone would lose it): the one logging was set up
     with, else :func:`_fallback_log_file`. Best effort: a file that cannot be written is
     skipped."""
+    from pathlib import Path
+
     record = logging.LogRecord("nri_cpumgr", logging.ERROR, __file__, 0, "%s", (message,), None)
     try:
         path = Path(getattr(args, "launched_log", None) or _fallback_log_file(args))
@@ -165,7 +169,8 @@ def _setup_logging(config: Config, launched: bool, verbose: bool) -> _AfterReply
     target: logging.StreamHandler  # type: ignore[type-arg]
     if log_file:
         try:
-            Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+            # (Path(log_file).parent.mkdir(parents=True, exist_ok=True), pathlib not imported)
+            os.makedirs(os.path.dirname(normal(log_file)) or ".", exist_ok=True)
             target = logging.FileHandler(log_file)
         except OSError as e:
             key = "logFile" if config.logFile else "stateDirectory (the log file's directory)"
@@ -456,6 +461,7 @@ def cmd_topology(args: argparse.Namespace) -> int:
     machine = _discover(args.sysfs_root)
     if args.json:
         import json
+        from pathlib import Path
 
         name = args.name or ("host" if args.sysfs_root == "/" else Path(args.sysfs_root).name)
         print(json.dumps(to_json(machine, name), indent=1))

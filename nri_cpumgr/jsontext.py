@@ -6,7 +6,6 @@ checkpoint store to write and verify one.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 
@@ -17,16 +16,29 @@ class RawJSON(bytes):
     against the parsed value re-encoded."""
 
 
-#: ``json.dumps(value, sort_keys=True, separators=(",", ":"))``'s encoder, made once: dumps
-#: builds one per call with these arguments (a string costs 1.5 us that way, 0.1 us here).
-#: Its encode keeps no state between calls (threads may share it).
-_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+#: ``json.dumps(value, sort_keys=True, separators=(",", ":"))``'s encoder, made at the first
+#: :func:`encode` (``json`` is not imported before: the plugin's first checkpoint is written
+#: after its first Synchronize answer, issue 34): dumps builds one per call with these
+#: arguments (a string costs 1.5 us that way, 0.1 us here). Its encode keeps no state between
+#: calls (threads may share it).
+_ENCODER: Any = None
 
 
 def encode(value: Any) -> bytes:
     """``value`` as canonical JSON text (UTF-8, non-ASCII escaped): what ``json.dumps(value,
     sort_keys=True, separators=(",", ":"))`` gives, encoded."""
-    return _ENCODER.encode(value).encode()
+    encoder = _ENCODER
+    if encoder is None:
+        encoder = _encoder()
+    return encoder.encode(value).encode()
+
+
+def _encoder() -> Any:
+    global _ENCODER
+    import json
+
+    _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+    return _ENCODER
 
 
 def canonical(body: dict[str, Any]) -> bytes:

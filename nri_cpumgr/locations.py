@@ -7,13 +7,14 @@ checkpoint-format file of it. Shared by ``nri_cpumgr.cli`` and the sub-commands 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nri_cpumgr.config import load_config
+from nri_cpumgr.paths import is_file
 
 if TYPE_CHECKING:
     import argparse
+    from pathlib import Path
 
 # Read when --config is not given (run, status, plan, explain) and the file exists; the image
 # ships it.
@@ -25,12 +26,14 @@ def config_path(given: str | None) -> str | None:
     (all defaults)."""
     if given is not None:
         return given
-    return DEFAULT_CONFIG if Path(DEFAULT_CONFIG).is_file() else None
+    return DEFAULT_CONFIG if is_file(DEFAULT_CONFIG) else None
 
 
 def state_dir_of(args: argparse.Namespace) -> Path:
     """The plugin's state directory for a command with ``--state-dir`` / ``--config``: the
     option, else the config's ``stateDirectory``. Raises ConfigError for a bad config."""
+    from pathlib import Path
+
     if args.state_dir:
         return Path(args.state_dir)
     return Path(load_config(config_path(args.config)).stateDirectory)

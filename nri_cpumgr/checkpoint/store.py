@@ -16,15 +16,16 @@ body (130 KB), before a release's reply and on the writer thread, where zlib's C
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
-from zlib import crc32 as _crc32
+from typing import TYPE_CHECKING, Any
 
 from nri_cpumgr.jsontext import canonical as _canonical
+from nri_cpumgr.paths import normal
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 #: The format written; :data:`READABLE` the formats read.
 VERSION = 2
@@ -42,7 +43,9 @@ def checksum(body: dict[str, Any], version: int = VERSION) -> int | str:
     ValueError for another version."""
     text = _canonical(body)
     if version == 2:
-        return _crc32(text)
+        from zlib import crc32
+
+        return crc32(text)
     if version == 1:
         return _sha256()(text).hexdigest()
     raise ValueError(f"unknown checkpoint version {version!r}")
@@ -65,9 +68,24 @@ class Checkpoint:
     """One checkpoint file at ``path``."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self._tmp = self.path.with_name(f".{self.path.name}.tmp")
+        #: the file (``str(path)``): what the reads and writes use, pathlib not imported
+        #: (issue 34: the plugin's start makes its checkpoints before its first Synchronize)
+        self.file = normal(path)
+        head, name = os.path.split(self.file)
+        #: the file's directory (``str(path.parent)``)
+        self.directory = head or "."
+        self._tmp = os.path.join(head, f".{name}.tmp")
+        self._path: Path | None = None
         self._dir_made = False  # (the directory is made once, again only if it went away)
+
+    @property
+    def path(self) -> Path:
+        """The file as a :class:`pathlib.Path`."""
+        if self._path is None:
+            from pathlib import Path
+
+            self._path = Path(self.file)
+        return self._path
 
     def load(self) -> dict[str, Any] | None:
         """The stored body, or ``None`` when no checkpoint exists yet.
@@ -75,31 +93,34 @@ class Checkpoint:
         Raises :class:`CheckpointError` when the file exists but is unusable.
         """
         try:
-            raw = self.path.read_bytes()
+            with open(self.file, "rb") as f:
+                raw = f.read()
         except FileNotFoundError:
             return None
         except OSError as e:
-            raise CheckpointError(f"checkpoint {self.path}: unreadable: {e.strerror}") from None
+            raise CheckpointError(f"checkpoint {self.file}: unreadable: {e.strerror}") from None
+        import json  # (here and in save: not imported before a checkpoint is read or written)
+
         try:
             doc = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as e:
-            raise CheckpointError(f"checkpoint {self.path}: not JSON: {e}") from None
+            raise CheckpointError(f"checkpoint {self.file}: not JSON: {e}") from None
         if isinstance(doc, dict) and "policyName" in doc and "data" not in doc:
             raise CheckpointError(
-                f"checkpoint {self.path}: the kubelet's own checkpoint (policyName "
+                f"checkpoint {self.file}: the kubelet's own checkpoint (policyName "
                 f"{doc['policyName']!r}), not one of the plugin's; the plugin adopts the "
                 "kubelet's cpu_manager_state and memory_manager_state at its first start "
                 "(docs/operations/adopting.md)")
         if not isinstance(doc, dict) or "checksum" not in doc or "data" not in doc:
-            raise CheckpointError(f"checkpoint {self.path}: missing data or checksum")
+            raise CheckpointError(f"checkpoint {self.file}: missing data or checksum")
         version = doc.get("version")
         if type(version) is not int or version not in READABLE:
             raise CheckpointError(
-                f"checkpoint {self.path}: unknown version {doc.get('version')!r}"
+                f"checkpoint {self.file}: unknown version {doc.get('version')!r}"
             )
         body = doc["data"]
         if not isinstance(body, dict) or checksum(body, version) != doc["checksum"]:
-            raise CheckpointError(f"checkpoint {self.path}: checksum mismatch (corrupt)")
+            raise CheckpointError(f"checkpoint {self.file}: checksum mismatch (corrupt)")
         return body
 
     def save(self, body: dict[str, Any], durable: bool = True) -> None:
@@ -110,19 +131,22 @@ class Checkpoint:
         the kernel writes it back; two fsyncs fewer (5-9 ms median, 15-30 ms p90 on this
         project's loaded 2-CPU VM). Raises OSError on I/O failure."""
         if not self._dir_made:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            os.makedirs(self.directory, exist_ok=True)
             self._dir_made = True
         # the body is encoded once: its canonical form is both what the checksum covers and
         # what the file holds (a 1,000-container body costs ~2 ms of GIL once, not twice),
         # and written without another copy of it
+        import json
+        from zlib import crc32
+
         canonical = _canonical(body)
-        head = json.dumps({"checksum": _crc32(canonical), "version": VERSION}, sort_keys=True)
+        head = json.dumps({"checksum": crc32(canonical), "version": VERSION}, sort_keys=True)
         parts = [head[:-1].encode() + b', "data": ', canonical, b"}\n"]
         tmp = self._tmp
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         except FileNotFoundError:  # the directory was removed since
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            os.makedirs(self.directory, exist_ok=True)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             _write_all(fd, parts)
@@ -130,10 +154,10 @@ class Checkpoint:
                 os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, self.path)
+        os.replace(tmp, self.file)
         if not durable:
             return
-        dfd = os.open(self.path.parent, os.O_RDONLY)
+        dfd = os.open(self.directory, os.O_RDONLY)
         try:
             os.fsync(dfd)
         finally:
@@ -166,7 +190,7 @@ class BackgroundWriter:
     ) -> None:
         self._linger = linger
         self._flushing = False
-        self._pending: dict[Path, tuple[Checkpoint, dict[str, Any]]] = {}
+        self._pending: dict[str, tuple[Checkpoint, dict[str, Any]]] = {}
         self._cond = threading.Condition()
         self._busy = False
         self._closed = False
@@ -176,7 +200,7 @@ class BackgroundWriter:
 
     def submit(self, checkpoint: Checkpoint, body: dict[str, Any]) -> None:
         with self._cond:
-            self._pending[checkpoint.path] = (checkpoint, body)
+            self._pending[checkpoint.file] = (checkpoint, body)
             self._cond.notify_all()
 
     def flush(self, timeout: float = 5.0) -> bool:

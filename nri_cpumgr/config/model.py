@@ -19,14 +19,16 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 import re
 from collections.abc import Callable
-from pathlib import Path
 
 from nri_cpumgr.cpuset import CPUSet, CPUSetError
+from nri_cpumgr.paths import normal
 
 TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing)
 if TYPE_CHECKING:  # (typing is not loaded before the plugin registers)
+    from pathlib import Path
     from typing import Any
 
 
@@ -51,7 +53,7 @@ KNOWN_FEATURE_GATES = frozenset({
 
 _PLUGIN_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _PLUGIN_INDEX = re.compile(r"[0-9]{2}")
-_ADDRESS = re.compile(r"[^\s:]*:([0-9]{1,5})")
+_ADDRESS = r"[^\s:]*:([0-9]{1,5})"  # (compiled at its first use: metricsAddress is optional)
 # YAML strings a boolean key takes besides true/false (what the Go/pydantic parsers accept)
 _TRUE = frozenset({"true", "yes", "on", "1", "t", "y"})
 _FALSE = frozenset({"false", "no", "off", "0", "f", "n"})
@@ -272,7 +274,13 @@ class Config:
         return parse_duration(getattr(self, key))
 
     def state_path(self, name: str) -> Path:
+        from pathlib import Path
+
         return Path(self.stateDirectory) / name
+
+    def state_file(self, name: str) -> str:
+        """``str(state_path(name))``, without importing pathlib (the plugin's start)."""
+        return normal(os.path.join(self.stateDirectory, name))
 
 
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h)")
@@ -392,7 +400,7 @@ def _metrics_address(key: str, v: Any) -> str:
     v = _string(key, v)
     if not v:
         return v
-    m = _ADDRESS.fullmatch(v)
+    m = re.fullmatch(_ADDRESS, v)
     if m is None:
         raise _Invalid(key, f"{v!r}: expected host:port (e.g. ':9109' or '127.0.0.1:9109'), "
                             "or '' for no endpoint")
@@ -635,11 +643,12 @@ def load_config(path: str | Path | None) -> Config:
     """Load the config file (``None``: all defaults). Raises :class:`ConfigError`."""
     if path is None:
         return Config()
-    p = Path(path)
+    p = normal(path)  # (pathlib's spelling of it, in the messages)
     try:
-        text = p.read_text(encoding="utf-8")
+        with open(p, encoding="utf-8") as f:
+            text = f.read()
     except OSError as e:
         raise ConfigError(f"cannot read config {p}: {e.strerror}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"invalid config {p}: not UTF-8 text") from None
-    return parse_config(text, str(p))
+    return parse_config(text, p)

@@ -151,14 +151,16 @@ _SUFFIX = {
 #: and no blanks (ParseQuantity refuses " 2 "; Quantity.UnmarshalJSON trims its JSON string
 #: first: :func:`parse_resource_list`). Groups: number, exponent, suffix. (The number's
 #: shape is checked by :func:`_exact`.)
-_QTY = re.compile(r"([+-]?[0-9.]+)(?:([eE][+-]?[0-9]+)|([a-zA-Z]*))")
+#: (patterns as text, compiled at their first use by ``re``'s cache: not at the plugin's
+#: start, issue 34)
+_QTY = r"([+-]?[0-9.]+)(?:([eE][+-]?[0-9]+)|([a-zA-Z]*))"
 #: an exponent followed by a unit suffix ("1e3Mi"): said as such
-_EXPONENT_AND_SUFFIX = re.compile(r"[+-]?[0-9.]+([eE][+-]?[0-9]+)[a-zA-Z]+")
+_EXPONENT_AND_SUFFIX = r"[+-]?[0-9.]+([eE][+-]?[0-9]+)[a-zA-Z]+"
 #: what Go's strings.TrimSpace (unicode.IsSpace) takes off a quantity's JSON string
 _JSON_SPACE = " \t\n\v\f\r\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006" \
     "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 #: the number of a quantity as a decimal literal: sign, digits, optional fraction, exponent
-_DECIMAL = re.compile(r"([+-]?)([0-9]*)(?:\.([0-9]*))?(?:[eE]([+-]?[0-9]+))?")
+_DECIMAL = r"([+-]?)([0-9]*)(?:\.([0-9]*))?(?:[eE]([+-]?[0-9]+))?"
 #: the bound on a quantity's magnitude, in its unit: resource.Quantity's maxAllowed, where
 #: the API server caps a binary-suffixed one (a decimal one that large has no int64 Value or
 #: MilliValue in the kubelet either: its ScaledValue overflows); a larger one is capped to it
@@ -175,7 +177,7 @@ def _exact(number: str) -> tuple[int, int]:
     (numerator, positive denominator). Raises ValueError, with the message
     ``fractions.Fraction`` gives, for one without a digit before or after its point, or
     with two points (integer arithmetic: fractions and decimal cost ~0.6 MiB resident)."""
-    m = _DECIMAL.fullmatch(number)
+    m = re.fullmatch(_DECIMAL, number)
     if m is None or not (m.group(2) or m.group(3)):
         raise ValueError(f"Invalid literal for Fraction: {number!r}")
     sign, whole, frac, exp = m.groups()
@@ -205,7 +207,7 @@ def parse_quantity(text: str, *, milli: bool = False) -> int:
     magnitude capped at 2**63-1 units (:data:`_MAX`). Raises ValueError on a malformed
     quantity: ``invalid quantity '<text>'``, and why when it is one of those two.
     """
-    m = _QTY.fullmatch(text)
+    m = re.fullmatch(_QTY, text)
     if not m or (m.group(3) or "") not in _SUFFIX:
         raise ValueError(_why_invalid(text))
     num, den = _exact(m.group(1) + (m.group(2) or ""))
@@ -225,7 +227,7 @@ def _why_invalid(text: str) -> str:
     msg = f"invalid quantity {text!r}"
     if text and text.strip() != text:
         return f"{msg}: blanks around it (a Kubernetes quantity has none)"
-    m = _EXPONENT_AND_SUFFIX.fullmatch(text)
+    m = re.fullmatch(_EXPONENT_AND_SUFFIX, text)
     if m is not None:
         return (f"{msg}: an exponent ({m.group(1)}) and a unit suffix together (a Kubernetes "
                 "quantity has one or the other)")

@@ -73,7 +73,7 @@ def qos_from_cgroup_parent(parent: str) -> QOSClass | None:
     return _QOS_OF_GROUP[m.group(1)]
 
 
-_PAGE = re.compile(r"^([0-9]+)([KMGT]?)B?$", re.IGNORECASE)
+_PAGE = r"^([0-9]+)([KMGT]?)B?$"  # (IGNORECASE; compiled at its first use, not at the start)
 _BIN = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _RESOURCE_SUFFIX = {2**10: "Ki", 2**20: "Mi", 2**30: "Gi", 2**40: "Ti"}
 
@@ -81,7 +81,7 @@ _RESOURCE_SUFFIX = {2**10: "Ki", 2**20: "Mi", 2**30: "Gi", 2**40: "Ti"}
 def hugepage_resource(page_size: str) -> str | None:
     """Kubernetes resource name for a runtime hugepage size (``"2MB"`` -> ``"hugepages-2Mi"``;
     the runtime writes binary units with a decimal-looking suffix, as runc does)."""
-    m = _PAGE.match(page_size.strip())
+    m = re.match(_PAGE, page_size.strip(), re.IGNORECASE)
     if not m:
         return None
     size = int(m.group(1)) * _BIN[m.group(2).upper()]

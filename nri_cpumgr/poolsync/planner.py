@@ -57,6 +57,9 @@ def _beyond(cpus: CPUSet, pool: CPUSet) -> bool:
 
 @dataclass(slots=True)
 class _Shared:
+    """A shared-pool container as the planner tracks it (a docstring of its own: a
+    dataclass without one takes ``inspect.signature`` for it)."""
+
     applied: CPUSet  # the cpuset the runtime has for the container (as we last set it)
     mems: str  # cpuset.mems to keep in the update ("" = leave alone)
     failures: int = 0

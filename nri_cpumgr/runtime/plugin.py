@@ -43,6 +43,7 @@ from nri_cpumgr.managers import (  # noqa: F401 - shared with the planner, re-ex
     restore_state,
 )
 from nri_cpumgr.metrics import Metrics
+from nri_cpumgr.paths import exists
 from nri_cpumgr.podmodel import QOSClass
 from nri_cpumgr.podmodel.nri import (
     ContainerInfo,
@@ -170,8 +171,9 @@ class Plugin:
         memory = build_memory_manager(config, self.machine)
         self.config = config
         self.policy = policy
-        self.checkpoint = Checkpoint(config.state_path(CHECKPOINT_NAME))
-        self.memory_checkpoint = Checkpoint(config.state_path(MEMORY_CHECKPOINT_NAME))
+        # (state_file: path text, pathlib not imported before the first Synchronize answer)
+        self.checkpoint = Checkpoint(config.state_file(CHECKPOINT_NAME))
+        self.memory_checkpoint = Checkpoint(config.state_file(MEMORY_CHECKPOINT_NAME))
         body = None
         corrupt: CheckpointError | None = None
         if not provisional:
@@ -180,7 +182,7 @@ class Plugin:
             except CheckpointError as e:
                 corrupt = e  # said once the setup is known to go on (not before a fatal exit)
         self.resume = None
-        if not provisional and config.state_path(RECONFIGURATION_PLAN_NAME).exists():
+        if not provisional and exists(config.state_file(RECONFIGURATION_PLAN_NAME)):
             from nri_cpumgr.runtime.reconfig import resume_state
 
             self.resume = resume_state(config)
@@ -194,7 +196,7 @@ class Plugin:
         if body is None and corrupt is None and not provisional:
             body, kubelet_memory, self.adoption = adopt_seed(
                 config.kubeletStateDirectory, config.cpuManagerPolicy, config.memoryManagerPolicy)
-        state = restore_state(self.policy, body, self.checkpoint.path)
+        state = restore_state(self.policy, body, self.checkpoint.file)
         if self.adoption is not None and body and body["entries"] and not state.assignments:
             self.adoption = None  # the policy rejected it (logged): the runtime is the truth
         if memory is not None:
@@ -1019,8 +1021,8 @@ def _malloc_trim() -> None:
 def _probe_writable(cp: Checkpoint) -> None:
     """Create (and remove) a file beside ``cp``'s path, creating its directory. Raises
     OSError."""
-    cp.path.parent.mkdir(parents=True, exist_ok=True)
-    probe = cp.path.with_name(f".{cp.path.name}.probe")
+    os.makedirs(cp.directory, exist_ok=True)
+    probe = os.path.join(cp.directory, f".{os.path.basename(cp.file)}.probe")
     os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
     os.unlink(probe)
 

@@ -11,10 +11,12 @@ information the kubelet's device plugins report as a device's ``TopologyInfo``.
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from nri_cpumgr.sysfs.discovery import read_int
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 _MAX_LINKS = 40  # like the kernel's ELOOP limit
 
@@ -23,6 +25,8 @@ def _resolve_in_root(root: Path, path: Path) -> Path:
     """Resolve symlinks in ``path`` (which lies under ``root``) as if ``root`` were ``/``:
     absolute link targets are re-rooted, ``..`` never climbs above ``root``. Components that
     do not exist are kept as they are."""
+    from pathlib import Path
+
     root = Path(os.path.abspath(root))
     rel = Path(os.path.abspath(path)).relative_to(root)
     todo = list(rel.parts)
@@ -68,6 +72,8 @@ def device_numa_node(
     :class:`~nri_cpumgr.sysfs.discovery.SysfsParseError` for a ``numa_node`` that is not an
     integer.
     """
+    from pathlib import Path  # (imported once a container has devices, not at the start)
+
     if kind not in ("c", "b"):
         raise ValueError(f"device kind must be 'c' or 'b', got {kind!r}")
     root = Path(os.path.abspath(root))

@@ -39,17 +39,22 @@ SMT-aware allocation (``full-pcpus-only``) silently wrong, so it raises
 
 from __future__ import annotations
 
+import os
 import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nri_cpumgr.cpuset import CPUSet, CPUSetError
+from nri_cpumgr.paths import ABSENT as _ABSENT
 from nri_cpumgr.topology import CPUInfo, CPUTopology, Machine, NUMANodeInfo
 
-CPU_DIR = Path("sys/devices/system/cpu")
-NODE_DIR = Path("sys/devices/system/node")
+if TYPE_CHECKING:
+    from pathlib import Path
+
+CPU_DIR = "sys/devices/system/cpu"
+NODE_DIR = "sys/devices/system/node"
 
 _NODE_RE = re.compile(r"node(\d+)")
 _INDEX_RE = re.compile(r"index(\d+)")
@@ -62,6 +67,8 @@ class SysfsError(RuntimeError):
     directory, ``reason`` what is wrong with it."""
 
     def __init__(self, path: Path | str, reason: str) -> None:
+        from pathlib import Path  # (not imported by a discovery that succeeds)
+
         self.path = Path(path)
         self.reason = reason
         super().__init__(f"{self.path}: {reason}")
@@ -83,36 +90,67 @@ class SysfsInconsistentError(SysfsError):
 # file helpers
 
 
-def read_text(path: Path) -> str:
+def read_text(path: Path | str) -> str:
     """Content of a sysfs attribute, stripped. Raises :class:`SysfsMissingError` when it does
     not exist, :class:`SysfsError` when it cannot be read."""
+    text = _read_optional(path)
+    if text is None:
+        raise SysfsMissingError(path, "no such file")
+    return text
+
+
+def _read_optional(path: Path | str) -> str | None:
+    """Content of a sysfs attribute, stripped, or None when it does not exist (one open and
+    one read: a large machine's discovery reads thousands of them). Raises
+    :class:`SysfsError` when it exists but cannot be read."""
     try:
-        return path.read_text().strip()
-    except (FileNotFoundError, NotADirectoryError):
-        raise SysfsMissingError(path, "no such file") from None
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno in _ABSENT:
+            return None
+        raise SysfsError(path, f"cannot read: {e.strerror or e}") from None
+    try:
+        data = os.read(fd, _READ_SIZE)
+        if len(data) == _READ_SIZE:  # (a sysfs attribute is at most a page: rarely taken)
+            chunks = [data]
+            while chunk := os.read(fd, _READ_SIZE):
+                chunks.append(chunk)
+            data = b"".join(chunks)
     except OSError as e:
         raise SysfsError(path, f"cannot read: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    return data.decode().replace("\r\n", "\n").replace("\r", "\n").strip()
 
 
-def read_int(path: Path) -> int:
+_READ_SIZE = 65536
+
+
+def read_int(path: Path | str) -> int:
     """A decimal integer attribute (may be negative, e.g. ``numa_node`` = -1)."""
-    text = read_text(path)
+    return _int(path, read_text(path))
+
+
+def _int(path: Path | str, text: str) -> int:
     try:
         return int(text)
     except ValueError:
         raise SysfsParseError(path, f"expected an integer, got {text!r}") from None
 
 
-def read_cpulist(path: Path) -> CPUSet:
+def read_cpulist(path: Path | str) -> CPUSet:
     """A cpulist attribute (``0-3,8``)."""
-    text = read_text(path)
+    return _cpulist(path, read_text(path))
+
+
+def _cpulist(path: Path | str, text: str) -> CPUSet:
     try:
         return CPUSet.parse(text)
     except CPUSetError as e:
         raise SysfsParseError(path, str(e)) from None
 
 
-def _cpumask_weight(path: Path) -> int:
+def _cpumask_weight(path: Path | str) -> int:
     """Number of bits set in a ``%*pb`` cpumask attribute (comma separated hex words)."""
     text = read_text(path)
     try:
@@ -121,17 +159,33 @@ def _cpumask_weight(path: Path) -> int:
         raise SysfsParseError(path, f"expected a hex cpumask, got {text!r}") from None
 
 
-def _numbered_dirs(parent: Path, pattern: re.Pattern[str]) -> list[tuple[int, Path]]:
+def _numbered_dirs(parent: str, pattern: re.Pattern[str]) -> list[tuple[int, str]]:
     """Subdirectories of ``parent`` whose name fully matches ``pattern`` (one int group),
-    sorted by that number; ``[]`` when ``parent`` does not exist."""
-    if not parent.is_dir():
-        return []
+    sorted by that number, as ``(number, path)``; ``[]`` when ``parent`` does not exist or
+    is not a directory."""
+    try:
+        entries = os.scandir(parent)
+    except OSError as e:
+        if e.errno in _ABSENT:
+            return []
+        raise
     out = []
-    for p in parent.iterdir():
-        m = pattern.fullmatch(p.name)
-        if m and p.is_dir():
-            out.append((int(m.group(1)), p))
+    with entries:
+        for entry in entries:
+            m = pattern.fullmatch(entry.name)
+            if m and _is_dir(entry):
+                out.append((int(m.group(1)), entry.path))
     return sorted(out)
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    """``Path.is_dir`` of a directory entry (symlinks followed; False when it is gone)."""
+    try:
+        return entry.is_dir()
+    except OSError as e:
+        if e.errno in _ABSENT:
+            return False
+        raise
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,31 +194,37 @@ def _numbered_dirs(parent: Path, pattern: re.Pattern[str]) -> list[tuple[int, Pa
 
 @dataclass(frozen=True, slots=True)
 class _RawCPU:
+    """One CPU's topology files (a docstring of its own: a dataclass without one takes
+    ``inspect.signature`` for it)."""
+
     cpu: int
     socket: int
     die: int
     core_id: int
     numa: int
     siblings: CPUSet | None  # thread_siblings_list, None when the file is absent
-    siblings_path: Path
+    siblings_path: str
 
 
-def _read_raw_cpu(cpu_dir: Path, cpu: int, numa_of: dict[int, int] | None) -> _RawCPU:
-    topo = cpu_dir / f"cpu{cpu}" / "topology"
-    socket = read_int(topo / "physical_package_id")
-    core_id = read_int(topo / "core_id")
-    die = read_int(topo / "die_id") if (topo / "die_id").exists() else 0
-    sib_path = topo / "thread_siblings_list"
-    siblings = read_cpulist(sib_path) if sib_path.exists() else None
+def _read_raw_cpu(cpu_dir: str, cpu: int, numa_of: dict[int, int] | None) -> _RawCPU:
+    topo = f"{cpu_dir}/cpu{cpu}/topology/"
+    socket = read_int(topo + "physical_package_id")
+    core_id = read_int(topo + "core_id")
+    path = topo + "die_id"
+    text = _read_optional(path)
+    die = _int(path, text) if text is not None else 0
+    sib_path = topo + "thread_siblings_list"
+    text = _read_optional(sib_path)
+    siblings = _cpulist(sib_path, text) if text is not None else None
     numa = socket if numa_of is None else numa_of.get(cpu, 0)
     return _RawCPU(cpu, socket, die, core_id, numa, siblings, sib_path)
 
 
-def _node_cpus(node_dirs: list[tuple[int, Path]]) -> dict[int, int]:
+def _node_cpus(node_dirs: list[tuple[int, str]]) -> dict[int, int]:
     """CPU id -> NUMA node id from every ``node<N>/cpulist``."""
     numa_of: dict[int, int] = {}
     for node, d in node_dirs:
-        path = d / "cpulist"
+        path = d + "/cpulist"
         for cpu in read_cpulist(path):
             if cpu in numa_of:
                 raise SysfsInconsistentError(
@@ -199,24 +259,28 @@ def _check_siblings(raw: dict[int, _RawCPU], threads: list[int], online: CPUSet)
             )
 
 
-def _uncore_id(cpu_dir: Path, thread: int, socket: int, node_threads: int) -> int:
+def _uncore_id(cpu_dir: str, thread: int, socket: int, node_threads: int) -> int:
     """The kubelet's uncore cache id for the core whose (lowest) thread is ``thread``: the id
     of the first level>=3 cache not shared by all ``node_threads`` CPUs of its NUMA node,
     else ``socket`` (cadvisor addCacheInfo + kubelet getUncoreCacheID)."""
-    for _, idx in _numbered_dirs(cpu_dir / f"cpu{thread}" / "cache", _INDEX_RE):
-        if not (idx / "level").exists():
+    for _, idx in _numbered_dirs(f"{cpu_dir}/cpu{thread}/cache", _INDEX_RE):
+        path = idx + "/level"
+        text = _read_optional(path)
+        if text is None or _int(path, text) <= 2:
             continue
-        if read_int(idx / "level") <= 2:
-            continue
-        if (idx / "shared_cpu_list").exists():
-            shared = len(read_cpulist(idx / "shared_cpu_list"))
+        path = idx + "/shared_cpu_list"
+        text = _read_optional(path)
+        if text is not None:
+            shared = len(_cpulist(path, text))
         else:
-            shared = _cpumask_weight(idx / "shared_cpu_map")
+            shared = _cpumask_weight(idx + "/shared_cpu_map")
         if shared == node_threads:
             continue  # node-level cache: cadvisor does not report it as an uncore cache
-        if not (idx / "id").exists():
+        path = idx + "/id"
+        text = _read_optional(path)
+        if text is None:
             return socket  # cadvisor cannot read the cache without an id: no uncore info
-        return read_int(idx / "id")
+        return _int(path, text)
     return socket
 
 
@@ -224,34 +288,35 @@ def _uncore_id(cpu_dir: Path, thread: int, socket: int, node_threads: int) -> in
 # per-node facts
 
 
-def _meminfo_total(path: Path) -> int:
+def _meminfo_total(path: str) -> int:
     """MemTotal of a ``node<N>/meminfo`` in bytes; 0 when the file is absent (cadvisor)."""
-    if not path.exists():
+    text = _read_optional(path)
+    if text is None:
         return 0
-    text = read_text(path)
     m = _MEMTOTAL_RE.search(text)
     if m is None:
         raise SysfsParseError(path, "no 'MemTotal: <n> kB' line")
     return int(m.group(1)) * 1024
 
 
-def _hugepages(node_dir: Path) -> dict[int, int]:
+def _hugepages(node_dir: str) -> dict[int, int]:
     """Page size in bytes -> nr_hugepages, from ``hugepages/hugepages-<size>kB``."""
     out: dict[int, int] = {}
-    for size_kb, d in _numbered_dirs(node_dir / "hugepages", _HUGEPAGES_RE):
-        nr = read_int(d / "nr_hugepages")
+    for size_kb, d in _numbered_dirs(node_dir + "/hugepages", _HUGEPAGES_RE):
+        path = d + "/nr_hugepages"
+        nr = read_int(path)
         if nr < 0:
-            raise SysfsParseError(d / "nr_hugepages", f"negative page count {nr}")
+            raise SysfsParseError(path, f"negative page count {nr}")
         out[size_kb * 1024] = nr
     return out
 
 
-def _distances(path: Path, online_nodes: list[int]) -> dict[int, int]:
+def _distances(path: str, online_nodes: list[int]) -> dict[int, int]:
     """Node id -> distance from a ``node<N>/distance`` file, whose entries follow the online
     node ids in ascending order; ``{}`` when the file is absent."""
-    if not path.exists():
+    text = _read_optional(path)
+    if text is None:
         return {}
-    text = read_text(path)
     try:
         values = [int(v) for v in text.split()]
     except ValueError:
@@ -264,10 +329,11 @@ def _distances(path: Path, online_nodes: list[int]) -> dict[int, int]:
     return dict(zip(online_nodes, values, strict=True))
 
 
-def _online_nodes(node_root: Path, node_dirs: Iterable[tuple[int, Path]]) -> list[int]:
-    online = node_root / "online"
-    if online.exists():
-        return sorted(read_cpulist(online))
+def _online_nodes(node_root: str, node_dirs: Iterable[tuple[int, str]]) -> list[int]:
+    online = node_root + "/online"
+    text = _read_optional(online)
+    if text is not None:
+        return sorted(_cpulist(online, text))
     return sorted(n for n, _ in node_dirs)
 
 
@@ -286,11 +352,13 @@ def discover(root: str | Path = "/") -> Machine:
     size's ``nr_hugepages``), :class:`SysfsParseError` for content not in the kernel's format
     or no online CPU, :class:`SysfsInconsistentError` for contradicting files.
     """
-    root = Path(root)
-    cpu_dir = root / CPU_DIR
-    node_root = root / NODE_DIR
+    # (paths as strings: pathlib's joins cost more than the reads on a large machine, and
+    # pathlib is not imported before the plugin's first Synchronize answer)
+    base = os.fspath(root)
+    cpu_dir = os.path.join(base, CPU_DIR)
+    node_root = os.path.join(base, NODE_DIR)
 
-    online_path = cpu_dir / "online"
+    online_path = cpu_dir + "/online"
     online = read_cpulist(online_path)
     if not online:
         raise SysfsParseError(online_path, "no online CPU")
@@ -330,9 +398,9 @@ def discover(root: str | Path = "/") -> Machine:
     for node, d in node_dirs:
         numa_nodes[node] = NUMANodeInfo(
             id=node,
-            memory_bytes=_meminfo_total(d / "meminfo"),
+            memory_bytes=_meminfo_total(d + "/meminfo"),
             hugepages=_hugepages(d),
-            distances=_distances(d / "distance", online_nodes),
+            distances=_distances(d + "/distance", online_nodes),
         )
     for numa in sorted({i.numa for i in infos}):
         numa_nodes.setdefault(numa, NUMANodeInfo(id=numa))

@@ -204,3 +204,4 @@ def test_flush_of_an_idle_writer_does_not_wake_its_thread(tmp_path):
     w.submit(cp, {"n": 2})  # pending again: the flush writes it and waits
     assert w.flush(5) and cp.load() == {"n": 2}
     w.close()
+

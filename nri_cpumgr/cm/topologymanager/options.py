@@ -115,7 +115,7 @@ def is_policy_option_available(
 
 _GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _GO_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
-_GO_INT = re.compile(r"[+-]?[0-9]+\Z")
+_GO_INT = r"[+-]?[0-9]+\Z"  # (compiled at its first use, not at the start)
 
 
 def parse_go_bool(value: str) -> bool:
@@ -129,7 +129,7 @@ def parse_go_bool(value: str) -> bool:
 
 def parse_go_int(value: str) -> int:
     """Go strconv.Atoi (decimal, optional sign, no spaces or underscores); ValueError else."""
-    if not _GO_INT.match(value):
+    if not re.match(_GO_INT, value):
         raise ValueError(f"parsing {_q(value)}: invalid syntax")
     return int(value)
 
