@@ -297,13 +297,17 @@ class Plugin:
         return self.after_reply
 
     def after_reply(self) -> None:
-        """Run the work handlers left for after their answers, in the order it was left."""
+        """Run the work handlers left for after their answers, in the order it was left (a
+        piece that fails is logged with its traceback; the rest still runs)."""
         work = self._after
         while work:
             batch = work[:]
             work.clear()
             for fn in batch:
-                fn()
+                try:
+                    fn()
+                except Exception:  # noqa: BLE001 - the answer is out: log, keep going
+                    log.exception("work left for after an answer failed")
 
     def _defer(self, fn: Callable[[], None]) -> None:
         if self._after is None:

@@ -360,3 +360,21 @@ def test_create_leaves_its_bookkeeping_for_after_the_answer(workdir):
     p.stop_container(nri_pb2.StopContainerRequest(pod=pod("b", "burstable"), container=ctr("b")))
     assert p.metrics.value("nri_cpumgr_nri_request_duration_seconds_count",
                            {"method": "CreateContainer"}) == 2
+
+
+def test_after_reply_work_that_fails_is_logged_and_the_rest_runs(workdir, caplog):
+    p = Plugin(parse_config(STATIC + f"stateDirectory: {workdir}\n"), MACHINE)
+    after = p.defer_after_reply()
+    done: list[str] = []
+
+    def boom() -> None:
+        raise RuntimeError("boom")
+
+    p._defer(boom)
+    p._defer(lambda: done.append("next"))
+    with caplog.at_level(logging.ERROR, logger="nri_cpumgr"):
+        after()
+    assert done == ["next"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "work left for after an answer failed"]
+    assert "RuntimeError: boom" in caplog.text
