@@ -121,6 +121,12 @@ class Checkpoint:
         body = doc["data"]
         if not isinstance(body, dict) or checksum(body, version) != doc["checksum"]:
             raise CheckpointError(f"checkpoint {self.file}: checksum mismatch (corrupt)")
+        from nri_cpumgr.checkpoint import cpustate
+
+        if cpustate.is_cpu_state(body):
+            why = cpustate.cpu_state_problem(body)
+            if why is not None:
+                raise CheckpointError(f"checkpoint {self.file}: malformed: {why}")
         return body
 
     def save(self, body: dict[str, Any], durable: bool = True) -> None:

@@ -60,6 +60,10 @@ def test_corrupt_checkpoint_is_a_clear_error(tmp_path, mutate, reason):
     assert str(cp.path) in str(ei.value)
 
 
+ROW = (b'{"container":"c","cpus":"1","exclusive":true,"id":"c","pod":"n/p","podUID":"u",'
+       b'"qos":"Guaranteed"}')
+
+
 def test_the_checksum_is_the_crc32_of_the_canonical_body(tmp_path):
     """Version 2: ``checksum`` is zlib's CRC-32 of the body's canonical JSON (sorted keys, no
     blanks), an unsigned int; one changed byte of the body is a mismatch."""
@@ -69,10 +73,10 @@ def test_the_checksum_is_the_crc32_of_the_canonical_body(tmp_path):
 
     cp = Checkpoint(tmp_path / "state")
     body = {"policyName": "static", "entries": {"u": {"c": "1"}}, "defaultCpuSet": "0,2-3",
-            "containers": RawJSON(b'[{"cpus":"1","id":"c"}]')}
+            "containers": RawJSON(b'[' + ROW + b']')}
     cp.save(body)
     doc = json.loads(cp.path.read_bytes())
-    canonical = (b'{"containers":[{"cpus":"1","id":"c"}],"defaultCpuSet":"0,2-3",'
+    canonical = (b'{"containers":[' + ROW + b'],"defaultCpuSet":"0,2-3",'
                  b'"entries":{"u":{"c":"1"}},"policyName":"static"}')
     assert doc["checksum"] == zlib.crc32(canonical)
     assert doc["data"] == json.loads(canonical) == cp.load()
@@ -205,3 +209,46 @@ def test_flush_of_an_idle_writer_does_not_wake_its_thread(tmp_path):
     assert w.flush(5) and cp.load() == {"n": 2}
     w.close()
 
+
+
+_ROW = {"id": "c1", "pod": "ns/p", "podUID": "u", "container": "app", "qos": "Guaranteed",
+        "exclusive": True, "cpus": "2", "mems": "", "numa": "0", "stopped": False}
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"policyName": 5}, "policyName: expected a string, got a number"),
+    ({"defaultCpuSet": "zz"}, "defaultCpuSet: invalid cpulist 'zz'"),
+    ({"defaultCpuSet": 7}, "defaultCpuSet: expected a cpulist string, got a number"),
+    ({"reservedCpuSet": "1-0"}, "reservedCpuSet: invalid cpulist"),
+    ({"entries": {"u": 5}}, "entries.u: expected a mapping, got a number"),
+    ({"entries": {"u": {"app": "qq"}}}, "entries.u.app: invalid cpulist 'qq'"),
+    ({"entries": []}, "entries: expected a mapping, got a list"),
+    ({"containers": "x"}, "containers: expected a list, got a string"),
+    ({"containers": [5]}, "containers[0]: expected a mapping, got a number"),
+    ({"containers": [{"pod": "a"}]}, "containers[0]: id is missing"),
+    ({"containers": [{**_ROW, "exclusive": "yes"}]},
+     "containers[0].exclusive: expected a bool, got a string"),
+    ({"containers": [_ROW, {**_ROW, "qos": "Gold"}]},
+     "containers[1].qos: 'Gold' is not one of Guaranteed, Burstable, BestEffort"),
+    ({"containers": [{**_ROW, "cpus": "x"}]}, "containers[0].cpus: invalid cpulist 'x'"),
+    ({"admittedPods": []}, "admittedPods: expected a mapping, got a list"),
+])
+def test_a_cpu_state_with_a_right_checksum_and_wrong_fields_is_corrupt(tmp_path, change, why):
+    """A body whose checksum is right but whose fields are not what the plugin writes is
+    refused as a corrupt file is (CheckpointError naming the field), never a crash of its
+    reader; the same body with the fields right is read back."""
+    good = {"policyName": "static", "defaultCpuSet": "0-1,3", "reservedCpuSet": "0",
+            "entries": {"u": {"app": "2"}}, "containers": [_ROW]}
+    cp = Checkpoint(tmp_path / "cpu_manager_state")
+    cp.save(good)
+    assert cp.load() == good
+    cp.save({**good, **change})
+    with pytest.raises(CheckpointError) as ei:
+        cp.load()
+    assert f"cpu_manager_state: malformed: {why}" in str(ei.value)
+
+
+def test_other_bodies_are_not_held_to_the_cpu_state_shape(tmp_path):
+    cp = Checkpoint(tmp_path / "memory_manager_state")
+    cp.save({"policyName": "Static", "entries": 5})
+    assert cp.load() == {"policyName": "Static", "entries": 5}

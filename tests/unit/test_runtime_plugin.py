@@ -375,6 +375,6 @@ def test_after_reply_work_that_fails_is_logged_and_the_rest_runs(workdir, caplog
     with caplog.at_level(logging.ERROR, logger="nri_cpumgr"):
         after()
     assert done == ["next"]
-    assert [r.getMessage() for r in caplog.records] == [
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == [
         "work left for after an answer failed"]
     assert "RuntimeError: boom" in caplog.text
