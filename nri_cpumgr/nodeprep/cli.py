@@ -3,6 +3,10 @@ off, then restart the runtime (only when something changed); ``--dry-run`` print
 changes nothing. Run by the chart's opt-in ``nodePreparation`` init container with the host's
 configuration directory mounted and the host's PID namespace (the restart runs
 ``--restart-command`` in it, by default through ``nsenter`` into PID 1's namespaces).
+"NRI on" includes accepting externally started plugins (``disable_connections`` /
+``nri_disable_connections`` not ``true``: see :mod:`nri_cpumgr.nodeprep`). When the runtime's
+NRI socket (containerd's ``socket_path``, CRI-O's ``nri_listen``) is not the plugin's
+``--socket-path``, a warning line on stderr names both (the exit status stays as it is).
 
 Exit status: 0 (NRI on, changed or not), 2 (the configuration cannot be read or edited),
 3 (the restart failed)."""
@@ -35,6 +39,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="run after a change (default: nsenter -t 1 -m -u -i -n -p -- systemctl "
                         "restart containerd|crio); empty: do not restart")
     e.add_argument("--dry-run", action="store_true", help="print the diff, change nothing")
+    e.add_argument("--socket-path",
+                   help="the plugin's socketPath (default: its default, /var/run/nri/nri.sock): "
+                        "a warning names both when the runtime's NRI socket differs")
     e.set_defaults(func=cmd_enable_nri)
 
 
@@ -42,7 +49,17 @@ def cmd_enable_nri(args: argparse.Namespace) -> int:
     import shlex
     import subprocess
 
-    from . import NodePrepError, containerd_config, crio_dropin, diff
+    from . import (
+        DEFAULT_SOCKET,
+        NodePrepError,
+        containerd_config,
+        containerd_socket,
+        crio_closes,
+        crio_dropin,
+        crio_socket,
+        diff,
+        same_socket,
+    )
 
     default_path, default_restart = DEFAULTS[args.runtime]
     rel = (args.config or default_path).lstrip("/")
@@ -54,11 +71,29 @@ def cmd_enable_nri(args: argparse.Namespace) -> int:
                 print(f"nri-cpumgr enable-nri: no {path}: containerd runs its defaults (NRI on "
                       f"in 2.x, off in 1.7): write one with NRI on", file=sys.stderr)
             new = containerd_config(old or "")
+            runtime_socket: str | None = containerd_socket(new)
+            where = f"socket_path in {path}"
         else:
-            new = crio_dropin(old)
+            before, after = _crio_siblings(path)
+            new = crio_dropin(old, [t for _, t in before + after])
+            runtime_socket = crio_socket([t for _, t in before] + [new] + [t for _, t in after])
+            where = f"nri_listen in {path.parent}/*.conf"
+            for name, text in after:
+                if crio_closes(text):
+                    print(f"nri-cpumgr enable-nri: warning: {path.parent / name} comes after "
+                          f"{path.name} and turns NRI off or closes it to external plugins "
+                          f"(enable_nri / nri_disable_connections): it wins", file=sys.stderr)
+            if runtime_socket is None:
+                runtime_socket, where = DEFAULT_SOCKET, ("CRI-O's default: no drop-in sets "
+                                                   "nri_listen, /etc/crio/crio.conf may")
     except NodePrepError as e:
         print(f"nri-cpumgr enable-nri: {path}: {e}", file=sys.stderr)
         return 2
+    plugin_socket = args.socket_path or DEFAULT_SOCKET
+    if not same_socket(runtime_socket, plugin_socket):
+        print(f"nri-cpumgr enable-nri: warning: the runtime's NRI socket is {runtime_socket} "
+              f"({where}) but the plugin's socketPath is {plugin_socket}: the plugin cannot "
+              f"connect until one names the other's path", file=sys.stderr)
     if new == old:
         print(f"enable-nri: NRI is on in {path}: nothing to do")
         return 0
@@ -80,6 +115,24 @@ def cmd_enable_nri(args: argparse.Namespace) -> int:
         return 3
     print(f"enable-nri: wrote {path}; restarted {args.runtime}")
     return 0
+
+
+def _crio_siblings(path: Path) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """The other ``*.conf`` drop-ins in ``path``'s directory as (name, text), split into those
+    CRI-O reads before ``path`` and after it (by file name; a later one overrides a key)."""
+    before: list[tuple[str, str]] = []
+    after: list[tuple[str, str]] = []
+    if not path.parent.is_dir():
+        return before, after
+    for f in sorted(path.parent.glob("*.conf")):
+        if f.name == path.name or not f.is_file():
+            continue
+        try:
+            text = f.read_text()
+        except (OSError, UnicodeDecodeError):
+            continue
+        (before if f.name < path.name else after).append((f.name, text))
+    return before, after
 
 
 def _write_atomically(path: Path, text: str) -> None:

@@ -260,7 +260,8 @@ def test_node_preparation_is_opt_in(helm: Path) -> None:
     assert spec["hostPID"] is True and init["securityContext"] == {"privileged": True}
     assert init["command"] == ["nri-cpumgr"]
     assert init["args"] == ["enable-nri", "--runtime", "containerd", "--config",
-                            "/etc/containerd/config.toml", "--host-root", "/host", "--dry-run"]
+                            "/etc/containerd/config.toml", "--host-root", "/host",
+                            "--socket-path", "/var/run/nri/nri.sock", "--dry-run"]
     assert init["image"] == spec["containers"][0]["image"]
     assert init["volumeMounts"] == [{"name": "runtime-config", "mountPath": "/host/etc/containerd"}]
     vol = next(v for v in spec["volumes"] if v["name"] == "runtime-config")
@@ -271,6 +272,10 @@ def test_node_preparation_is_opt_in(helm: Path) -> None:
     assert init["args"][:5] == ["enable-nri", "--runtime", "crio", "--config",
                                 "/etc/crio/crio.conf.d/90-nri.conf"]
     assert "--dry-run" not in init["args"]
+    spec = _ds(render(helm, "nodePreparation.enabled=true",
+                      "config.socketPath=/run/nri/custom.sock"))["spec"]["template"]["spec"]
+    (init,) = spec["initContainers"]
+    assert init["args"][init["args"].index("--socket-path") + 1] == "/run/nri/custom.sock"
     r = _run(helm, "template", "nri-cpumgr", str(CHART), "--namespace", NS,
              "--set", "nodePreparation.enabled=true", "--set", "nodePreparation.runtime=docker")
     assert r.returncode != 0 and "containerd or crio, not docker" in r.stderr

@@ -2,6 +2,9 @@
 turned on in containerd 1.7 / 2.x configs and a CRI-O drop-in, every other line kept; a second
 run changes nothing (idempotent); ``--dry-run`` prints the diff and writes nothing; the restart
 runs only after a change; a config that is not TOML is refused with status 2 and untouched.
+NRI that runs but refuses external plugins (containerd ``disable_connections = true``, CRI-O
+``nri_disable_connections = true``) counts as off and is opened; a runtime socket other than
+the plugin's ``--socket-path`` gets a warning naming both.
 The edits are checked against the repository's own drop-ins (deploy/containerd-*.toml,
 deploy/crio-nri.conf), which turn NRI on."""
 
@@ -13,7 +16,17 @@ from pathlib import Path
 import pytest
 
 from nri_cpumgr.cli import main
-from nri_cpumgr.nodeprep import NodePrepError, containerd_config, crio_dropin, nri_enabled
+from nri_cpumgr.config.model import Config
+from nri_cpumgr.nodeprep import (
+    DEFAULT_SOCKET,
+    NodePrepError,
+    containerd_config,
+    containerd_socket,
+    crio_dropin,
+    crio_socket,
+    nri_enabled,
+    same_socket,
+)
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
@@ -115,3 +128,150 @@ def test_cli_crio_writes_the_dropin(tmp_path: Path) -> None:
     dropin = tmp_path / "etc/crio/crio.conf.d/90-nri.conf"
     assert tomllib.loads(dropin.read_text())["crio"]["nri"]["enable_nri"] is True
     assert main(args) == 0 and dropin.read_text() == crio_dropin(None)
+
+
+# the fresh-user repro: NRI running but closed to external plugins (the DaemonSet's plugin)
+CLOSED = """version = 2
+
+[plugins."io.containerd.nri.v1.nri"]
+  disable = false
+  disable_connections = true  # no external plugins
+  socket_path = "/var/run/nri/nri.sock"
+"""
+
+
+@pytest.mark.parametrize(("text", "changed"), [
+    (CLOSED, {"disable_connections"}),
+    (CLOSED.replace("version = 2", "version = 3"), {"disable_connections"}),
+    # version 3, no disable key (on by default): only the connections are opened
+    ('version = 3\n[plugins."io.containerd.nri.v1.nri"]\n    disable_connections=true\n',
+     {"disable_connections"}),
+    # both off: both turned
+    ('version = 2\n[plugins."io.containerd.nri.v1.nri"]\n  disable = true\n'
+     '  disable_connections = true\n', {"disable", "disable_connections"}),
+    # version 2 without disable (off) and closed: disable added, connections opened
+    ('version = 2\n[plugins."io.containerd.nri.v1.nri"]\n  disable_connections = true\n'
+     '[plugins."io.containerd.grpc.v1.cri"]\n  x = 1\n', {"disable", "disable_connections"}),
+])
+def test_disable_connections_true_is_not_on_and_is_opened(text: str, changed: set[str]) -> None:
+    assert not nri_enabled(text)
+    new = containerd_config(text)
+    assert nri_enabled(new) and containerd_config(new) == new
+    old_doc, new_doc = tomllib.loads(text), tomllib.loads(new)
+    old_nri = old_doc["plugins"]["io.containerd.nri.v1.nri"]
+    new_nri = new_doc["plugins"]["io.containerd.nri.v1.nri"]
+    assert new_nri["disable_connections"] is False
+    assert new_nri.get("disable", int(new_doc["version"]) < 3) is False
+    assert {k for k in new_nri if new_nri[k] != old_nri.get(k)} == changed
+    for k in changed:
+        old_nri.pop(k, None)
+        new_nri.pop(k)
+    assert new_doc == old_doc  # nothing else changed
+    if text == CLOSED:
+        assert "  disable_connections = false  # no external plugins\n" in new
+        assert new.replace("= false  # no", "= true  # no") == text  # that one line only
+
+
+def test_disable_connections_false_is_on() -> None:
+    text = CLOSED.replace("disable_connections = true", "disable_connections = false")
+    assert nri_enabled(text) and containerd_config(text) == text
+
+
+def test_repro_dry_run_shows_the_connections_diff(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """The try-out's command line: it printed "NRI is on ...: nothing to do"."""
+    cfg = tmp_path / "host/dc.toml"
+    cfg.parent.mkdir(parents=True)
+    cfg.write_text(CLOSED)
+    assert main(["enable-nri", "--runtime", "containerd", "--config", str(cfg), "--dry-run",
+                 "--restart-command", ""]) == 0
+    out, err = capsys.readouterr()
+    assert "nothing to do" not in out
+    assert "-  disable_connections = true  # no external plugins" in out
+    assert "+  disable_connections = false  # no external plugins" in out
+    assert f"dry run: {cfg} not changed" in out and cfg.read_text() == CLOSED
+    assert "warning" not in err  # the default socket on both sides
+    assert main(["enable-nri", "--runtime", "containerd", "--config", str(cfg),
+                 "--restart-command", ""]) == 0
+    assert nri_enabled(cfg.read_text())
+    capsys.readouterr()
+    assert main(["enable-nri", "--runtime", "containerd", "--config", str(cfg),
+                 "--restart-command", ""]) == 0
+    assert f"NRI is on in {cfg}: nothing to do" in capsys.readouterr().out
+
+
+def test_default_socket_is_the_plugins() -> None:
+    assert DEFAULT_SOCKET == Config().socketPath
+
+
+def test_socket_paths() -> None:
+    assert containerd_socket(CLOSED) == DEFAULT_SOCKET
+    assert containerd_socket("version = 3\n") == DEFAULT_SOCKET
+    assert containerd_socket(V2_OFF.replace("/var/run/nri/nri.sock", "/x/nri.sock")) \
+        == "/x/nri.sock"
+    assert same_socket("/var/run/nri/nri.sock", "/run/nri/nri.sock")
+    assert same_socket("unix:///run/nri/nri.sock", "/var/run/nri/nri.sock")
+    assert not same_socket("/var/run/nri/nri.sock", "/var/run/nri/other.sock")
+    assert crio_socket(['[crio.nri]\nnri_listen = "/a"\n', "[crio]\n",
+                        '[crio.nri]\nnri_listen = "/b"\n']) == "/b"
+    assert crio_socket(["[crio.nri]\nenable_nri = true\n", "not toml ["]) is None
+
+
+@pytest.mark.parametrize("runtime_socket", ["/run/containerd/nri.sock", None])
+def test_cli_warns_when_the_sockets_differ(tmp_path: Path, runtime_socket: str | None,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "etc/containerd/config.toml"
+    cfg.parent.mkdir(parents=True)
+    text = V2_OFF if runtime_socket is None else V2_OFF.replace(
+        "/var/run/nri/nri.sock", runtime_socket)
+    cfg.write_text(text)
+    base = ["enable-nri", "--runtime", "containerd", "--host-root", str(tmp_path),
+            "--restart-command", "", "--dry-run"]
+    assert main([*base, "--socket-path", "/var/run/nri/custom.sock"]) == 0
+    err = capsys.readouterr().err
+    (line,) = [ln for ln in err.splitlines() if "warning" in ln]
+    assert f"NRI socket is {runtime_socket or DEFAULT_SOCKET}" in line
+    assert "socketPath is /var/run/nri/custom.sock" in line and str(cfg) in line
+    same = runtime_socket or "/run/nri/nri.sock"  # /var/run is /run
+    assert main([*base, "--socket-path", same]) == 0
+    assert "warning" not in capsys.readouterr().err
+    if runtime_socket:  # the plugin's default socket vs the config's
+        assert main(base) == 0
+        assert f"socketPath is {DEFAULT_SOCKET}" in capsys.readouterr().err
+
+
+def test_crio_disable_connections() -> None:
+    ours = crio_dropin(None)
+    assert tomllib.loads(ours)["crio"]["nri"]["nri_disable_connections"] is False
+    closed = "[crio.nri]\nenable_nri = true\nnri_disable_connections = true\n"
+    assert crio_dropin(closed) == ours
+    old_ours = "[crio.nri]\nenable_nri = true\n"  # what earlier releases wrote: still on
+    assert crio_dropin(old_ours) == old_ours
+    # ... unless another drop-in closes NRI: ours must then say false itself
+    assert crio_dropin(old_ours, ["[crio.nri]\nnri_disable_connections = true\n"]) == ours
+    assert crio_dropin(ours, ["[crio.nri]\nnri_disable_connections = true\n"]) == ours
+
+
+def test_cli_crio_opens_connections_and_warns(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    d = tmp_path / "etc/crio/crio.conf.d"
+    d.mkdir(parents=True)
+    (d / "10-site.conf").write_text('[crio.nri]\nnri_disable_connections = true\n'
+                                    'nri_listen = "/run/crio/nri.sock"\n')
+    (d / "90-nri.conf").write_text("[crio.nri]\nenable_nri = true\n")
+    args = ["enable-nri", "--runtime", "crio", "--host-root", str(tmp_path),
+            "--restart-command", ""]
+    assert main([*args, "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    assert "+nri_disable_connections = false" in out and "nothing to do" not in out
+    (line,) = [ln for ln in err.splitlines() if "warning" in ln]
+    assert "NRI socket is /run/crio/nri.sock" in line and f"socketPath is {DEFAULT_SOCKET}" in line
+    assert main(args) == 0
+    assert (d / "90-nri.conf").read_text() == crio_dropin(None)
+    capsys.readouterr()
+    (d / "99-late.conf").write_text("[crio.nri]\nenable_nri = false\n")
+    assert main([*args, "--socket-path", "/run/crio/nri.sock"]) == 0
+    out, err = capsys.readouterr()
+    assert "nothing to do" in out.splitlines()[-1]
+    (line,) = [ln for ln in err.splitlines() if "warning" in ln]
+    assert "99-late.conf comes after 90-nri.conf" in line
