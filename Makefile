@@ -4,7 +4,7 @@
 #               subset (as deployed and NRI alone) and its mutation test; the docs build; the
 #               e2e suite on containerd 1.7 and 2.1; the kubelet 1.37.2 single-node cluster on
 #               containerd 2.1 and 2.4; in a QEMU guest on cgroup v2, the fast subset and a
-#               real kubelet 1.37.2 on containerd 2.1 judged by the kubelet oracle
+#               real kubelet 1.37.2 on containerd 2.1 and 2.4 judged by the kubelet oracle
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
