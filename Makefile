@@ -154,9 +154,12 @@ test: setup lint kubelet-cri oracle modern
 # then the real kubelet v1.37.2 in the guest on containerd 2.1 and 2.4 (binaries of
 # scripts/modern/build.sh, built here when missing: docs/development/qemu-guests.md), judged
 # against the kubelet oracle
+# (each guest's logs, results.json and console are copied to build/e2e-vm/<topology>:
+# E2E_VM_ARGS= for none)
+E2E_VM_ARGS ?= --keep build/e2e-vm
 e2e-vm: setup oracle
 	bash scripts/modern/build.sh kubernetes etcd containerd runc >/dev/null
-	nice -n 10 $(PY) scripts/vm/e2e_vm.py
+	nice -n 10 $(PY) scripts/vm/e2e_vm.py $(E2E_VM_ARGS)
 
 demo: setup
 	$(PY) scripts/demo.py
