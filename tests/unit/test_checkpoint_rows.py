@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from nri_cpumgr.checkpoint.store import Checkpoint
 from nri_cpumgr.cm.container_manager import AdmissionError
 from nri_cpumgr.cpuset import CPUSet
-from nri_cpumgr.jsontext import RawJSON, canonical, encode
+from nri_cpumgr.jsontext import RawJSON, canonical, canonical_parts, encode
 from nri_cpumgr.podmodel import QOSClass
 from tests.conformance_data import topology
 from tests.unit.test_container_manager import guaranteed, info, manager
@@ -73,6 +73,20 @@ def test_plain_body_without_raw_text_is_unchanged():
     body = {"b": [1, {"y": 2, "x": "é"}], "a": "0-3"}
     assert canonical(body) == json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
     assert canonical({"b": RawJSON(b'[{"x":1}]'), "a": "s"}) == b'{"a":"s","b":[{"x":1}]}'
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text(max_size=4), st.one_of(
+    st.integers(), st.text(max_size=5), st.lists(st.integers(), max_size=3),
+    st.builds(lambda xs: RawJSON(encode(xs)), st.lists(st.text(max_size=3), max_size=3))),
+    max_size=5))
+def test_canonical_parts_are_the_canonical_text_in_pieces(body):
+    """The checkpoint's writer checksums and writes the pieces: their concatenation is the
+    canonical text, and a RawJSON value is a piece of its own, the same object (not copied)."""
+    parts = canonical_parts(body)
+    assert b"".join(parts) == canonical(body)
+    raw = [v for v in body.values() if isinstance(v, RawJSON)]
+    assert all(any(p is v for p in parts) for v in raw)
 
 
 @settings(max_examples=25, deadline=None)
