@@ -9,11 +9,29 @@ from __future__ import annotations
 from typing import Any
 
 
-class RawJSON(bytes):
+class RawJSON:
     """Canonical JSON text of one value, embedded as it is by :func:`canonical` (a value of
-    the top-level object only). The producer promises it is exactly what ``json.dumps(value,
-    sort_keys=True, separators=(",", ":"))`` would give: the checksum is verified on load
-    against the parsed value re-encoded."""
+    the top-level object only), given as pieces whose concatenation is that text (kept by
+    reference: a checkpoint's rows are hundreds of KB, and its writer checksums and writes
+    them piece by piece, never joined). The producer promises the text is exactly what
+    ``json.dumps(value, sort_keys=True, separators=(",", ":"))`` would give: the checksum is
+    verified on load against the parsed value re-encoded."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, *parts: bytes) -> None:
+        self.parts = parts
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.parts)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RawJSON) and bytes(self) == bytes(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"RawJSON({bytes(self)!r})"
 
 
 #: ``json.dumps(value, sort_keys=True, separators=(",", ":"))``'s encoder, made at the first
@@ -43,14 +61,17 @@ def _encoder() -> Any:
 
 def canonical_parts(body: dict[str, Any]) -> list[bytes]:
     """:func:`canonical` of ``body`` as pieces whose concatenation is that text: a
-    :class:`RawJSON` value is one piece as it is, never copied (a checkpoint's rows are
+    :class:`RawJSON` value's pieces as they are, never copied (a checkpoint's rows are
     hundreds of KB: the checksum and the write go over the pieces)."""
     if not any(isinstance(v, RawJSON) for v in body.values()):
         return [encode(body)]
     parts: list[bytes] = []
     for k, v in sorted(body.items()):
         parts.append((b"{" if not parts else b",") + encode(str(k)) + b":")
-        parts.append(v if isinstance(v, RawJSON) else encode(v))
+        if isinstance(v, RawJSON):
+            parts.extend(v.parts)
+        else:
+            parts.append(encode(v))
     parts.append(b"}")
     return parts
 
@@ -58,10 +79,4 @@ def canonical_parts(body: dict[str, Any]) -> list[bytes]:
 def canonical(body: dict[str, Any]) -> bytes:
     """The canonical JSON text of the object ``body``, whose values may be :class:`RawJSON`
     (the encoding of everything else is the same as :func:`encode`)."""
-    if not any(isinstance(v, RawJSON) for v in body.values()):
-        return encode(body)
-    parts = [
-        encode(str(k)) + b":" + (v if isinstance(v, RawJSON) else encode(v))
-        for k, v in sorted(body.items())
-    ]
-    return b"{" + b",".join(parts) + b"}"
+    return b"".join(canonical_parts(body))
