@@ -31,3 +31,14 @@ def test_equality_and_copy_follow_the_contents() -> None:
     assert repr(a) == ("CPUManagerState(assignments={'p': {'c': CPUSet('1')}}, "
                        "default_set=CPUSet('0,2-3'))")
     assert CPUManagerState() == CPUManagerState(assignments={}, default_set=CPUSet())
+
+
+def test_the_set_is_built_from_the_last_one_minus_what_was_taken() -> None:
+    s = CPUManagerState(default_set=CPUSet.parse("0-7"))
+    s.take_from_default(CPUSet.parse("1"))
+    s.take_from_default(CPUSet.parse("5-6"))
+    assert s.default_set == CPUSet.parse("0,2-4,7") and s.default_mask == 0b10011101
+    s.default_set = CPUSet.parse("0-3")  # (a new set: what was taken before is forgotten)
+    s.take_from_default(CPUSet.parse("2"))
+    assert s.default_set == CPUSet.parse("0-1,3")
+    assert str(s.default_set) == "0-1,3"

@@ -13,6 +13,8 @@ from typing import Any
 
 from nri_cpumgr.cpuset import CPUSet
 
+_EMPTY = CPUSet()
+
 
 class CPUManagerState:
     """Mutable CPU manager state (pure data; persistence is someone else's job).
@@ -21,7 +23,7 @@ class CPUManagerState:
     when next read: an allocation on a 256-CPU node does not build the 254-CPU shared pool
     while the runtime waits for the answer (issue 34), but when the pool is next needed."""
 
-    __slots__ = ("assignments", "_default", "_default_mask")
+    __slots__ = ("assignments", "_default", "_default_mask", "_base", "_taken")
 
     def __init__(self, assignments: dict[str, dict[str, CPUSet]] | None = None,
                  default_set: CPUSet | None = None) -> None:
@@ -29,18 +31,25 @@ class CPUManagerState:
             else assignments
         self._default: CPUSet | None = CPUSet() if default_set is None else default_set
         self._default_mask = 0
+        #: while the set is not built: the last one built, and the CPUs taken from it since
+        self._base: CPUSet = _EMPTY
+        self._taken = 0
 
     @property
     def default_set(self) -> CPUSet:
         """The shared (default) CPU set."""
         d = self._default
         if d is None:
-            d = self._default = CPUSet.from_mask(self._default_mask)
+            # (the last set minus the few CPUs taken since: a set difference, not a set
+            # built from the bits of a mask one by one)
+            d = self._default = self._base - CPUSet.from_mask(self._taken)
+            self._base = _EMPTY
         return d
 
     @default_set.setter
     def default_set(self, cpus: Iterable[int]) -> None:
         self._default = cpus if type(cpus) is CPUSet else CPUSet(cpus)
+        self._base = _EMPTY
 
     @property
     def default_mask(self) -> int:
@@ -50,8 +59,12 @@ class CPUManagerState:
 
     def take_from_default(self, cpus: CPUSet) -> None:
         """``default_set -= cpus``, as a bitmask until the set is next read."""
-        self._default_mask = self.default_mask & ~cpus.mask
-        self._default = None
+        d = self._default
+        if d is not None:
+            self._base, self._taken, self._default_mask = d, 0, d.mask
+            self._default = None
+        self._taken |= cpus.mask
+        self._default_mask &= ~cpus.mask
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, CPUManagerState):
