@@ -75,7 +75,11 @@ MAX_PODS = 10_000
 
 
 class ManifestError(ValueError):
-    """A manifest the planner cannot read; the message names the document and the field."""
+    """A manifest the planner cannot read; the message names the document and the field,
+    on one line whatever the manifest's names hold (a line break in one is shown ``\\n``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message.replace("\r", "\\r").replace("\n", "\\n"))
 
 
 @dataclass(frozen=True, slots=True)

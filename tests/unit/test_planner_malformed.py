@@ -187,7 +187,8 @@ def _paths(node: Any, at: tuple = ()) -> list[tuple]:
 
 _leaf = st.one_of(
     st.none(), st.booleans(), st.integers(-3, 2**70), st.floats(allow_nan=False),
-    st.text(max_size=8), st.sampled_from(["Pod", "List", "Always", "1", "500m", "1Gi", "", "-1"]),
+    st.text(max_size=8),
+    st.sampled_from(["Pod", "List", "Always", "1", "500m", "1Gi", "", "-1", "a\nb"]),
     st.dates(),
 )
 _junk = st.recursive(
@@ -228,3 +229,11 @@ def test_any_shape_is_a_plan_or_one_line_status_2(base, pick, junk, drop):
         assert out and not err
     else:
         assert out == "" and err.startswith("nri-cpumgr plan: ") and err.count("\n") == 1, err
+
+
+def test_a_name_with_a_line_break_still_gives_one_line(tmp_path):
+    rc, out, err = run_plan(tmp_path, 'kind: Pod\nmetadata: {name: "a\\nb"}\n'
+                                      "spec: {containers: []}\n")
+    assert (rc, out) == (2, "")
+    assert err == (f"nri-cpumgr plan: {tmp_path}/m1.yaml document 1: pod a\\nb: "
+                   "spec.containers is empty\n")
