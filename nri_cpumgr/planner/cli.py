@@ -114,22 +114,28 @@ def load_state(path: str | None) -> tuple[dict[str, Any] | None, dict[str, Any] 
 
 
 def _read(path: str) -> str:
-    if path == "-":
-        return sys.stdin.read()
+    """The text of ``path`` (``-``: stdin), UTF-8 as Kubernetes' YAML and JSON are. Raises
+    :class:`InputError` for a file that cannot be read or is not UTF-8 text."""
     try:
-        return Path(path).read_text()
+        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
     except OSError as e:
         raise InputError(f"{path}: {e.strerror or e}") from None
+    try:
+        return data.decode()
+    except UnicodeDecodeError as e:
+        raise InputError(f"{'stdin' if path == '-' else path}: not UTF-8 text (byte "
+                         f"{e.start}: {e.reason})") from None
 
 
 def load_manifests(paths: list[str]) -> list[PlannedPod]:
-    from nri_cpumgr.planner.manifest import check_pod_count, load_pods
+    from nri_cpumgr.planner.manifest import check_pod_count, check_unique_pods, load_pods
 
     pods: list[PlannedPod] = []
     for path in paths:
         source = "stdin" if path == "-" else path
         pods += load_pods(_read(path), source)
         check_pod_count(len(pods), source)  # (all the files together)
+    check_unique_pods(pods)  # (a pod in two files, or one file given twice)
     return pods
 
 

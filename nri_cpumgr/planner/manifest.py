@@ -19,7 +19,10 @@ also the request, as the API server defaults it), ``cpu.quota = limit * period /
 plugin's own :func:`~nri_cpumgr.podmodel.nri.container_info` then reads them, so a plan sees a
 container exactly as the plugin does.
 
-Errors: :class:`ManifestError` (one line naming the document and the field).
+Errors: :class:`ManifestError` (one line naming the document and the field): every field
+the reader uses is checked for its shape on the way down (``<file> document N: spec.containers:
+expected a list, got an integer (5)``), and two pods with one namespace/name (the API server
+never holds two) are refused with both places (:func:`check_unique_pods`).
 """
 
 from __future__ import annotations
@@ -72,7 +75,11 @@ MAX_PODS = 10_000
 
 
 class ManifestError(ValueError):
-    """A manifest the planner cannot read; the message names the document and the field."""
+    """A manifest the planner cannot read; the message names the document and the field,
+    on one line whatever the manifest's names hold (a line break in one is shown ``\\n``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message.replace("\r", "\\r").replace("\n", "\\n"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +116,70 @@ class PlannedPod:
         return f"{self.namespace}/{self.name}"
 
 
+_SHAPES: dict[str, type] = {"mapping": Mapping, "list": list, "string": str}
+
+
+def _describe(value: Any) -> str:
+    """``value``'s YAML type and (short) value, for a message: ``an integer (5)``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        kind = "a boolean"
+    elif isinstance(value, int):
+        kind = "an integer"
+    elif isinstance(value, float):
+        kind = "a number"
+    elif isinstance(value, str):
+        kind = "a string"
+    elif isinstance(value, Mapping):
+        kind = "a mapping"
+    elif isinstance(value, list):
+        kind = "a list"
+    else:  # a YAML timestamp, binary, ...
+        kind = f"a {type(value).__name__}"
+    text = repr(value)
+    return f"{kind} ({text if len(text) <= 40 else text[:37] + '...'})"
+
+
+def _shaped(value: Any, shape: str, where: str, path: str) -> Any:
+    """``value`` (the field at ``path`` of the object at ``where``) when it is a ``shape``
+    (``mapping``, ``list`` or ``string``); ``None`` (the field unset or null) as the empty
+    one (``{}``, ``[]``, ``""``). Raises :class:`ManifestError`
+    ``<where>: <path>: expected a <shape>, got <type> (<value>)``."""
+    if value is None:
+        return {"mapping": {}, "list": [], "string": ""}[shape]
+    if not isinstance(value, _SHAPES[shape]):
+        raise ManifestError(f"{where}: {path}: expected a {shape}, got {_describe(value)}")
+    return value
+
+
+def _field(obj: Mapping[str, Any], key: str, shape: str, where: str, path: str) -> Any:
+    """``obj[key]`` checked by :func:`_shaped` (``path``: ``obj``'s own path, ``""`` at the
+    top of a document)."""
+    return _shaped(obj.get(key), shape, where, f"{path}.{key}" if path else key)
+
+
+def check_unique_pods(pods: Iterable[PlannedPod]) -> None:
+    """Raises :class:`ManifestError` naming both places when two pods share a
+    namespace/name or a uid: the API server never holds two such pods, and a plan would
+    merge them (one pod's decisions shown for both)."""
+    by_key: dict[str, PlannedPod] = {}
+    by_uid: dict[str, PlannedPod] = {}
+    for pod in pods:
+        first = by_key.setdefault(pod.key, pod)
+        if first is not pod:
+            raise ManifestError(f"pod {pod.key} is given twice: {first.source} and "
+                                f"{pod.source} (the API server holds one pod of a name in a "
+                                "namespace)")
+        first = by_uid.setdefault(pod.uid, pod)
+        if first is not pod:
+            raise ManifestError(f"pods {first.key} ({first.source}) and {pod.key} "
+                                f"({pod.source}) have one metadata.uid {pod.uid!r}")
+
+
 def load_pods(text: str, source: str = "<manifest>") -> list[PlannedPod]:
-    """Every pod of a YAML stream (see the module docstring). Raises :class:`ManifestError`."""
+    """Every pod of a YAML stream (see the module docstring). Raises :class:`ManifestError`
+    (a malformed field, two pods of one namespace/name, ...)."""
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as e:
@@ -124,6 +193,7 @@ def load_pods(text: str, source: str = "<manifest>") -> list[PlannedPod]:
         check_pod_count(len(pods), where)
     if not pods:
         raise ManifestError(f"{source}: no Pod in it")
+    check_unique_pods(pods)
     return pods
 
 
@@ -137,27 +207,35 @@ def check_pod_count(n: int, where: str) -> None:
 
 def _pods_of(doc: Any, where: str) -> list[PlannedPod]:
     if not isinstance(doc, Mapping):
-        raise ManifestError(f"{where}: not a Kubernetes object")
+        raise ManifestError(f"{where}: not a Kubernetes object (expected a mapping, got "
+                            f"{_describe(doc)})")
     kind = doc.get("kind")
+    if kind is not None and not isinstance(kind, str):
+        raise ManifestError(f"{where}: kind: expected a string, got {_describe(kind)}")
     if kind == "List":
         out: list[PlannedPod] = []
-        for i, item in enumerate(doc.get("items") or [], 1):
-            out += _pods_of(item, f"{where} item {i}")
+        for i, item in enumerate(_field(doc, "items", "list", where, "")):
+            out += _pods_of(item, f"{where} item {i + 1}")
         return out
-    meta = doc.get("metadata") or {}
+    meta = _field(doc, "metadata", "mapping", where, "")
     if kind == "Pod":
         return [pod_from_spec(meta, doc.get("spec"), where)]
     if kind in _WORKLOADS or kind == "CronJob":
-        spec = doc.get("spec") or {}
+        _meta_strings(meta, where, "metadata")
+        at = "spec"
+        spec = _field(doc, "spec", "mapping", where, "")
         if kind == "CronJob":
-            spec = (spec.get("jobTemplate") or {}).get("spec") or {}
-        tmpl = spec.get("template") or {}
-        tmeta = dict(tmpl.get("metadata") or {})
+            spec = _field(_field(spec, "jobTemplate", "mapping", where, at), "spec", "mapping",
+                          where, f"{at}.jobTemplate")
+            at = "spec.jobTemplate.spec"
+        tmpl = _field(spec, "template", "mapping", where, at)
+        at = f"{at}.template"
+        tmeta = dict(_field(tmpl, "metadata", "mapping", where, at))
         tmeta.setdefault("name", meta.get("name", ""))
         tmeta.setdefault("namespace", meta.get("namespace", "default"))
         what = f"{where} ({kind} template)"
         if kind not in _REPLICATED or "replicas" not in spec:
-            return [pod_from_spec(tmeta, tmpl.get("spec"), what)]
+            return [pod_from_spec(tmeta, tmpl.get("spec"), what, path=at)]
         replicas = spec["replicas"]
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
             raise ManifestError(f"{where}: spec.replicas {replicas!r} is not a count")
@@ -165,32 +243,48 @@ def _pods_of(doc: Any, where: str) -> list[PlannedPod]:
             raise ManifestError(f"{where}: spec.replicas {replicas} is more than {MAX_PODS} "
                                 "pods: a plan is for one node (the kubelet's maxPods "
                                 "defaults to 110)")
+        _meta_strings(tmeta, where, f"{at}.metadata")
         # one pod per replica, named <name>-0..N-1 (a StatefulSet's names; the random
         # suffixes of a Deployment's or ReplicaSet's pods are unknown before they exist)
         base = str(tmeta.get("name") or "")
         return [pod_from_spec({**tmeta, "name": f"{base}-{i}", "uid": None},
-                              tmpl.get("spec"), what) for i in range(replicas)]
+                              tmpl.get("spec"), f"{what} replica {i}", path=at)
+                for i in range(replicas)]
     raise ManifestError(f"{where}: kind {kind!r} has no pod (expected Pod, List or a workload)")
 
 
-def pod_from_spec(meta: Mapping[str, Any], spec: Any, where: str) -> PlannedPod:
-    """One pod from its ``metadata`` and ``spec``. Raises :class:`ManifestError`."""
-    name = str(meta.get("name") or meta.get("generateName") or "")
+def _meta_strings(meta: Mapping[str, Any], where: str, path: str) -> None:
+    """The ``metadata`` fields the planner reads are strings, as the API server requires."""
+    for key in ("name", "generateName", "namespace", "uid"):
+        _field(meta, key, "string", where, path)
+
+
+def pod_from_spec(meta: Any, spec: Any, where: str, path: str = "") -> PlannedPod:
+    """One pod from its ``metadata`` and ``spec`` (``path``: where they sit in the
+    document, ``spec.template`` in a Deployment; ``""``: a Pod's own). Raises
+    :class:`ManifestError` for a missing or malformed field, naming its path."""
+    at = f"{path}." if path else ""
+    meta = _shaped(meta, "mapping", where, f"{at}metadata")
+    _meta_strings(meta, where, f"{at}metadata")
+    name = meta.get("name") or meta.get("generateName") or ""
     if not name:
         raise ManifestError(f"{where}: metadata.name is missing")
-    namespace = str(meta.get("namespace") or "default")
-    if not isinstance(spec, Mapping):
-        raise ManifestError(f"{where}: pod {name}: spec is missing")
-    uid = str(meta.get("uid") or _uid(namespace, name))
+    namespace = meta.get("namespace") or "default"
+    if spec is None:
+        raise ManifestError(f"{where}: pod {name}: {at}spec is missing")
+    spec = _shaped(spec, "mapping", where, f"{at}spec")
+    uid = meta.get("uid") or _uid(namespace, name)
     inits: list[ContainerSpec] = []
     planned: list[PlannedContainer] = []
-    for c in spec.get("initContainers") or []:
-        s = _container(c, f"{where}: pod {name} initContainers")
-        sidecar = isinstance(c, Mapping) and c.get("restartPolicy") == "Always"
+    for i, c in enumerate(_field(spec, "initContainers", "list", where, f"{at}spec")):
+        s = _container(c, f"{where}: pod {name} initContainers", where,
+                       f"{at}spec.initContainers[{i}]")
+        sidecar = c.get("restartPolicy") == "Always"
         s = ContainerSpec(s.name, s.requests, s.limits, restartable=sidecar)
         inits.append(s)
         planned.append(PlannedContainer(s, "sidecar" if sidecar else "init"))
-    apps = [_container(c, f"{where}: pod {name} containers") for c in spec.get("containers") or []]
+    apps = [_container(c, f"{where}: pod {name} containers", where, f"{at}spec.containers[{i}]")
+            for i, c in enumerate(_field(spec, "containers", "list", where, f"{at}spec"))]
     if not apps:
         raise ManifestError(f"{where}: pod {name}: spec.containers is empty")
     planned += [PlannedContainer(s, "app") for s in apps]
@@ -198,13 +292,13 @@ def pod_from_spec(meta: Mapping[str, Any], spec: Any, where: str) -> PlannedPod:
     dup = {n for n in names if names.count(n) > 1}
     if dup:
         raise ManifestError(f"{where}: pod {name}: container name(s) used twice: {sorted(dup)}")
+    res = _field(spec, "resources", "mapping", where, f"{at}spec")
     try:
         facts = facts_from_pod({"metadata": {"uid": uid, "name": name, "namespace": namespace},
                                 "spec": dict(spec)})
     except ValueError as e:
         raise ManifestError(f"{where}: pod {name}: {e}") from None
-    res = spec.get("resources")
-    if isinstance(res, Mapping) and res:  # pod-level resources: the same rules
+    if res:  # pod-level resources: the same rules
         at = f"{where}: pod {name}: spec.resources"
         check_api_rules(res, _quantities(res.get("requests"), f"{at}.requests"),
                         _quantities(res.get("limits"), f"{at}.limits"), at)
@@ -224,13 +318,14 @@ def _uid(namespace: str, name: str) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
-def _container(c: Any, where: str) -> ContainerSpec:
-    if not isinstance(c, Mapping) or not c.get("name"):
+def _container(c: Any, where: str, doc: str, path: str) -> ContainerSpec:
+    """``where``: the messages' prefix for a quantity; ``doc`` and ``path``: the document
+    and the container's path in it, for a malformed shape."""
+    c = _shaped(c, "mapping", doc, path)
+    name = _field(c, "name", "string", doc, path)
+    if not name:
         raise ManifestError(f"{where}: a container without a name")
-    name = str(c["name"])
-    res = c.get("resources") or {}
-    if not isinstance(res, Mapping):
-        raise ManifestError(f"{where}: {name}: resources is not a mapping")
+    res = _field(c, "resources", "mapping", doc, path)
     requests = _quantities(res.get("requests"), f"{where}: {name}: resources.requests")
     limits = _quantities(res.get("limits"), f"{where}: {name}: resources.limits")
     check_api_rules(res, requests, limits, f"{where}: {name}: resources")
@@ -267,7 +362,7 @@ def _quantities(m: Any, where: str) -> dict[str, int]:
         return parse_resource_list(m)
     except ResourceListError as e:
         if e.key is None:
-            raise ManifestError(f"{where}: not a mapping") from None
+            raise ManifestError(f"{where}: expected a mapping, got {_describe(m)}") from None
         if isinstance(e.value, str):  # (the parser's message: why, for some)
             raise ManifestError(f"{where}.{e.key}: {e}") from None
         raise ManifestError(f"{where}.{e.key}: invalid quantity {e.value!r}") from None

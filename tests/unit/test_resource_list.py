@@ -46,7 +46,9 @@ def test_pod_spec_facts_name_the_field(resources, message):
 
 
 @pytest.mark.parametrize("resources, message", [
-    ("{limits: [cpu]}", "f.yaml document 1: pod p containers: c: resources.limits: not a mapping"),
+    ("{limits: [cpu]}",
+     "f.yaml document 1: pod p containers: c: resources.limits: expected a mapping, "
+     "got a list (['cpu'])"),
     ("{requests: {cpu: true}}",
      "f.yaml document 1: pod p containers: c: resources.requests.cpu: invalid quantity True"),
 ])
