@@ -28,28 +28,27 @@ def normal(path: str | os.PathLike[str]) -> str:
     return str(Path(text))
 
 
-def is_file(path: str) -> bool:
-    """``pathlib.Path(path).is_file()``: a regular file (symlinks followed); False when it
-    is not there (:data:`ABSENT`) or ``path`` holds a NUL, OSError for another failure."""
+def _stat(path: str) -> os.stat_result | None:
+    """``os.stat(path)``, None when it is not there (:data:`ABSENT`) or ``path`` holds a
+    NUL (as pathlib's predicates read them); OSError for another failure."""
     try:
-        return stat.S_ISREG(os.stat(path).st_mode)
+        return os.stat(path)
     except OSError as e:
         if e.errno not in ABSENT:
             raise
-        return False
+        return None
     except ValueError:
-        return False
+        return None
+
+
+def is_file(path: str) -> bool:
+    """``pathlib.Path(path).is_file()``: a regular file (symlinks followed); False when it
+    is not there (:data:`ABSENT`) or ``path`` holds a NUL, OSError for another failure."""
+    st = _stat(path)
+    return st is not None and stat.S_ISREG(st.st_mode)
 
 
 def exists(path: str) -> bool:
     """``pathlib.Path(path).exists()``: False when it is not there (:data:`ABSENT`) or
     ``path`` holds a NUL, OSError for another failure."""
-    try:
-        os.stat(path)
-    except OSError as e:
-        if e.errno not in ABSENT:
-            raise
-        return False
-    except ValueError:
-        return False
-    return True
+    return _stat(path) is not None
