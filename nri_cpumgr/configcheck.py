@@ -120,6 +120,9 @@ def check(config: Config, machine: Machine, source: str | None) -> list[str]:
     from nri_cpumgr.runtime.plugin import CHECKPOINT_NAME
 
     notes: list[str] = []
+    override = config.reserved_cpus_override()
+    if override is not None:
+        notes.append(override)
     try:
         policy = build_policy(config, machine)
         build_topology_manager(config, machine)

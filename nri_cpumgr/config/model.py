@@ -216,23 +216,30 @@ class Config:
         if errors:
             raise ConfigError("invalid config: " + "; ".join(errors))
         config = cls(**values)
-        config._check_reserved_list_matches_count()
+        config.reserved_cpu_count()  # (the kubeReserved/systemReserved cpu sum parses)
         return config
 
     def model_copy(self, update: dict[str, Any] | None = None) -> Config:
         """A copy with the keys of ``update`` replaced (values taken as they are)."""
         return dataclasses.replace(self, **(update or {}))
 
-    def _check_reserved_list_matches_count(self) -> None:
-        """reservedSystemCPUs and a kubeReserved/systemReserved cpu count must agree when
-        both are given (the static policy reserves exactly that many CPUs)."""
+    def reserved_cpus_override(self) -> str | None:
+        """The line the start logs (a WARNING; ``run --check-config`` a note) when
+        ``reservedSystemCPUs`` and a ``kubeReserved``/``systemReserved`` cpu are both given
+        and do not count the same CPUs, else None: the list wins, as in the kubelet, which
+        drops kubeReserved's cpu and sets systemReserved's to the list's size (kubelet
+        cmd/kubelet/app/server.go, "Option --reserved-cpus is specified, it will overwrite
+        the cpu setting in KubeReserved and SystemReserved", v1.37.2)."""
         explicit = self.reserved_cpus()
         count = self._reserved_cpu_count_from_quantities()
-        if explicit and count is not None and count != len(explicit):
-            raise ConfigError(
-                f"invalid config: reservedSystemCPUs {self.reservedSystemCPUs!r} names "
-                f"{len(explicit)} CPUs but kubeReserved.cpu + systemReserved.cpu reserve {count}"
-            )
+        if not explicit or count is None or count == len(explicit):
+            return None
+        def cpus(n: int) -> str:
+            return f"{n} CPU" if n == 1 else f"{n} CPUs"
+
+        return (f"reservedSystemCPUs {self.reservedSystemCPUs!r} ({cpus(len(explicit))}) "
+                f"overrides the cpu of kubeReserved + systemReserved ({cpus(count)}), as the "
+                f"kubelet's --reserved-cpus does")
 
     def _reserved_cpu_count_from_quantities(self) -> int | None:
         given = [r["cpu"] for r in (self.kubeReserved, self.systemReserved) if "cpu" in r]

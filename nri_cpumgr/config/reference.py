@@ -89,10 +89,12 @@ KEYS: dict[str, KeyDoc] = {
     "reservedSystemCPUs": KeyDoc(
         "The CPUs kept for the system, as a CPU list (`\"0\"`, `\"0-1,8\"`). They stay in the "
         "shared pool (unless `strict-cpu-reservation`) and are never given exclusively. "
-        "When empty, the count comes from `kubeReserved` + `systemReserved` cpu.",
+        "When empty, the count comes from `kubeReserved` + `systemReserved` cpu; when "
+        "given, it overrides their cpu, as the kubelet's `--reserved-cpus` does (a WARNING "
+        "when they count other CPUs).",
         kubelet="reservedSystemCPUs",
-        refused="CPUs not on this machine; every CPU reserved; a list whose size differs "
-                "from the `kubeReserved` + `systemReserved` cpu count when both are given"),
+        refused="CPUs not on this machine; every CPU reserved under "
+                "`strict-cpu-reservation` (otherwise a WARNING)"),
     "kubeReserved": KeyDoc(
         "Resources reserved for Kubernetes system daemons (`cpu`, `memory`, "
         "`hugepages-<size>`). Their `cpu` plus `systemReserved`'s, rounded up, is the number "

@@ -252,6 +252,9 @@ class Plugin:
         if config.cpuManagerPolicy == "none" and config.memoryManagerPolicy == "None":
             log.warning("cpuManagerPolicy none and memoryManagerPolicy None: containers are "
                         "tracked but nothing is pinned")
+        override = config.reserved_cpus_override()
+        if override is not None:
+            log.warning("%s", override)
         log.info(
             "policy=%s reserved=%s shared-pool=%s cpus=%s topology-manager=%s/%s memory=%s",
             self.config.cpuManagerPolicy,

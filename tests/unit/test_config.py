@@ -58,11 +58,20 @@ def test_missing_file(tmp_path):
         load_config(tmp_path / "nope.yaml")
 
 
-def test_reserved_list_must_match_the_reserved_count():
+def test_the_reserved_list_overrides_the_reserved_cpu_quantities_as_the_kubelet_does():
+    """kubelet server.go: --reserved-cpus overwrites the cpu of kube/system-reserved (the
+    list's size is the count); a disagreement is a warning, never a refusal."""
     ok = parse_config('reservedSystemCPUs: "0,8"\nkubeReserved: {cpu: 1500m}\n')
-    assert ok.reserved_cpu_count() == 2
-    with pytest.raises(ConfigError, match=r"names 1 CPUs but .* reserve 2"):
-        parse_config('reservedSystemCPUs: "0"\nsystemReserved: {cpu: "2"}\n')
+    assert ok.reserved_cpu_count() == 2 and ok.reserved_cpus_override() is None
+    c = parse_config('reservedSystemCPUs: "0"\nkubeReserved: {cpu: 100m}\n'
+                     'systemReserved: {cpu: "2"}\n')
+    assert c.reserved_cpu_count() == 1
+    assert c.reserved_cpus_override() == (
+        "reservedSystemCPUs '0' (1 CPU) overrides the cpu of kubeReserved + systemReserved "
+        "(3 CPUs), as the kubelet's --reserved-cpus does")
+    assert parse_config('systemReserved: {cpu: "2"}\n').reserved_cpus_override() is None
+    with pytest.raises(ConfigError, match="invalid quantity"):
+        parse_config('reservedSystemCPUs: "0"\nkubeReserved: {cpu: x}\n')
 
 
 def test_shared_pool_durations_need_a_unit_and_are_read_in_seconds():
