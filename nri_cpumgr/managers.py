@@ -143,10 +143,14 @@ def build_memory_manager(config: Config, machine: Machine) -> MemoryManager | No
     from nri_cpumgr.cm.memorymanager.config import MemoryReservation, new_manager
 
     reserved = [MemoryReservation(r.numaNode, dict(r.limits)) for r in config.reservedMemory]
+    # (the node's memory: a percentage evictionHard threshold is a share of it)
+    capacity = sum(n.memory_bytes for n in machine.numa_nodes.values())
     try:
-        return new_manager(
-            "Static", machine, config.node_allocatable_memory_reservation(), reserved
-        )
+        node_reserved = config.node_allocatable_memory_reservation(capacity)
+    except ValueError as e:
+        raise ConfigError(f"invalid config: {e}") from None
+    try:
+        return new_manager("Static", machine, node_reserved, reserved)
     except Exception as e:
         from nri_cpumgr.cm.memorymanager.errors import (
             NoSystemReservedMemoryError,
@@ -157,7 +161,7 @@ def build_memory_manager(config: Config, machine: Machine) -> MemoryManager | No
         if isinstance(e, ReservedMemoryMismatchError | NoSystemReservedMemoryError):
             hint = ("; set reservedMemory (per NUMA node) so that, per resource, it adds up to "
                     "kubeReserved + systemReserved + evictionHard memory.available (here "
-                    f"{config.node_allocatable_memory_reservation() or 'none'}), as the "
+                    f"{node_reserved or 'none'}), as the "
                     "kubelet's own config must")
         raise ConfigError(f"invalid config: memoryManagerPolicy Static: {e}{hint}") from None
 

@@ -262,18 +262,23 @@ class Config:
             return len(explicit)
         return self._reserved_cpu_count_from_quantities() or 0
 
-    def node_allocatable_memory_reservation(self) -> dict[str, int]:
+    def node_allocatable_memory_reservation(self, memory_capacity: int | None = None
+                                            ) -> dict[str, int]:
         """Memory the node reserves (bytes per resource): kubeReserved + systemReserved +
         the evictionHard memory.available threshold, as the kubelet's Memory Manager
-        validates reservedMemory against (kubelet cm: getNodeAllocatableAbsolute)."""
+        validates reservedMemory against (kubelet cm: GetNodeAllocatableReservation). A
+        percentage threshold counts that share of ``memory_capacity`` (bytes: the node's
+        memory; without it, 0). Raises ValueError for a threshold the kubelet refuses."""
         out: dict[str, int] = {}
         for src in (self.kubeReserved, self.systemReserved):
             for k, v in src.items():
                 if k == "memory" or k.startswith("hugepages-"):
                     out[k] = out.get(k, 0) + parse_quantity(v)
         ev = self.evictionHard.get("memory.available")
-        if ev and not ev.endswith("%"):
-            out["memory"] = out.get("memory", 0) + parse_quantity(ev)
+        if ev:
+            n = eviction_threshold_bytes(ev, memory_capacity or 0)
+            if n:
+                out["memory"] = out.get("memory", 0) + n
         return out
 
     def duration(self, key: str) -> float:
@@ -659,3 +664,39 @@ def load_config(path: str | Path | None) -> Config:
     except UnicodeDecodeError:
         raise ConfigError(f"invalid config {p}: not UTF-8 text") from None
     return parse_config(text, p)
+
+
+_FLOAT = r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+
+
+def eviction_threshold_bytes(value: str, capacity: int) -> int:
+    """The bytes an ``evictionHard`` ``memory.available`` value reserves on a node with
+    ``capacity`` bytes of memory: a quantity as it is; a percentage as the kubelet takes
+    it, parsed to a float32, divided by 100 in float32, times the capacity in float64,
+    truncated ("0%" and "100%" set no threshold: 0). Raises ValueError for a malformed
+    value or a percentage outside 0-100% (kubelet eviction helpers.go
+    parseThresholdStatement, parsePercentage; eviction api GetThresholdQuantity; cm
+    helpers.go hardEvictionReservation; v1.37.2)."""
+    if not value.endswith("%"):
+        return parse_quantity(value)
+    if value in ("0%", "100%"):
+        return 0
+    import re
+    import struct
+
+    number = value[:-1]
+    if not re.fullmatch(_FLOAT, number):
+        raise ValueError(f"evictionHard memory.available {value!r}: not a percentage")
+
+    def f32(x: float) -> float:
+        return struct.unpack("f", struct.pack("f", x))[0]  # type: ignore[no-any-return]
+
+    try:
+        share = f32(f32(float(number)) / 100)
+    except OverflowError:
+        share = float("inf")
+    if share < 0:
+        raise ValueError(f"evictionHard memory.available {value!r}: must be >= 0%")
+    if share > 1:
+        raise ValueError(f"evictionHard memory.available {value!r}: must be <= 100%")
+    return int(float(capacity) * share)

@@ -149,7 +149,9 @@ KEYS: dict[str, KeyDoc] = {
                 "reservation"),
     "evictionHard": KeyDoc(
         "Only `memory.available` is read: its threshold counts in the memory the node "
-        "reserves (for `reservedMemory`). A percentage counts as 0.",
+        "reserves (for `reservedMemory`). A percentage is that share of the node's memory "
+        "(the sum of its NUMA nodes'), computed as the kubelet does (float32); `0%` and "
+        "`100%` set no threshold.",
         kubelet="evictionHard"),
     "alignMemoryWithExclusiveCPUs": KeyDoc(
         "With `memoryManagerPolicy: None`, pin an exclusive container's `cpuset.mems` to the "

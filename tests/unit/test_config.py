@@ -163,3 +163,48 @@ def test_quantities_follow_the_kubelets_reading():
                      'evictionHard: {}\n')
     assert c.reservedMemory[0].limits == {"memory": " 1100 "}
     assert c.node_allocatable_memory_reservation() == {"memory": 1000}
+
+
+@pytest.mark.parametrize("value, capacity, want", [
+    ("100Mi", 0, 100 << 20),
+    ("10%", 64 << 30, int(float(64 << 30) * 0.10000000149011612)),  # float32(0.1)
+    ("5.5%", 1000, 54),  # (float32(5.5) / 100 < 0.055: Go gives 54 too)
+    ("0%", 1 << 30, 0), ("100%", 1 << 30, 0),  # (the kubelet sets no threshold for these)
+    ("7%", 0, 0),
+])
+def test_eviction_threshold_bytes_as_the_kubelet_computes_them(value, capacity, want):
+    from nri_cpumgr.config.model import eviction_threshold_bytes
+
+    assert eviction_threshold_bytes(value, capacity) == want
+
+
+@pytest.mark.parametrize("value, why", [
+    ("x%", "not a percentage"), ("inf%", "not a percentage"), ("-1%", "must be >= 0%"),
+    ("101%", "must be <= 100%"), ("1e40%", "must be <= 100%"),
+])
+def test_a_percentage_the_kubelet_refuses_is_refused(value, why):
+    from nri_cpumgr.config.model import eviction_threshold_bytes
+
+    with pytest.raises(ValueError, match=why):
+        eviction_threshold_bytes(value, 1 << 30)
+
+
+def test_a_percentage_threshold_counts_in_the_memory_managers_reservation():
+    """evictionHard memory.available "10%" on a node of 2 x 8 GiB: reservedMemory must add up
+    to the kubelet's 10% of the node's memory (float32 share), not to 0."""
+    from nri_cpumgr.managers import build_memory_manager
+    from nri_cpumgr.topology import CPUInfo, CPUTopology, Machine
+    from nri_cpumgr.topology.model import NUMANodeInfo
+
+    topo = CPUTopology.from_details({0: CPUInfo(0, 0, 0), 1: CPUInfo(1, 1, 1)})
+    gib = 1 << 30
+    machine = Machine(topo, {0: NUMANodeInfo(0, 8 * gib, {}, {0: 10, 1: 20}),
+                             1: NUMANodeInfo(1, 8 * gib, {}, {0: 20, 1: 10})})
+    ten = int(float(16 * gib) * 0.10000000149011612)
+    base = 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\nmemoryManagerPolicy: Static\n' \
+           'evictionHard: {memory.available: "10%"}\n'
+    ok = parse_config(base + f"reservedMemory: [{{numaNode: 0, limits: {{memory: {ten}}}}}]\n")
+    assert build_memory_manager(ok, machine) is not None
+    bad = parse_config(base + "reservedMemory: [{numaNode: 0, limits: {memory: 100Mi}}]\n")
+    with pytest.raises(ConfigError, match=f"here {{'memory': {ten}}}"):
+        build_memory_manager(bad, machine)
