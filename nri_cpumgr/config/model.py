@@ -425,6 +425,10 @@ def _cpu_list(key: str, v: Any) -> str:
     if isinstance(v, int) and not isinstance(v, bool):
         v = str(v)  # `reservedSystemCPUs: 0` is the CPU list "0"
     v = _string(key, v)
+    if v != "".join(v.split()):
+        # (the kubelet's cpuset.Parse takes each element with strconv.Atoi: no blanks)
+        raise _Invalid(key, f"{v!r}: blanks in a CPU list (write it as the kubelet reads it, "
+                            f"e.g. {''.join(v.split())!r})")
     try:
         CPUSet.parse(v)
     except CPUSetError as e:

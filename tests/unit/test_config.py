@@ -208,3 +208,10 @@ def test_a_percentage_threshold_counts_in_the_memory_managers_reservation():
     bad = parse_config(base + "reservedMemory: [{numaNode: 0, limits: {memory: 100Mi}}]\n")
     with pytest.raises(ConfigError, match=f"here {{'memory': {ten}}}"):
         build_memory_manager(bad, machine)
+
+
+@pytest.mark.parametrize("text", ["0, 1", " 0 ", "0-1 ", "0,\t2"])
+def test_blanks_in_the_reserved_list_are_refused_as_the_kubelet_refuses_them(text):
+    """k8s.io/utils/cpuset Parse reads each element with strconv.Atoi: no blanks."""
+    with pytest.raises(ConfigError, match=r"reservedSystemCPUs: .*blanks in a CPU list"):
+        parse_config(f"reservedSystemCPUs: {text!r}\n".replace("'", '"'))
