@@ -93,7 +93,8 @@ KEYS: dict[str, KeyDoc] = {
         "given, it overrides their cpu, as the kubelet's `--reserved-cpus` does (a WARNING "
         "when they count other CPUs).",
         kubelet="reservedSystemCPUs",
-        refused="CPUs not on this machine; every CPU reserved under "
+        refused="CPUs not on this machine; blanks in the list (`\"0, 1\"`: the kubelet's "
+                "cpuset.Parse refuses them); every CPU reserved under "
                 "`strict-cpu-reservation` (otherwise a WARNING)"),
     "kubeReserved": KeyDoc(
         "Resources reserved for Kubernetes system daemons (`cpu`, `memory`, "
