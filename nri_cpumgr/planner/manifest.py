@@ -119,24 +119,19 @@ class PlannedPod:
 _SHAPES: dict[str, type] = {"mapping": Mapping, "list": list, "string": str}
 
 
+_KINDS: tuple[tuple[type, str], ...] = (
+    (bool, "a boolean"), (int, "an integer"), (float, "a number"), (str, "a string"),
+    (Mapping, "a mapping"), (list, "a list"))
+
+
 def _describe(value: Any) -> str:
     """``value``'s YAML type and (short) value, for a message: ``an integer (5)``."""
     if value is None:
         return "null"
-    if isinstance(value, bool):
-        kind = "a boolean"
-    elif isinstance(value, int):
-        kind = "an integer"
-    elif isinstance(value, float):
-        kind = "a number"
-    elif isinstance(value, str):
-        kind = "a string"
-    elif isinstance(value, Mapping):
-        kind = "a mapping"
-    elif isinstance(value, list):
-        kind = "a list"
-    else:  # a YAML timestamp, binary, ...
-        kind = f"a {type(value).__name__}"
+    # (bool before int: a YAML boolean is an int to isinstance; anything else, a YAML
+    # timestamp, binary, ..., by its Python type's name)
+    kind = next((name for t, name in _KINDS if isinstance(value, t)),
+                f"a {type(value).__name__}")
     text = repr(value)
     return f"{kind} ({text if len(text) <= 40 else text[:37] + '...'})"
 
