@@ -310,7 +310,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         # 1.7: it builds everything first and stops before connecting when it cannot start;
         # a plugin that connects to a running runtime registers first
         early = None if launched else _register_early(config)
-        asyncio = _asyncio()
         from nri_cpumgr.runtime.events import EVENTS
         from nri_cpumgr.transport.stub import Stub
 
@@ -324,6 +323,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         if launched:
             stub.build_now()
+        early_signals: list[signal.Signals] = []
+        if not launched and early is not None:
+            # the runtime's Configure and Synchronize answered on the blocking socket, the
+            # build right after Configure's answer; the event loop continues the session.
+            # SIGTERM or SIGINT until the loop's handlers: stop as they would, once it runs
+
+            def early_signal(signum: int, frame: object) -> None:
+                early_signals.append(signal.Signals(signum))
+                stub.stop()
+
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, early_signal)
+            stub.serve_first_requests()
+        asyncio = _asyncio()
 
         async def main() -> None:
             loop = asyncio.get_running_loop()
@@ -333,6 +346,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, on_signal, sig)
+            for sig in early_signals:  # (received before the event loop ran)
+                on_signal(sig)
             watch = None
             if source is not None and not (launched and args.config is None):
                 # a config change at runtime: SIGHUP, or the file changed (a ConfigMap's

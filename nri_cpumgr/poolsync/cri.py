@@ -24,7 +24,6 @@ docs/concepts/shared-pool.md, "The CRI path").
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import dataclasses
 import logging
@@ -35,6 +34,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from nri_cpumgr import aio as asyncio  # (asyncio at the first use: nri_cpumgr.aio)
 from nri_cpumgr.api import cri_pb2
 from nri_cpumgr.poolsync.activity import NodeActivity
 
