@@ -221,11 +221,19 @@ def _register_early(config: Config):
 
 def cmd_run(args: argparse.Namespace) -> int:
     """The plugin. Connecting to a running runtime (a DaemonSet), registration comes first:
-    before it only the configuration and the NRI schema are loaded (RegisterPlugin goes out
-    on a blocking socket before asyncio is imported); the topology, the managers, the
-    checkpoints, the metrics and what they import are built right after the answer to the
-    runtime's first request (Configure), while the runtime gathers its Synchronize (issue 9:
-    launch -> registered <= 150 ms; issue 34). Errors of that build end
+    RegisterPlugin goes out on a blocking socket before the rest of the plugin is imported
+    (:mod:`nri_cpumgr.boot`, else :func:`_register_early` once the config is validated).
+    Then, still on that blocking socket and before asyncio is imported, the runtime's first
+    requests are answered (:meth:`Stub.serve_first_requests
+    <nri_cpumgr.transport.stub.Stub.serve_first_requests>`): Configure with only the NRI
+    schema and the transport loaded; right after its answer the topology, the managers, the
+    checkpoints, the metrics and what they import are built (while the runtime gathers its
+    Synchronize); then Synchronize. Only then is asyncio imported and the event loop takes
+    the session over (the same connection, what was read and not consumed, the work the
+    handlers left for a loop); anything else first (another request, a refused
+    registration, EOF, a runtime silent for a second) hands over at once (issue 9: launch ->
+    registered <= 150 ms; issue 34: launch -> synchronized). SIGTERM or SIGINT before the
+    event loop runs stop the plugin once it does. Errors of that build end
     the command with the status they had before (ConfigError: exit 2), also when no runtime
     listens (after the first failed attempt). Launched by the runtime (``NRI_PLUGIN_SOCKET``),
     everything is built before connecting: a start-up error stops the plugin before it

@@ -51,7 +51,10 @@ from nri_cpumgr.transport.wire import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from nri_cpumgr.transport.stub import Stub
+    from typing import Any
+
+    #: a :class:`nri_cpumgr.transport.stub.Stub` (not imported: the stub imports this module)
+    Stub = Any
 
 #: Seconds the blocking session waits for the runtime's next bytes before it hands over to
 #: the event loop (the runtime sends Configure right after the registration).

@@ -24,6 +24,12 @@ Protocol facts (containerd/nri pkg/stub, pkg/adaptation; /work/shared/docs/nri-p
   pkg/adaptation/plugin.go ``synchronize``), so its parts' times are added up.
 * Unsolicited UpdateContainers is never sent from inside a handler (the runtime holds its
   NRI lock while waiting for our answer): it is queued and sent once the reply went out.
+
+Before the event loop: after an early registration, :meth:`Stub.serve_first_requests`
+answers Configure and Synchronize on the blocking socket with the same handlers
+(:mod:`~nri_cpumgr.transport.firstreqs`), and :meth:`Stub.run` continues that session. This
+module imports asyncio, the mux and the ttrpc endpoints only when the event loop needs them
+(``aio``: :mod:`nri_cpumgr.aio`).
 """
 
 from __future__ import annotations

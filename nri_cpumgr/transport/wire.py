@@ -1,5 +1,6 @@
 """The NRI wire format without an event loop: mux frames, ttrpc request messages, event masks,
-and the first registration sent on a blocking socket.
+ttrpc's status codes and the server half of its unary calls (:class:`UnaryServer`), and the
+first registration sent on a blocking socket.
 
 Everything here imports only the standard library's ``socket``/``struct``, never asyncio (~50
 ms of imports on a small node) nor, until a message other than the registration is framed, the
