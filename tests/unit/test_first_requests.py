@@ -494,3 +494,32 @@ def test_the_plugin_synchronizes_before_loading_asyncio(tmp_path: Path) -> None:
     for heavy in ("asyncio", "ssl", "concurrent.futures", "subprocess", "tenacity",
                   "nri_cpumgr.transport.mux", "nri_cpumgr.transport.ttrpc"):
         assert heavy not in modules, heavy
+
+
+def test_sigterm_before_the_event_loop_stops_the_plugin(tmp_path: Path) -> None:
+    """SIGTERM while the plugin waits on the blocking socket for its first request (no event
+    loop, no loop signal handler yet): it stops as the loop's handler stops it (the same log
+    line, exit status 0), within the blocking side's wait."""
+    (tmp_path / "c.yaml").write_text("cpuManagerPolicy: static\nreservedSystemCPUs: '0'\n")
+    path = tempfile.mktemp(prefix="nri-s-", dir="/tmp")
+
+    async def main() -> tuple[int, str, float]:
+        async with FakeRuntime(path) as rt:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "nri_cpumgr", "run", "--config", str(tmp_path / "c.yaml"),
+                "--socket", path, "--state-dir", str(tmp_path / "s"),
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                env=dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2])))
+            conn = await rt.next_conn(timeout=30)
+            await asyncio.wait_for(asyncio.shield(conn.registered), 30)
+            await asyncio.sleep(0.3)  # (in the blocking wait for Configure)
+            t0 = time.monotonic()
+            proc.terminate()
+            _, err = await asyncio.wait_for(proc.communicate(), 30)
+            return proc.returncode, err.decode(), time.monotonic() - t0  # type: ignore[return-value]
+
+    status, err, took = asyncio.run(main())
+    assert status == 0, err
+    assert "SIGTERM received: stopping" in err
+    assert "it takes over: the plugin stopped" in err
+    assert took < 10
