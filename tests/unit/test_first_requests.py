@@ -523,3 +523,30 @@ def test_sigterm_before_the_event_loop_stops_the_plugin(tmp_path: Path) -> None:
     assert "SIGTERM received: stopping" in err
     assert "it takes over: the plugin stopped" in err
     assert took < 10
+
+
+def test_a_build_failing_after_configure_ends_run_with_its_error(sock_path: Path) -> None:
+    """The deferred build fails right after Configure's answer on the blocking side: it stops
+    there, and ``run`` raises the build's error (the command's exit status, as before)."""
+
+    class Broken(Factory):
+        def __call__(self) -> RecordingHandlers:
+            self.calls += 1
+            raise OSError("state directory not writable")
+
+    factory = Broken()
+
+    async def main() -> None:
+        async with FakeRuntime(sock_path) as rt:
+            stub = _stub(sock_path, factory)
+            serving = _serve(stub)
+            conn = await rt.next_conn()
+            await asyncio.wait_for(asyncio.shield(conn.registered), 5)
+            await conn.call("Configure", nri_pb2.ConfigureRequest(runtime_name="fake"),
+                            nri_pb2.ConfigureResponse)
+            assert await serving == "the plugin stopped"
+            assert factory.calls == 1
+            with pytest.raises(OSError, match="not writable"):
+                await asyncio.wait_for(stub.run(), 5)
+
+    asyncio.run(asyncio.wait_for(main(), 30))
