@@ -19,7 +19,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from nri_cpumgr import locations
+from nri_cpumgr import aio, locations
 from nri_cpumgr.config import Config, ConfigError, load_config
 from nri_cpumgr.config.model import with_source
 from nri_cpumgr.locations import config_path, state_dir_of
@@ -30,20 +30,10 @@ if TYPE_CHECKING:
 
 
 def _asyncio():
-    """asyncio, imported without ssl: the plugin speaks no TLS, asyncio imports ssl only if it
-    can, and OpenSSL costs ~4.5 MiB of RSS and ~7 ms at start. Importers after this one
-    (prometheus_client, at the first scrape) still get the real module. Imported here, not at
-    the top: the plugin registers before asyncio is loaded."""
-    if "asyncio" in sys.modules:
-        import asyncio
-
-        return asyncio
-    sys.modules["ssl"] = None  # type: ignore[assignment]
-    try:
-        import asyncio
-    finally:
-        del sys.modules["ssl"]
-    return asyncio
+    """asyncio, imported without ssl (:func:`nri_cpumgr.aio.import_asyncio`). Imported here,
+    not at the top: the plugin registers and answers its first requests before asyncio is
+    loaded."""
+    return aio.import_asyncio()
 
 
 log = logging.getLogger("nri_cpumgr")
@@ -69,8 +59,7 @@ class _AfterReplyHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         # (called with self.lock held, as flush_pending holds it: the batch and the records
         # of other threads are written in the order they were logged)
-        aio = sys.modules.get("asyncio")  # (not imported before the early registration)
-        loop = aio.events._get_running_loop() if aio is not None else None
+        loop = aio.running_loop()  # (asyncio is not imported before the first requests)
         if loop is None and not self._pending:
             self.target.handle(record)
             return

@@ -147,6 +147,9 @@ class CRIUpdater:
     # ------------------------------------------------------------------ worker thread
     def _connect(self) -> Any:
         if self._update is None:
+            # grpcio's import loads asyncio: without ssl, as the plugin's (on this thread
+            # while the plugin still answers its first requests without the event loop)
+            asyncio.import_asyncio()
             import grpc  # only in this mode (its import and memory: see the module docstring)
 
             self._grpc = grpc

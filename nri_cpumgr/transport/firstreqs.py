@@ -252,6 +252,9 @@ def serve_first_requests(stub: Stub, early: EarlyRegistration, *,
     which it stops. Raises nothing for the runtime's doing (it stops instead); a failed
     build stops it too (``stub.run`` raises it)."""
     t0 = time.perf_counter()
+    stub._log.info("NRI: connected to the runtime at %s (registration sent before the event "
+                   "loop started; the first requests are answered before it too)",
+                   stub.socket_path or f"fd {stub._fd}")
     session = _Session(stub, early, wait, max_in)
     why = session.run()
     out = session.handover(why)

@@ -501,11 +501,11 @@ class Stub:
         cannot connect, _Stopped after stop(); returns after a long-lived connection."""
         # a session the blocking server began (serve_first_requests): its unread bytes come
         # first, its stream ids and Synchronize parts continue, its registration may be done;
-        # what the handlers left for the loop is handed to it first
+        # what the handlers left for the loop goes to it once connected (or when it stops)
         handover, self._handover = self._handover, None
-        if handover is not None:
-            handover.pre.transfer(asyncio.get_running_loop())
         if self._stopping:
+            if handover is not None:
+                handover.pre.transfer(asyncio.get_running_loop())
             raise _Stopped
         from nri_cpumgr.transport.mux import Mux
         from nri_cpumgr.transport.ttrpc import Client, Server
@@ -532,6 +532,8 @@ class Stub:
             if self._stopping:
                 raise _Stopped
         except BaseException:
+            if handover is not None:
+                handover.pre.transfer(asyncio.get_running_loop())
             mux.close()  # (fails what waits on it, the early registration's answer too)
             if registration is not None:
                 with contextlib.suppress(Exception):
@@ -539,6 +541,10 @@ class Stub:
             raise
         self.sessions += 1
         self._mux = mux
+        if handover is not None:
+            if taken:  # (before the handlers' timers can call update_containers)
+                self._client = client
+            handover.pre.transfer(asyncio.get_running_loop())
         where = self.socket_path or f"fd {self._fd}"
         if handover is None:
             self._log.info("NRI: connected to the runtime at %s%s", where,

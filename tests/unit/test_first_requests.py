@@ -550,3 +550,38 @@ def test_a_build_failing_after_configure_ends_run_with_its_error(sock_path: Path
                 await asyncio.wait_for(stub.run(), 5)
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_running_loop_while_another_thread_imports_asyncio(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A partly imported ``asyncio.events`` (grpcio's import on the CRI worker thread while
+    the plugin answers its first requests) is no running loop, not an AttributeError (seen on
+    containerd 1.7, whose shared-pool mode is cri)."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "asyncio.events", types.ModuleType("asyncio.events"))
+    assert aio.running_loop() is None
+    with aio.active(aio.PreLoop()) as pre:
+        assert aio.get_running_loop() is pre
+    with pytest.raises(RuntimeError):
+        aio.get_running_loop()
+
+
+def test_import_asyncio_leaves_ssl_out_for_this_import_only() -> None:
+    """asyncio without ssl (a subprocess: this one has both), the finder gone afterwards, ssl
+    importable later and by other threads meanwhile; grpcio's import (cri mode) after it
+    loads no ssl either."""
+    code = (
+        "import sys, threading\n"
+        "from nri_cpumgr import aio\n"
+        "a = aio.import_asyncio()\n"
+        "print('ssl' in sys.modules, a is sys.modules['asyncio'],\n"
+        "      any(type(f).__name__ == '_NoSSL' for f in sys.meta_path))\n"
+        "import grpc\n"
+        "print('ssl' in sys.modules)\n"
+        "t = threading.Thread(target=lambda: __import__('ssl')); t.start(); t.join()\n"
+        "print('ssl' in sys.modules, sys.modules['ssl'] is not None)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).parents[2]).stdout.split("\n")
+    assert out[0] == "False True False"
+    assert out[1] == "False"
+    assert out[2] == "True True"
