@@ -19,7 +19,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from nri_cpumgr import locations
+from nri_cpumgr import aio, locations
 from nri_cpumgr.config import Config, ConfigError, load_config
 from nri_cpumgr.config.model import with_source
 from nri_cpumgr.locations import config_path, state_dir_of
@@ -30,20 +30,10 @@ if TYPE_CHECKING:
 
 
 def _asyncio():
-    """asyncio, imported without ssl: the plugin speaks no TLS, asyncio imports ssl only if it
-    can, and OpenSSL costs ~4.5 MiB of RSS and ~7 ms at start. Importers after this one
-    (prometheus_client, at the first scrape) still get the real module. Imported here, not at
-    the top: the plugin registers before asyncio is loaded."""
-    if "asyncio" in sys.modules:
-        import asyncio
-
-        return asyncio
-    sys.modules["ssl"] = None  # type: ignore[assignment]
-    try:
-        import asyncio
-    finally:
-        del sys.modules["ssl"]
-    return asyncio
+    """asyncio, imported without ssl (:func:`nri_cpumgr.aio.import_asyncio`). Imported here,
+    not at the top: the plugin registers and answers its first requests before asyncio is
+    loaded."""
+    return aio.import_asyncio()
 
 
 log = logging.getLogger("nri_cpumgr")
@@ -69,8 +59,7 @@ class _AfterReplyHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         # (called with self.lock held, as flush_pending holds it: the batch and the records
         # of other threads are written in the order they were logged)
-        aio = sys.modules.get("asyncio")  # (not imported before the early registration)
-        loop = aio.events._get_running_loop() if aio is not None else None
+        loop = aio.running_loop()  # (asyncio is not imported before the first requests)
         if loop is None and not self._pending:
             self.target.handle(record)
             return
@@ -221,11 +210,19 @@ def _register_early(config: Config):
 
 def cmd_run(args: argparse.Namespace) -> int:
     """The plugin. Connecting to a running runtime (a DaemonSet), registration comes first:
-    before it only the configuration and the NRI schema are loaded (RegisterPlugin goes out
-    on a blocking socket before asyncio is imported); the topology, the managers, the
-    checkpoints, the metrics and what they import are built right after the answer to the
-    runtime's first request (Configure), while the runtime gathers its Synchronize (issue 9:
-    launch -> registered <= 150 ms; issue 34). Errors of that build end
+    RegisterPlugin goes out on a blocking socket before the rest of the plugin is imported
+    (:mod:`nri_cpumgr.boot`, else :func:`_register_early` once the config is validated).
+    Then, still on that blocking socket and before asyncio is imported, the runtime's first
+    requests are answered (:meth:`Stub.serve_first_requests
+    <nri_cpumgr.transport.stub.Stub.serve_first_requests>`): Configure with only the NRI
+    schema and the transport loaded; right after its answer the topology, the managers, the
+    checkpoints, the metrics and what they import are built (while the runtime gathers its
+    Synchronize); then Synchronize. Only then is asyncio imported and the event loop takes
+    the session over (the same connection, what was read and not consumed, the work the
+    handlers left for a loop); anything else first (another request, a refused
+    registration, EOF, a runtime silent for a second) hands over at once (issue 9: launch ->
+    registered <= 150 ms; issue 34: launch -> synchronized). SIGTERM or SIGINT before the
+    event loop runs stop the plugin once it does. Errors of that build end
     the command with the status they had before (ConfigError: exit 2), also when no runtime
     listens (after the first failed attempt). Launched by the runtime (``NRI_PLUGIN_SOCKET``),
     everything is built before connecting: a start-up error stops the plugin before it
@@ -310,7 +307,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         # 1.7: it builds everything first and stops before connecting when it cannot start;
         # a plugin that connects to a running runtime registers first
         early = None if launched else _register_early(config)
-        asyncio = _asyncio()
         from nri_cpumgr.runtime.events import EVENTS
         from nri_cpumgr.transport.stub import Stub
 
@@ -324,6 +320,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         if launched:
             stub.build_now()
+        early_signals: list[signal.Signals] = []
+        if not launched and early is not None:
+            # the runtime's Configure and Synchronize answered on the blocking socket, the
+            # build right after Configure's answer; the event loop continues the session.
+            # SIGTERM or SIGINT until the loop's handlers: stop as they would, once it runs
+
+            def early_signal(signum: int, frame: object) -> None:
+                early_signals.append(signal.Signals(signum))
+                stub.stop()
+
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, early_signal)
+            stub.serve_first_requests()
+        asyncio = _asyncio()
 
         async def main() -> None:
             loop = asyncio.get_running_loop()
@@ -333,6 +343,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, on_signal, sig)
+            for sig in early_signals:  # (received before the event loop ran)
+                on_signal(sig)
             watch = None
             if source is not None and not (launched and args.config is None):
                 # a config change at runtime: SIGHUP, or the file changed (a ConfigMap's

@@ -24,7 +24,6 @@ docs/concepts/shared-pool.md, "The CRI path").
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import dataclasses
 import logging
@@ -35,6 +34,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from nri_cpumgr import aio as asyncio  # (asyncio at the first use: nri_cpumgr.aio)
 from nri_cpumgr.api import cri_pb2
 from nri_cpumgr.poolsync.activity import NodeActivity
 
@@ -147,6 +147,9 @@ class CRIUpdater:
     # ------------------------------------------------------------------ worker thread
     def _connect(self) -> Any:
         if self._update is None:
+            # grpcio's import loads asyncio: without ssl, as the plugin's (on this thread
+            # while the plugin still answers its first requests without the event loop)
+            asyncio.import_asyncio()
             import grpc  # only in this mode (its import and memory: see the module docstring)
 
             self._grpc = grpc

@@ -17,12 +17,12 @@ fields may come in any order, so ``container_id`` is prepended to a pre-serializ
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from nri_cpumgr import aio as asyncio  # (asyncio at the first use: nri_cpumgr.aio)
 from nri_cpumgr.api import nri_pb2
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.poolsync.planner import Batch, PoolPlanner

@@ -17,7 +17,6 @@ worker thread (``cri``) or the plugin's own UpdateContainers calls (``async``), 
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import functools
 import gc
@@ -27,6 +26,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from nri_cpumgr import aio as asyncio  # (asyncio at the first use: nri_cpumgr.aio)
 from nri_cpumgr.adopt import kubelet_state_absent
 from nri_cpumgr.api import nri_pb2
 from nri_cpumgr.checkpoint import BackgroundWriter, Checkpoint, CheckpointError

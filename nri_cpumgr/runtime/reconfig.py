@@ -27,12 +27,12 @@ apply, roll back (nri_cpumgr.reconfigure computes the plan; this module does the
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 from collections.abc import Mapping
 from typing import Any
 
+from nri_cpumgr import aio as asyncio  # (asyncio at the first use: nri_cpumgr.aio)
 from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
 from nri_cpumgr.config import Config, ConfigError
 from nri_cpumgr.cpuset import CPUSet

@@ -1,9 +1,11 @@
 """NRI transport: connection multiplexer, ttrpc client/server and the plugin stub.
 
-``wire``: the frame and message formats and the early registration, without asyncio;
-``mux``: frames of one unix socket; ``ttrpc``: unary ttrpc over one mux connection;
-``stub``: registration, dispatch to :class:`~nri_cpumgr.transport.stub.Handlers`,
-reconnection. See /work/shared/docs/nri-protocol.md for the wire rules.
+``wire``: the frame and message formats, the ttrpc server rules and the early registration,
+without asyncio; ``firstreqs``: Configure and Synchronize answered on the blocking socket
+before asyncio is imported; ``mux``: frames of one unix socket; ``ttrpc``: unary ttrpc over
+one mux connection; ``stub``: registration, dispatch to
+:class:`~nri_cpumgr.transport.stub.Handlers`, reconnection (asyncio imported at first use).
+See /work/shared/docs/nri-protocol.md for the wire rules.
 
 The names below are loaded on first use: importing :mod:`.wire` must not import asyncio.
 """

@@ -57,7 +57,9 @@ class Mux(asyncio.Protocol):
     """One multiplexed socket. Create it per socket; it is never reused after a close.
 
     ``on_lost(exc)`` is called once when the socket closes (``exc`` None on a clean EOF or a
-    local close). ``max_frame_in`` bounds one incoming frame in bytes.
+    local close). ``max_frame_in`` bounds one incoming frame in bytes. ``preface``: bytes read
+    from the socket before it was handed to the event loop and not consumed yet (mux frames,
+    :mod:`~nri_cpumgr.transport.firstreqs`), taken as the first data received once connected.
     """
 
     def __init__(
@@ -66,8 +68,10 @@ class Mux(asyncio.Protocol):
         *,
         max_frame_in: int = DEFAULT_MAX_FRAME_IN,
         logger: logging.Logger | None = None,
+        preface: bytes = b"",
     ) -> None:
         self._on_lost = on_lost
+        self._preface = preface
         self._max_frame_in = max_frame_in
         self._log = logger or _log
         self._sinks: dict[int, ConnSink] = {}
@@ -89,6 +93,9 @@ class Mux(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.lost = asyncio.get_running_loop().create_future()
+        if self._preface:  # (before the transport reads: the bytes keep their order)
+            data, self._preface = self._preface, b""
+            self.data_received(data)
 
     # --- reading ---------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:

@@ -24,11 +24,16 @@ Protocol facts (containerd/nri pkg/stub, pkg/adaptation; /work/shared/docs/nri-p
   pkg/adaptation/plugin.go ``synchronize``), so its parts' times are added up.
 * Unsolicited UpdateContainers is never sent from inside a handler (the runtime holds its
   NRI lock while waiting for our answer): it is queued and sent once the reply went out.
+
+Before the event loop: after an early registration, :meth:`Stub.serve_first_requests`
+answers Configure and Synchronize on the blocking socket with the same handlers
+(:mod:`~nri_cpumgr.transport.firstreqs`), and :meth:`Stub.run` continues that session. This
+module imports asyncio, the mux and the ttrpc endpoints only when the event loop needs them
+(``aio``: :mod:`nri_cpumgr.aio`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import re
@@ -39,26 +44,30 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
+from nri_cpumgr import aio as asyncio  # (asyncio itself at the first use: see the module doc)
 from nri_cpumgr.api import nri_pb2
-from nri_cpumgr.transport.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
-from nri_cpumgr.transport.ttrpc import (
-    INVALID_ARGUMENT,
-    UNKNOWN,
-    Client,
-    Handler,
-    Server,
-    TtrpcError,
-)
 from nri_cpumgr.transport.wire import (  # noqa: F401 - event_mask re-exported
+    INVALID_ARGUMENT,
     PLUGIN_SERVICE,
+    PLUGIN_SERVICE_CONN,
     RUNTIME_SERVICE,
+    RUNTIME_SERVICE_CONN,
+    UNKNOWN,
     EarlyRegistration,
+    Handler,
+    TtrpcError,
     event_mask,
     launched_from_env,
 )
 
 if TYPE_CHECKING:
+    import asyncio as _asyncio
+
     from tenacity import RetryCallState
+
+    from nri_cpumgr.transport.firstreqs import Handover
+    from nri_cpumgr.transport.mux import Mux
+    from nri_cpumgr.transport.ttrpc import Client
 
 DEFAULT_SOCKET = "/var/run/nri/nri.sock"
 #: Event bits NRI v0.6.1 accepts (events 1..11); higher bits make it refuse the plugin.
@@ -206,7 +215,9 @@ class Stub:
         self._backoff_max = backoff_max
         self._stable_after = stable_after
         self._stopping = False
-        self._stop_event = asyncio.Event()
+        self._stop_event: _asyncio.Event | None = None  # (made on the event loop)
+        #: what :meth:`serve_first_requests` left to the event loop, or None
+        self._handover: Handover | None = None
         self._mux: Mux | None = None
         self._client: Client | None = None
         self._registered = False
@@ -216,7 +227,7 @@ class Stub:
         self._ever_registered = False
         self._in_handler = False
         self._pending_updates: list[nri_pb2.ContainerUpdate] = []
-        self._flush_task: asyncio.Task[None] | None = None
+        self._flush_task: _asyncio.Task[None] | None = None
         self._sync_pods: list[nri_pb2.PodSandbox] = []
         self._sync_containers: list[nri_pb2.Container] = []
         self.runtime_name = ""
@@ -323,7 +334,8 @@ class Stub:
     def stop(self) -> None:
         """Close the connection and make :meth:`run` return (call on the event loop)."""
         self._stopping = True
-        self._stop_event.set()
+        if self._stop_event is not None:
+            self._stop_event.set()
         if self._mux is not None:
             self._mux.close()
 
@@ -374,6 +386,27 @@ class Stub:
         except DecodeError as exc:
             raise TtrpcError(UNKNOWN, f"malformed UpdateContainersResponse: {exc}") from None
         return {u.container_id for u in failed}
+
+    def serve_first_requests(self, wait: float | None = None) -> str:
+        """Before the event loop: answer the runtime's Configure and Synchronize on the early
+        registration's blocking socket (:mod:`~nri_cpumgr.transport.firstreqs`), then leave
+        the session to :meth:`run`, which continues it (the unread bytes, stream ids, the
+        registration, a split Synchronize in progress, what the handlers scheduled on a loop).
+        Returns why it stopped ("synchronized" when it served both). ``wait``: seconds
+        without data from the runtime after which it stops (default
+        :data:`~nri_cpumgr.transport.firstreqs.FIRST_REQUEST_WAIT`). Raises ValueError without
+        an early registration (launched mode, or one that could not be sent) or when called
+        twice."""
+        if self._early is None or self._handover is not None or self.sessions:
+            raise ValueError("no early registration to serve the first requests on")
+        from nri_cpumgr.transport import firstreqs
+
+        kw = {} if wait is None else {"wait": wait}
+        self._sync_pods, self._sync_containers = [], []
+        self._sync_parts, self._sync_handler_s, self._sync_bytes = 0, 0.0, 0
+        self._after_configure = None
+        self._handover = firstreqs.serve_first_requests(self, self._early, **kw)
+        return self._handover.why
 
     async def run(self) -> None:
         """Connect, register and serve until :meth:`stop` (external mode reconnects with
@@ -429,6 +462,10 @@ class Stub:
 
     # --- connection -------------------------------------------------------------------------
     async def _sleep(self, seconds: float) -> None:
+        if self._stop_event is None:
+            self._stop_event = asyncio.Event()
+            if self._stopping:
+                return
         try:
             await asyncio.wait_for(self._stop_event.wait(), seconds)
         except TimeoutError:
@@ -462,25 +499,41 @@ class Stub:
         """One connection: register, serve until it closes. Raises _SessionFailed if it
         ended before registration or within ``stable_after`` seconds of it, OSError if it
         cannot connect, _Stopped after stop(); returns after a long-lived connection."""
+        # a session the blocking server began (serve_first_requests): its unread bytes come
+        # first, its stream ids and Synchronize parts continue, its registration may be done;
+        # what the handlers left for the loop goes to it once connected (or when it stops)
+        handover, self._handover = self._handover, None
         if self._stopping:
+            if handover is not None:
+                handover.pre.transfer(asyncio.get_running_loop())
             raise _Stopped
-        mux = Mux(logger=self._log)
+        from nri_cpumgr.transport.mux import Mux
+        from nri_cpumgr.transport.ttrpc import Client, Server
+
+        mux = Mux(logger=self._log, preface=handover.preface if handover else b"")
         # both conns are open before the socket is read: with an early registration the
         # runtime's answer (and its Configure) may already be waiting in the socket
-        self._sync_pods, self._sync_containers = [], []
-        self._sync_parts, self._sync_handler_s, self._sync_bytes = 0, 0.0, 0
-        self._after_configure = None
+        if handover is None:
+            self._sync_pods, self._sync_containers = [], []
+            self._sync_parts, self._sync_handler_s, self._sync_bytes = 0, 0.0, 0
+            self._after_configure = None
         Server(mux, PLUGIN_SERVICE_CONN, self._methods, logger=self._log,
-               after_reply=self._after_reply)
-        client = Client(mux, RUNTIME_SERVICE_CONN, logger=self._log)
+               after_reply=self._after_reply,
+               last_sid=handover.last_sid if handover is not None else 0)
+        taken = handover is not None and handover.registered
+        early_sid = self._early.sid if self._early is not None else -1
+        client = Client(mux, RUNTIME_SERVICE_CONN, logger=self._log,
+                        next_sid=early_sid + 2 if taken else 1)
         registration = None
-        if self._early is not None:
+        if self._early is not None and not taken:
             registration = client.expect(self._early.sid, timeout=self._register_timeout)
         try:
             await self._connect(mux)
             if self._stopping:
                 raise _Stopped
         except BaseException:
+            if handover is not None:
+                handover.pre.transfer(asyncio.get_running_loop())
             mux.close()  # (fails what waits on it, the early registration's answer too)
             if registration is not None:
                 with contextlib.suppress(Exception):
@@ -488,29 +541,40 @@ class Stub:
             raise
         self.sessions += 1
         self._mux = mux
+        if handover is not None:
+            if taken:  # (before the handlers' timers can call update_containers)
+                self._client = client
+            handover.pre.transfer(asyncio.get_running_loop())
         where = self.socket_path or f"fd {self._fd}"
-        self._log.info("NRI: connected to the runtime at %s%s", where,
-                       " (registration sent before the event loop started)"
-                       if registration is not None else "")
+        if handover is None:
+            self._log.info("NRI: connected to the runtime at %s%s", where,
+                           " (registration sent before the event loop started)"
+                           if registration is not None else "")
         try:
-            if registration is None:
+            if taken:
+                pass  # (logged when its reply came)
+            elif registration is None:
                 req = nri_pb2.RegisterPluginRequest(plugin_name=self.name, plugin_idx=self.idx)
                 registration = client.call(RUNTIME_SERVICE, "RegisterPlugin",
                                            req.SerializeToString(),
                                            timeout=self._register_timeout)
-            try:
-                await registration
-            except TtrpcError as exc:
-                self._log.error("NRI: registration of %s-%s refused: %s",
-                                self.idx, self.name, exc.message)
-                raise _SessionFailed(f"registration refused: {exc.message}") from None
-            except (ConnectionError, TimeoutError) as exc:
-                raise _SessionFailed(f"registration failed: {exc!r}") from None
+            if registration is not None:
+                try:
+                    await registration
+                except TtrpcError as exc:
+                    self._log.error("NRI: registration of %s-%s refused: %s",
+                                    self.idx, self.name, exc.message)
+                    raise _SessionFailed(f"registration refused: {exc.message}") from None
+                except (ConnectionError, TimeoutError) as exc:
+                    raise _SessionFailed(f"registration failed: {exc!r}") from None
             self._client = client
             self._registered = self._ever_registered = True
             self._ready()  # (already built when Configure came first)
-            runtime = f"{self.runtime_name} {self.runtime_version}".strip() or "the runtime"
-            self._log.info("NRI: registered as %s-%s with %s", self.idx, self.name, runtime)
+            if not taken:
+                runtime = f"{self.runtime_name} {self.runtime_version}".strip() or \
+                    "the runtime"
+                self._log.info("NRI: registered as %s-%s with %s", self.idx, self.name,
+                               runtime)
             if self._pending_updates:
                 self._schedule_flush()
             assert mux.lost is not None

@@ -20,7 +20,6 @@ ttrpc's own message limit is 4 MiB (:data:`MAX_MESSAGE_OUT` for what we send), b
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -34,10 +33,21 @@ if TYPE_CHECKING:
     from nri_cpumgr.transport.mux import Mux
 
 from nri_cpumgr.transport.wire import (  # noqa: F401 - the message format, re-exported
+    DEADLINE_EXCEEDED,
+    INVALID_ARGUMENT,
     MAX_MESSAGE_OUT,
+    OK,
+    RESOURCE_EXHAUSTED,
     TYPE_DATA,
     TYPE_REQUEST,
     TYPE_RESPONSE,
+    UNAVAILABLE,
+    UNIMPLEMENTED,
+    UNKNOWN,
+    Handler,
+    TtrpcError,
+    UnaryServer,
+    ok_response,
     ttrpc_message,
     ttrpc_request,
 )
@@ -47,28 +57,7 @@ from nri_cpumgr.transport.wire import TTRPC_HEADER_LEN as HEADER_LEN
 #: Default bound on one incoming message (bytes).
 DEFAULT_MAX_MESSAGE_IN = 64 << 20
 
-# google.golang.org/grpc/codes
-OK = 0
-UNKNOWN = 2
-INVALID_ARGUMENT = 3
-DEADLINE_EXCEEDED = 4
-RESOURCE_EXHAUSTED = 8
-UNIMPLEMENTED = 12
-UNAVAILABLE = 14
-
 _log = logging.getLogger(__name__)
-
-#: A unary method: serialized request in, serialized response out (or an awaitable of it).
-Handler = Callable[[bytes], "bytes | Awaitable[bytes]"]
-
-
-class TtrpcError(Exception):
-    """A call failed with a ttrpc/gRPC status ``code`` and text ``message``."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(f"code {code}: {message}")
-        self.code = code
-        self.message = message
 
 
 class _Endpoint:
@@ -131,16 +120,17 @@ class Server(_Endpoint):
     A handler receives the serialized request and returns the serialized response, or an
     awaitable of it (then the answer is written when it completes, on this connection only).
     It raises :class:`TtrpcError` for a specific status; any other exception answers
-    Unknown (2) with ``str(exc)``.
+    Unknown (2) with ``str(exc)`` (the rules: :class:`~nri_cpumgr.transport.wire.UnaryServer`).
+    ``last_sid``: the last request stream already answered on this connection (a session the
+    blocking server began, :mod:`~nri_cpumgr.transport.firstreqs`).
     """
 
     def __init__(self, mux: Mux, conn_id: int, methods: dict[tuple[str, str], Handler], *,
                  max_message_in: int = DEFAULT_MAX_MESSAGE_IN,
                  logger: logging.Logger | None = None,
-                 after_reply: Callable[[], None] | None = None) -> None:
+                 after_reply: Callable[[], None] | None = None, last_sid: int = 0) -> None:
         super().__init__(mux, conn_id, max_message_in=max_message_in, logger=logger)
-        self._methods = methods
-        self._last_sid = 0
+        self._unary = UnaryServer(methods, logger=self._log, last_sid=last_sid)
         self._after_reply = after_reply
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -148,104 +138,40 @@ class Server(_Endpoint):
         if mtype != TYPE_REQUEST:
             self._log.debug("ttrpc server: ignoring message type %d on stream %d", mtype, sid)
             return
-        if sid % 2 == 0:
-            self._status(sid, INVALID_ARGUMENT,
-                         f"stream id {sid} is even: client streams must use odd ids")
-            return
-        if sid <= self._last_sid:
-            self._status(sid, INVALID_ARGUMENT,
-                         f"stream id {sid} reused or decreasing (last was {self._last_sid})")
-            return
-        self._last_sid = sid
-        try:
-            req = ttrpc_pb2.Request.FromString(data)
-        except DecodeError as exc:
-            self._status(sid, INVALID_ARGUMENT, f"malformed ttrpc request: {exc}")
-            return
-        handler = self._methods.get((req.service, req.method))
-        if handler is None:
-            self._status(sid, UNIMPLEMENTED,
-                         f"method {req.service}/{req.method} is not implemented by this plugin")
-            return
-        try:
-            result = handler(req.payload)
-        except Exception as exc:  # noqa: BLE001 - every failure becomes a status
-            self._error(sid, req.method, exc)
-            return
-        if type(result) is not bytes and inspect.isawaitable(result):
-            task = asyncio.ensure_future(self._finish(sid, req.method, result))
+        method, answer = self._unary.receive(sid, data)
+        if type(answer) is not bytes:
+            task = asyncio.ensure_future(self._finish(sid, method, answer))  # type: ignore[arg-type]
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             return
-        self._reply(sid, result)
+        self._answer(sid, answer)
 
     async def _finish(self, sid: int, method: str, pending: Awaitable[bytes]) -> None:
         try:
             result = await pending
         except Exception as exc:  # noqa: BLE001
-            self._error(sid, method, exc)
+            self._answer(sid, self._unary.failure(method, exc))
             return
-        self._reply(sid, result)
+        self._answer(sid, self._unary.result(result))
 
-    def _error(self, sid: int, method: str, exc: Exception) -> None:
-        if isinstance(exc, TtrpcError):
-            self._status(sid, exc.code, exc.message)
-            return
-        self._log.error("NRI %s handler failed: %s", method, exc, exc_info=exc)
-        self._status(sid, UNKNOWN, str(exc))
-
-    def _reply(self, sid: int, payload: bytes) -> None:
-        if len(payload) > MAX_MESSAGE_OUT - 64:
-            self._status(sid, RESOURCE_EXHAUSTED,
-                         f"response of {len(payload)} bytes exceeds the ttrpc limit")
-            return
-        data = ok_response(payload)
+    def _answer(self, sid: int, data: bytes) -> None:
         if not self._write(sid, TYPE_RESPONSE, data):
             self._log.info("dropping answer to stream %d: its connection is gone", sid)
             return
         if self._after_reply is not None:
             self._after_reply()
 
-    def _status(self, sid: int, code: int, message: str) -> None:
-        data = ttrpc_pb2.Response(
-            status=ttrpc_pb2.Status(code=code, message=message)).SerializeToString()
-        if self._write(sid, TYPE_RESPONSE, data) and self._after_reply is not None:
-            self._after_reply()
-
-
-def ok_response(payload: bytes) -> bytes:
-    """The serialized ``ttrpc.Response`` of a successful call: ``status`` (field 1) an empty
-    ``Status`` (code OK), then ``payload`` (field 2), as ``Response(status=Status(),
-    payload=payload).SerializeToString()`` writes it (field order, an empty payload left
-    out), without building the two messages per reply."""
-    n = len(payload)
-    if not n:
-        return _OK_EMPTY
-    if n < 0x80:
-        return b"\x0a\x00\x12" + bytes((n,)) + payload
-    return b"\x0a\x00\x12" + _varint(n) + payload
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-_OK_EMPTY = b"\x0a\x00"  # (status only: an empty payload is not written)
-
 
 class Client(_Endpoint):
-    """ttrpc client on one mux connection. Stream ids are 1, 3, 5, ... for this connection."""
+    """ttrpc client on one mux connection. Stream ids are 1, 3, 5, ... for this connection
+    (from ``next_sid``, odd, when streams were used before: a session the blocking server
+    began, :mod:`~nri_cpumgr.transport.firstreqs`)."""
 
     def __init__(self, mux: Mux, conn_id: int, *,
                  max_message_in: int = DEFAULT_MAX_MESSAGE_IN,
-                 logger: logging.Logger | None = None) -> None:
+                 logger: logging.Logger | None = None, next_sid: int = 1) -> None:
         super().__init__(mux, conn_id, max_message_in=max_message_in, logger=logger)
-        self._next_sid = 1
+        self._next_sid = next_sid
         self._pending: dict[int, asyncio.Future[bytes]] = {}
 
     async def call(self, service: str, method: str, payload: bytes, *,

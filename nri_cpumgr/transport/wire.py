@@ -1,5 +1,6 @@
 """The NRI wire format without an event loop: mux frames, ttrpc request messages, event masks,
-and the first registration sent on a blocking socket.
+ttrpc's status codes and the server half of its unary calls (:class:`UnaryServer`), and the
+first registration sent on a blocking socket.
 
 Everything here imports only the standard library's ``socket``/``struct``, never asyncio (~50
 ms of imports on a small node) nor, until a message other than the registration is framed, the
@@ -16,9 +17,11 @@ a ttrpc message is ``length u32 BE | stream_id u32 BE | type u8 | flags u8 | dat
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import struct
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from nri_cpumgr.transport.early import (  # noqa: F401 - re-exported
@@ -45,6 +48,29 @@ TYPE_DATA = 3
 MAX_MESSAGE_OUT = 4 << 20
 
 PLUGIN_SERVICE = "nri.pkg.api.v1alpha1.Plugin"
+
+# google.golang.org/grpc/codes
+OK = 0
+UNKNOWN = 2
+INVALID_ARGUMENT = 3
+DEADLINE_EXCEEDED = 4
+RESOURCE_EXHAUSTED = 8
+UNIMPLEMENTED = 12
+UNAVAILABLE = 14
+
+#: A unary method: serialized request in, serialized response out (or an awaitable of it).
+Handler = Callable[[bytes], "bytes | Awaitable[bytes]"]
+
+_log = logging.getLogger(__name__)
+
+
+class TtrpcError(Exception):
+    """A call failed with a ttrpc/gRPC status ``code`` and text ``message``."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"code {code}: {message}")
+        self.code = code
+        self.message = message
 
 
 def event_mask(*events: int) -> int:
@@ -93,6 +119,115 @@ def ttrpc_request(service: str, method: str, payload: bytes, *, timeout: float |
     if len(data) > MAX_MESSAGE_OUT:
         raise ValueError(f"ttrpc request of {len(data)} bytes exceeds the 4 MiB limit")
     return data
+
+
+def ok_response(payload: bytes) -> bytes:
+    """The serialized ``ttrpc.Response`` of a successful call: ``status`` (field 1) an empty
+    ``Status`` (code OK), then ``payload`` (field 2), as ``Response(status=Status(),
+    payload=payload).SerializeToString()`` writes it (field order, an empty payload left
+    out), without building the two messages per reply."""
+    n = len(payload)
+    if not n:
+        return _OK_EMPTY
+    if n < 0x80:
+        return b"\x0a\x00\x12" + bytes((n,)) + payload
+    return b"\x0a\x00\x12" + _varint(n) + payload
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_OK_EMPTY = b"\x0a\x00"  # (status only: an empty payload is not written)
+
+
+def status_response(code: int, message: str) -> bytes:
+    """The serialized ``ttrpc.Response`` of a failed call: ``Status(code, message)``."""
+    from nri_cpumgr.api import ttrpc_pb2
+
+    return ttrpc_pb2.Response(
+        status=ttrpc_pb2.Status(code=code, message=message)).SerializeToString()
+
+
+class UnaryServer:
+    """The server half of ttrpc's unary calls without I/O or an event loop: stream-id rules,
+    request decoding, dispatch to ``methods`` by (service, method), the status of a failure
+    (ttrpc server.go). :class:`~nri_cpumgr.transport.ttrpc.Server` writes its answers on the
+    event loop, :mod:`~nri_cpumgr.transport.firstreqs` on the blocking socket before it.
+
+    A handler receives the serialized request and returns the serialized response, or an
+    awaitable of it; it raises :class:`TtrpcError` for a specific status, any other exception
+    answers Unknown (2) with ``str(exc)``. ``last_sid``: the last stream id already served on
+    this connection (a session taken over from the blocking server)."""
+
+    def __init__(self, methods: dict[tuple[str, str], Handler], *,
+                 logger: logging.Logger | None = None, last_sid: int = 0) -> None:
+        self.methods = methods
+        self.last_sid = last_sid
+        self._log = logger or _log
+
+    def stream_error(self, sid: int) -> str | None:
+        """Why request stream ``sid`` is refused (InvalidArgument), or None (no change)."""
+        if sid % 2 == 0:
+            return f"stream id {sid} is even: client streams must use odd ids"
+        if sid <= self.last_sid:
+            return f"stream id {sid} reused or decreasing (last was {self.last_sid})"
+        return None
+
+    def receive(self, sid: int, data: bytes) -> tuple[str, bytes | Awaitable[bytes]]:
+        """Request stream ``sid`` with serialized ``ttrpc.Request`` ``data``: (method name, the
+        serialized ``ttrpc.Response`` to write, or an awaitable of the handler's payload for
+        :meth:`result`)."""
+        why = self.stream_error(sid)
+        if why is not None:
+            return "", status_response(INVALID_ARGUMENT, why)
+        self.last_sid = sid
+        from google.protobuf.message import DecodeError
+
+        from nri_cpumgr.api import ttrpc_pb2
+
+        try:
+            req = ttrpc_pb2.Request.FromString(data)
+        except DecodeError as exc:
+            return "", status_response(INVALID_ARGUMENT, f"malformed ttrpc request: {exc}")
+        return req.method, self.handle(sid, req.service, req.method, req.payload)
+
+    def handle(self, sid: int, service: str, method: str,
+               payload: bytes) -> bytes | Awaitable[bytes]:
+        """Call the handler of a decoded request of stream ``sid`` (taken as the last one):
+        the serialized ``ttrpc.Response``, or an awaitable of the handler's payload."""
+        self.last_sid = sid
+        handler = self.methods.get((service, method))
+        if handler is None:
+            return status_response(
+                UNIMPLEMENTED, f"method {service}/{method} is not implemented by this plugin")
+        try:
+            result = handler(payload)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a status
+            return self.failure(method, exc)
+        if type(result) is not bytes and hasattr(result, "__await__"):
+            return result  # type: ignore[return-value]
+        return self.result(result)  # type: ignore[arg-type]
+
+    def result(self, payload: bytes) -> bytes:
+        """The serialized ``ttrpc.Response`` carrying a handler's ``payload``
+        (ResourceExhausted when over the message limit)."""
+        if len(payload) > MAX_MESSAGE_OUT - 64:
+            return status_response(RESOURCE_EXHAUSTED,
+                                   f"response of {len(payload)} bytes exceeds the ttrpc limit")
+        return ok_response(payload)
+
+    def failure(self, method: str, exc: Exception) -> bytes:
+        """The serialized ``ttrpc.Response`` of a handler that raised ``exc``."""
+        if isinstance(exc, TtrpcError):
+            return status_response(exc.code, exc.message)
+        self._log.error("NRI %s handler failed: %s", method, exc, exc_info=exc)
+        return status_response(UNKNOWN, str(exc))
 
 
 @dataclass
