@@ -87,7 +87,11 @@ class Pod:
     pod_level_resources: bool = False
 
     def container(self, name: str) -> ContainerSpec | None:
-        for c in self.init_containers + self.containers:
+        """The container called ``name``, init containers first (None when absent)."""
+        for c in self.init_containers:
+            if c.name == name:
+                return c
+        for c in self.containers:
             if c.name == name:
                 return c
         return None

@@ -306,8 +306,9 @@ def container_info(pod: Any, ctr: Any) -> ContainerInfo:
     """Build a :class:`ContainerInfo` from NRI ``PodSandbox`` and ``Container`` messages."""
     uid = pod.uid or pod.labels.get(LABEL_POD_UID, "") or pod.id
     name = ctr.labels.get(LABEL_CONTAINER_NAME, "") or ctr.name
+    count = ctr.annotations.get(ANNOTATION_RESTART_COUNT)
     try:
-        restarts = int(ctr.annotations.get(ANNOTATION_RESTART_COUNT, "0"))
+        restarts = int(count) if count else 0
     except ValueError:
         restarts = 0
     lin = ctr.linux if ctr.HasField("linux") else None

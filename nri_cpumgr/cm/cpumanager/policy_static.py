@@ -278,7 +278,7 @@ class StaticPolicy:
             if num > free_physical:
                 raise SMTAlignmentError(num, group, free_physical, True)
         numa = hint.numa if hint is not None else None
-        cpus = self.allocate_cpus(state, num, numa, self.reusable_cpus(pod.uid))
+        cpus = self.allocate_cpus(state, num, numa, self._cpus_to_reuse.get(pod.uid, _NONE))
         state.take_from_default(cpus)
         state.set_cpuset(pod.uid, container_name, cpus)
         self._update_cpus_to_reuse(pod, container, cpus)
