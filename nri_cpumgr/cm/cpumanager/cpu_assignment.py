@@ -477,23 +477,29 @@ def _packed(
         return acc.result
     if acc.failed():
         raise NotEnoughCPUsError(count, available_size)
+    # (a whole-group step is called only when at least its smallest group is needed: the
+    # steps' own first test, asked here, without the calls for a small take)
     if idx.numa_first:
-        acc.take_full_numas()
-        if acc.needed < 1:
-            return acc.result
-        acc.take_full_sockets()
+        if acc.needed >= idx.min_numa_size:
+            acc.take_full_numas()
+            if acc.needed < 1:
+                return acc.result
+        if acc.needed >= idx.cpus_per_socket:
+            acc.take_full_sockets()
     else:
-        acc.take_full_sockets()
-        if acc.needed < 1:
-            return acc.result
-        acc.take_full_numas()
+        if acc.needed >= idx.cpus_per_socket:
+            acc.take_full_sockets()
+            if acc.needed < 1:
+                return acc.result
+        if acc.needed >= idx.min_numa_size:
+            acc.take_full_numas()
     if acc.needed < 1:
         return acc.result
     if prefer_uncore:
         acc.take_uncore_caches()
         if acc.needed < 1:
             return acc.result
-    if not spread:
+    if not spread and acc.needed >= idx.cpus_per_core:
         acc.take_full_cores()
         if acc.needed < 1:
             return acc.result

@@ -309,7 +309,8 @@ class StaticPolicy:
                 free |= reusable.mask
             result = take_by_topology_mask(self.topology, free, count, self.options) \
                 if count > 0 else CPUSet()
-            self._keep_last_cpu(state, result, count, free.bit_count())
+            if self.options.strict_cpu_reservation:  # (the only case it can refuse)
+                self._keep_last_cpu(state, result, count, free.bit_count())
             return result
         allocatable = self.available_cpus(state)
         if reusable:
