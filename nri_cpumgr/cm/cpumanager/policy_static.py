@@ -48,7 +48,8 @@ _NONE = CPUSet()  # (immutable: shared by every pod with nothing to reuse)
 def guaranteed_cpus(pod: Pod, container: ContainerSpec) -> int:
     """Exclusive CPUs for ``container``: its integer CPU request if the pod is Guaranteed,
     else 0 (kubelet policy_static.go, guaranteedCPUs)."""
-    if pod.qos_class() != QOSClass.GUARANTEED:
+    qos = pod.qos if pod.qos is not None else pod.qos_class()  # (one call less: the
+    if qos != QOSClass.GUARANTEED:  # class is set on the runtime's pods)
         return 0
     return container.guaranteed_cpus()
 
