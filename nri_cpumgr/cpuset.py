@@ -38,8 +38,8 @@ class CPUSet(frozenset[int]):
 
     __slots__ = ("_mask",)
 
-    def __new__(cls, ids: Iterable[int] = ()) -> CPUSet:
-        return super().__new__(cls, ids)
+    # (no __new__ of its own: frozenset's, called without a Python frame, builds every
+    # set, ``CPUSet(ids)`` and ``CPUSet()`` alike)
 
     @classmethod
     def parse(cls, text: str) -> CPUSet:

@@ -375,13 +375,13 @@ class ContainerManager:
             # being deleted) admits it again, the same answer while nothing changed
             del self.admissions[info.pod_uid]
             rec = None
-        if rec is None and self._whole_pod(info):
+        if rec is None and info.pod_spec is not None and self._whole_pod(info):
             rec = self._admit_pod(info, device_numa)
         if rec is not None and info.name in rec.containers:
             d = self._apply_admission(info, rec)
             if d is not None:
                 return d
-        elif rec is None:
+        elif rec is None and info.pod_uid in self._by_pod:  # (a new pod: nothing to release)
             self._release_stopped_of_pod(info.pod_uid, keep=info.name)
         if self.pod_level is not None:
             d = self.pod_level.admit(info, device_numa)
@@ -563,11 +563,12 @@ class ContainerManager:
         old = self.owner.get(key)
         if old is not None and old != info.id:
             self.untrack(old)  # a restart replaces the stopped container
-        mems = self.mems(key, cpus)
+        mems = self.mems(key, cpus) if self.memory is not None or self.align_mems_with_cpus \
+            else None  # (what mems() answers without either)
         if cpus:
             self.owner[key] = info.id
-            self.track(info.id, Tracked(info, True, cpus, mems=mems))
-            return Decision(info.id, cpus, exclusive=True, mems=mems)
+            self.track(info.id, Tracked(info, True, cpus, False, mems))
+            return Decision(info.id, cpus, True, mems)
         if mems is not None:
             self.owner[key] = info.id
         self.track(info.id, Tracked(info, False, None, mems=mems))
@@ -624,7 +625,7 @@ class ContainerManager:
     def _admission_pod(self, info: ContainerInfo) -> Pod:
         """The pod as admission sees it: this container, plus (pod scope) the pod's other
         live containers the runtime has told us about."""
-        own = info.own_spec
+        own = info.own_spec if info.pod_spec is not None else None
         if self.pod_level is not None and own is not None and info.pod_spec is not None \
                 and info.pod_spec.pod_level:
             # a container of a pod with .spec.resources asks for its own resources (the
@@ -641,14 +642,10 @@ class ContainerManager:
                 for _, t in self.pod_containers(info.pod_uid)
                 if t.info.name != info.name and not t.stopped
             ]
-        return Pod(
-            uid=info.pod_uid,
-            name=info.pod_name,
-            namespace=info.namespace,
-            containers=tuple(specs),
-            qos=info.qos,
-            pod_level_resources=pod_level,
-        )
+        # (positional: uid, name, namespace, containers, init_containers, qos,
+        # pod_level_resources; a frozen dataclass's keyword call costs more, once per create)
+        return Pod(info.pod_uid, info.pod_name, info.namespace, tuple(specs), (), info.qos,
+                   pod_level)
 
     def mems(self, key: tuple[str, str], cpus: CPUSet | None) -> CPUSet | None:
         """The cpuset.mems of entry ``key`` (pod uid, container name) given ``cpus``: the

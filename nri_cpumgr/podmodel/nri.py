@@ -278,7 +278,6 @@ def _pod_level(lin: Any) -> tuple[Resources | None, Resources | None]:
     return res, ovh
 
 
-_NO_POD_LEVEL: tuple[None, None] = (None, None)
 _NO_RESOURCES = resources_from_nri(None)
 
 
@@ -306,25 +305,30 @@ def container_info(pod: Any, ctr: Any) -> ContainerInfo:
     """Build a :class:`ContainerInfo` from NRI ``PodSandbox`` and ``Container`` messages."""
     uid = pod.uid or pod.labels.get(LABEL_POD_UID, "") or pod.id
     name = ctr.labels.get(LABEL_CONTAINER_NAME, "") or ctr.name
+    count = ctr.annotations.get(ANNOTATION_RESTART_COUNT)
     try:
-        restarts = int(ctr.annotations.get(ANNOTATION_RESTART_COUNT, "0"))
+        restarts = int(count) if count else 0
     except ValueError:
         restarts = 0
-    lin = ctr.linux if ctr.HasField("linux") else None
-    lres = lin.resources if lin is not None and lin.HasField("resources") else None
+    # (an unset message field reads as its empty default, read-only: no linux message
+    # reads as no resources, no devices, no cgroup parent and no pod-level resources, as
+    # the presence checks on it concluded; one HasField per message less)
+    lin = ctr.linux
+    lres = lin.resources if lin.HasField("resources") else None
     r = _resources(lres) if lres is not None else _NO_RESOURCES
-    plin = pod.linux if pod.HasField("linux") else None
-    qos = qos_from_cgroup_parent(plin.cgroup_parent) if plin is not None else None
+    plin = pod.linux
+    qos = qos_from_cgroup_parent(plin.cgroup_parent)
     source = "cgroup-parent"
     if qos is None:
         qos, source = qos_from_resources(r), "resources"
     cpus = lres.cpu.cpus if lres is not None else ""  # (an unset cpu message reads "")
     devices = (
         tuple((d.type, int(d.major), int(d.minor)) for d in lin.devices)
-        if lin is not None and len(lin.devices)
+        if len(lin.devices)
         else ()
     )
-    pod_res, pod_ovh = _pod_level(plin) if plin is not None else _NO_POD_LEVEL
+    pod_res = _resources(plin.pod_resources) if plin.HasField("pod_resources") else None
+    pod_ovh = _resources(plin.pod_overhead) if plin.HasField("pod_overhead") else None
     # positional: a frozen dataclass's keyword call costs a third more (1,000 per Synchronize)
     return ContainerInfo(
         ctr.id, pod.id, uid, pod.name, pod.namespace, name, restarts, qos, source, r, cpus,

@@ -192,7 +192,7 @@ class SharedPoolSync:
             self._kick()
 
     def set_target(self, pool: CPUSet) -> None:
-        if pool != self.planner.target:
+        if pool.mask != self.planner.target.mask:  # (the masks: no 255-CPU sets compared)
             self.planner.set_target(pool, self._clock())
             self._kick()
 

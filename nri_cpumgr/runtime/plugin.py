@@ -277,7 +277,7 @@ class Plugin:
     def _device_numa(self, info: ContainerInfo) -> frozenset[int]:
         """NUMA nodes of the PCI devices behind the container's device nodes (sysfs)."""
         if not info.devices:
-            return frozenset()
+            return _NO_NODES
         nodes = set()
         for kind, major, minor in info.devices:
             n = _device_node(self.sysfs_root, kind, major, minor)
@@ -707,7 +707,7 @@ class Plugin:
                       info.pod_name, info.pod_resources, info.pod_overhead)
         try:
             admit = self.explainer.admit if self.explainer is not None else self.manager.admit
-            d = admit(info, self._device_numa(info))
+            d = admit(info, self._device_numa(info) if info.devices else _NO_NODES)
         except AdmissionError as e:
             self._count(info, False, time.perf_counter() - t0)
             log.warning(
@@ -973,6 +973,9 @@ def _update(d: Decision, texts: dict[CPUSet, str] | None = None) -> nri_pb2.Cont
     if d.mems:
         cpu.mems = str(d.mems)
     return u
+
+
+_NO_NODES: frozenset[int] = frozenset()  # (the NUMA nodes of a container without devices)
 
 
 def _contradicts_guaranteed(info: ContainerInfo) -> bool:

@@ -271,18 +271,7 @@ class _Accumulator:
         core_mask = idx.core_mask
         for g in outer:
             if first_only:
-                # the fewest free CPUs, then the lowest id: a present core with one free
-                # CPU is the answer, and the cores come in id order (no need to see the rest)
-                best, best_free = -1, 0
-                for i, m in groups[g]:
-                    if not avail & m:
-                        continue
-                    free = (avail & core_mask[i]).bit_count()
-                    if free == 1:
-                        best = i
-                        break
-                    if best < 0 or free < best_free:
-                        best, best_free = i, free
+                best = self._best_core(groups[g])
                 if best >= 0:
                     yield [best]
                     return
@@ -291,6 +280,24 @@ class _Accumulator:
                      for i, m in groups[g] if avail & m]
             keyed.sort()
             yield [k & _ID_MASK for k in keyed]
+
+    def _best_core(self, group: Sequence[tuple[int, int]]) -> int:
+        """The first core of ``group`` (``(core id, mask)`` by ascending id) in
+        :meth:`sort_cores` order: the fewest free CPUs, then the lowest id; -1 when none of
+        them has a free CPU. A present core with one free CPU is the answer, and the cores
+        come in id order (no need to see the rest)."""
+        avail = self.avail
+        core_mask = self.idx.core_mask
+        best, best_free = -1, 0
+        for i, m in group:
+            if not avail & m:
+                continue
+            free = (avail & core_mask[i]).bit_count()
+            if free == 1:
+                return i
+            if best < 0 or free < best_free:
+                best, best_free = i, free
+        return best
 
     def _first_then_all(self) -> Iterator[int]:
         first = self._first_outer()
@@ -426,6 +433,18 @@ class _Accumulator:
         expanding only the groups it reaches: a 1-CPU take on a 256-CPU machine looks at
         one core, not 256 CPUs."""
         avail = self.avail  # the order is that of the CPUs available now
+        if self.needed == 1 and not self.spread:
+            # one CPU: the lowest free CPU of the first core of that order, without the
+            # generators (the first socket, NUMA node, of the order always has a free core)
+            idx = self.idx
+            g = self._first_outer()
+            if g >= 0:
+                core = self._best_core(idx.socket_cores[g] if idx.numa_first
+                                       else idx.numa_cores[g])
+                if core >= 0:
+                    m = avail & idx.core_mask[core]
+                    self.take(m & -m)
+                    return
         if self.spread:
             runs: Iterable[list[int]] = (self.sort_sockets(),)
             masks = self.idx.socket_mask
@@ -453,32 +472,39 @@ def _packed(
     prefer_uncore: bool,
 ) -> int:
     acc = _Accumulator(idx, avail, count, spread)
-    if acc.satisfied():
+    # (``acc.needed < 1`` is acc.satisfied(), spelled out: it is asked after every step)
+    if acc.needed < 1:
         return acc.result
     if acc.failed():
         raise NotEnoughCPUsError(count, available_size)
+    # (a whole-group step is called only when at least its smallest group is needed: the
+    # steps' own first test, asked here, without the calls for a small take)
     if idx.numa_first:
-        acc.take_full_numas()
-        if acc.satisfied():
-            return acc.result
-        acc.take_full_sockets()
+        if acc.needed >= idx.min_numa_size:
+            acc.take_full_numas()
+            if acc.needed < 1:
+                return acc.result
+        if acc.needed >= idx.cpus_per_socket:
+            acc.take_full_sockets()
     else:
-        acc.take_full_sockets()
-        if acc.satisfied():
-            return acc.result
-        acc.take_full_numas()
-    if acc.satisfied():
+        if acc.needed >= idx.cpus_per_socket:
+            acc.take_full_sockets()
+            if acc.needed < 1:
+                return acc.result
+        if acc.needed >= idx.min_numa_size:
+            acc.take_full_numas()
+    if acc.needed < 1:
         return acc.result
     if prefer_uncore:
         acc.take_uncore_caches()
-        if acc.satisfied():
+        if acc.needed < 1:
             return acc.result
-    if not spread:
+    if not spread and acc.needed >= idx.cpus_per_core:
         acc.take_full_cores()
-        if acc.satisfied():
+        if acc.needed < 1:
             return acc.result
     acc.take_remaining_cpus()
-    if acc.satisfied():
+    if acc.needed < 1:
         return acc.result
     raise AllocationFailedError("failed to allocate cpus")
 
@@ -827,4 +853,4 @@ def take_by_topology_mask(
                             min_numas_from_hint)
     else:
         mask = _packed(idx, available, count, size, spread, opts.prefer_align_by_uncorecache)
-    return mask_to_cpus(mask)
+    return CPUSet.from_mask(mask)  # (mask_to_cpus, one call less)

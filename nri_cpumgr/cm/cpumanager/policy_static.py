@@ -48,7 +48,8 @@ _NONE = CPUSet()  # (immutable: shared by every pod with nothing to reuse)
 def guaranteed_cpus(pod: Pod, container: ContainerSpec) -> int:
     """Exclusive CPUs for ``container``: its integer CPU request if the pod is Guaranteed,
     else 0 (kubelet policy_static.go, guaranteedCPUs)."""
-    if pod.qos_class() != QOSClass.GUARANTEED:
+    qos = pod.qos if pod.qos is not None else pod.qos_class()  # (one call less: the
+    if qos != QOSClass.GUARANTEED:  # class is set on the runtime's pods)
         return 0
     return container.guaranteed_cpus()
 
@@ -278,7 +279,7 @@ class StaticPolicy:
             if num > free_physical:
                 raise SMTAlignmentError(num, group, free_physical, True)
         numa = hint.numa if hint is not None else None
-        cpus = self.allocate_cpus(state, num, numa, self.reusable_cpus(pod.uid))
+        cpus = self.allocate_cpus(state, num, numa, self._cpus_to_reuse.get(pod.uid, _NONE))
         state.take_from_default(cpus)
         state.set_cpuset(pod.uid, container_name, cpus)
         self._update_cpus_to_reuse(pod, container, cpus)
@@ -309,7 +310,8 @@ class StaticPolicy:
                 free |= reusable.mask
             result = take_by_topology_mask(self.topology, free, count, self.options) \
                 if count > 0 else CPUSet()
-            self._keep_last_cpu(state, result, count, free.bit_count())
+            if self.options.strict_cpu_reservation:  # (the only case it can refuse)
+                self._keep_last_cpu(state, result, count, free.bit_count())
             return result
         allocatable = self.available_cpus(state)
         if reusable:

@@ -68,10 +68,14 @@ class PodAdmitResult:
     error: BaseException | None = None
 
 
+#: The result of every admitted pod (immutable: one object shared).
+ADMITTED = PodAdmitResult(True)
+
+
 def admit_result(error: BaseException | None) -> PodAdmitResult:
     """Turn an allocation outcome into a PodAdmitResult (kubelet admission.GetPodAdmitResult)."""
     if error is None:
-        return PodAdmitResult(True)
+        return ADMITTED
     reason = getattr(error, "reason", None)
     if isinstance(reason, str) and reason:
         return PodAdmitResult(False, reason, str(error), error)
@@ -188,7 +192,7 @@ class ContainerScope(Scope):
             error = self._allocate(pod, name)
             if error is not None:
                 return admit_result(error)
-        return PodAdmitResult(True)
+        return ADMITTED
 
 
 class PodScope(Scope):
@@ -217,21 +221,32 @@ class PodScope(Scope):
             error = self._allocate(pod, name)
             if error is not None:
                 return admit_result(error)
-        return PodAdmitResult(True)
+        return ADMITTED
 
 
 class NoneScope(Scope):
     """Policy none: no hints are gathered or stored; providers still allocate every
-    container (scope.go admitPolicyNone)."""
+    container, init containers first, and the first failing allocation refuses the pod
+    (scope.go admitPolicyNone and allocateAlignedResources, v1.37.2: nothing else)."""
 
     name = SCOPE_NONE
 
+    def get_affinity(self, pod_uid: str, container_name: str) -> TopologyHint:
+        """Always ``TopologyHint(None, False)``: this scope stores no hint (the kubelet's
+        none scope's GetAffinity answers from an empty map)."""
+        return NO_AFFINITY
+
     def admit(self, pod: Pod) -> PodAdmitResult:
-        for name in _containers(pod):
-            error = self._allocate(pod, name)
-            if error is not None:
-                return admit_result(error)
-        return PodAdmitResult(True)
+        providers = self._providers
+        for containers in (pod.init_containers, pod.containers):
+            for c in containers:
+                name = c.name
+                for provider in providers:
+                    try:
+                        provider.allocate(pod, name)
+                    except Exception as e:  # any provider failure refuses the pod
+                        return admit_result(e)
+        return ADMITTED
 
 
 def new_scope(name: str, policy: Policy) -> Scope:
