@@ -723,7 +723,10 @@ def build_parser(only_run: bool = False) -> argparse.ArgumentParser:
     n.add_argument("--state-dir", help="read the plugin's checkpoints from DIR")
     n.add_argument("--node-name", help="the node's name (default: $NODE_NAME)")
     n.add_argument("--sysfs-root", default="/", help="read topology from DIR/sys instead of /sys")
-    n.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster service account)")
+    n.add_argument("--kubeconfig",
+                   help="kubeconfig file (default: in-cluster service account); one that is "
+                   "missing, unreadable or malformed stops it at start (exit status 2), an API "
+                   "server that cannot be reached is retried with backoff")
     n.add_argument("--interval", type=float, default=1.0,
                    help="seconds between looks at the state directory (default 1)")
     n.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
