@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from nri_cpumgr import aio, locations
 from nri_cpumgr.config import Config, ConfigError, load_config
-from nri_cpumgr.config.model import with_source
+from nri_cpumgr.config.model import location_error, with_source
 from nri_cpumgr.locations import config_path, state_dir_of
 from nri_cpumgr.paths import normal
 
@@ -103,9 +103,9 @@ def _launched_log_file(config: Config) -> str:
 
 def _fallback_log_file(args: argparse.Namespace) -> str:
     """The launched-mode log file when the start-up config could not be loaded: its
-    ``logFile`` / ``stateDirectory`` when the file is YAML with those keys as strings
-    (whatever else is wrong in it; ``--state-dir`` still overrides), else the defaults'
-    (/var/lib/nri-cpumgr/nri-cpumgr.log)."""
+    ``logFile`` / ``stateDirectory`` when the file is YAML with those keys as strings the
+    keys would take (absolute, on no pseudo filesystem; whatever else is wrong in it;
+    ``--state-dir`` still overrides), else the defaults' (/var/lib/nri-cpumgr/nri-cpumgr.log)."""
     keys: dict[str, str] = {}
     path = config_path(getattr(args, "config", None))
     if path is not None:
@@ -117,7 +117,8 @@ def _fallback_log_file(args: argparse.Namespace) -> str:
             doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
             if isinstance(doc, dict):
                 keys = {k: doc[k] for k in ("logFile", "stateDirectory")
-                        if isinstance(doc.get(k), str) and doc[k]}
+                        if isinstance(doc.get(k), str) and doc[k]
+                        and location_error(k, doc[k]) is None}
         except Exception:  # noqa: BLE001 - unreadable or not YAML: the defaults' file
             pass
     if getattr(args, "state_dir", None):
@@ -578,6 +579,18 @@ def _absolute_socket(path: str) -> str:
     return path
 
 
+def _state_dir_option(path: str) -> str:
+    """``run --state-dir``: a path ``stateDirectory`` would take (absolute, on no pseudo
+    filesystem: :func:`nri_cpumgr.config.model.location_error`), or ``""`` (the config's).
+    Raises argparse.ArgumentTypeError."""
+    why = location_error("stateDirectory", path) if path else None
+    if why is not None:
+        import argparse
+
+        raise argparse.ArgumentTypeError(why)
+    return path
+
+
 def _version() -> str:
     try:
         from importlib.metadata import version
@@ -646,6 +659,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         from nri_cpumgr.runline import run_arguments
 
         plain = run_arguments(argv)
+        if plain is not None and plain["state_dir"] and location_error(
+                "stateDirectory", str(plain["state_dir"])):
+            plain = None  # (a --state-dir on a pseudo filesystem: argparse says why)
         if plain is not None:
             from types import SimpleNamespace
 
@@ -679,7 +695,8 @@ def build_parser(only_run: bool = False) -> argparse.ArgumentParser:
                    f"default: {locations.DEFAULT_CONFIG} if present, else the built-in defaults)")
     r.add_argument("--socket", type=_absolute_socket,
                    help="NRI socket to dial, an absolute path (overrides socketPath)")
-    r.add_argument("--state-dir", help="state directory (overrides stateDirectory)")
+    r.add_argument("--state-dir", type=_state_dir_option,
+                   help="state directory, an absolute path (overrides stateDirectory)")
     r.add_argument("--sysfs-root", default="/", help="read topology from DIR/sys instead of /sys")
     r.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
     r.add_argument("--check-config", action="store_true",
@@ -718,7 +735,10 @@ def build_parser(only_run: bool = False) -> argparse.ArgumentParser:
     n.add_argument("--state-dir", help="read the plugin's checkpoints from DIR")
     n.add_argument("--node-name", help="the node's name (default: $NODE_NAME)")
     n.add_argument("--sysfs-root", default="/", help="read topology from DIR/sys instead of /sys")
-    n.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster service account)")
+    n.add_argument("--kubeconfig",
+                   help="kubeconfig file (default: in-cluster service account); one that is "
+                   "missing, unreadable or malformed stops it at start (exit status 2), an API "
+                   "server that cannot be reached is retried with backoff")
     n.add_argument("--interval", type=float, default=1.0,
                    help="seconds between looks at the state directory (default 1)")
     n.add_argument("-v", "--verbose", action="store_true", help="log at debug level")

@@ -7,9 +7,11 @@ machine as the plugin's build checks it (:mod:`nri_cpumgr.managers`: reservedSys
 the machine, the CPU policy and its options, the Topology Manager, the Memory Manager's
 reservedMemory against the NUMA nodes), with the start's other fatal checks made without
 their side effects: a checkpoint written by another CPU policy, a state directory or a log
-file that cannot be written (looked at, not created), a pod spec source that cannot be set
-up. Errors are the ones ``run`` gives (:class:`~nri_cpumgr.config.ConfigError`, one line
-naming the key and the file; exit status 2 by :func:`nri_cpumgr.cli.main`). Not checked:
+file that cannot be written (looked at, not created; one that is relative or on a pseudo
+filesystem, where root passes ``os.access``, is refused by the key checks of the load:
+:func:`nri_cpumgr.config.model.location_error`), a pod spec source that cannot be set up.
+Errors are the ones ``run`` gives (:class:`~nri_cpumgr.config.ConfigError`, one line naming
+the key and the file; exit status 2 by :func:`nri_cpumgr.cli.main`). Not checked:
 whether ``metricsAddress`` can be bound (the running plugin holds it) and the runtime's
 config a launched plugin receives in Configure.
 """

@@ -22,8 +22,8 @@ def run_arguments(argv: list[str]) -> dict[str, str | bool | None] | None:
     defaults for those not given, the last one given otherwise); None unless every argument
     is one that parser takes as written (``--opt VALUE`` with a VALUE not starting with
     '-', ``--opt=VALUE``, ``-v``, ``--verbose``): anything else (an abbreviation, ``-h``,
-    a missing value, a stray argument, a relative ``--socket``) is left to argparse and its
-    messages."""
+    a missing value, a stray argument, a relative ``--socket`` or ``--state-dir``) is left to
+    argparse and its messages."""
     if argv[:1] != ["run"]:
         return None
     out: dict[str, str | bool | None] = dict(_RUN_DEFAULTS)
@@ -47,4 +47,7 @@ def run_arguments(argv: list[str]) -> dict[str, str | bool | None] | None:
     socket = out["socket"]
     if isinstance(socket, str) and not socket.startswith("/"):
         return None  # (a relative --socket: argparse refuses it, with the reason)
+    state_dir = out["state_dir"]
+    if isinstance(state_dir, str) and state_dir and not state_dir.startswith("/"):
+        return None  # (a relative --state-dir: the same)
     return out

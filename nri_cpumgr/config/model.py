@@ -364,6 +364,64 @@ def _optional_string(key: str, v: Any) -> str | None:
     return None if v is None else _string(key, v)
 
 
+#: What each path key names, for its messages: (what it is, an example of a good one).
+_LOCATIONS = {
+    "stateDirectory": ("the plugin's state directory", "/var/lib/nri-cpumgr"),
+    "logFile": ("the log file", "/var/log/nri-cpumgr.log"),
+}
+
+
+def location_error(key: str, path: str) -> str | None:
+    """What is wrong with ``path`` as ``stateDirectory`` or ``logFile`` (``key``), as the
+    part of a message after the key (``"'state': expected an absolute path (...)"``); None
+    when nothing is. Refused: a relative path (a DaemonSet's or a runtime's working
+    directory is anyone's guess, as for ``socketPath``), and a path on a pseudo filesystem
+    (proc, sysfs, devtmpfs, cgroup, ...: :func:`nri_cpumgr.mounts.pseudo_filesystem`, by
+    the mount of the nearest existing ancestor in /proc/self/mountinfo), where root passes
+    every permission check but the kernel keeps no files. A ``logFile`` that exists and is
+    no regular file or directory (a device or pipe: ``/dev/stderr``, ``/proc/1/fd/1``) is
+    a stream the log is written to, accepted as it is."""
+    what, example = _LOCATIONS[key]
+    if not path.startswith("/"):
+        return f"{path!r}: expected an absolute path ({what}, e.g. {example})"
+    if key == "logFile":
+        import stat
+
+        try:
+            mode = os.stat(path).st_mode
+        except (OSError, ValueError):
+            mode = None
+        if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            return None  # a device or a pipe: written to, nothing kept there
+    from nri_cpumgr.mounts import pseudo_filesystem
+
+    where = pseudo_filesystem(path)
+    if where is None:
+        return None
+    return (f"{path!r}: {where}: the kernel's interface, not storage (expected "
+            f"{what} on the node's disk, e.g. {example})")
+
+
+def _state_directory(key: str, v: Any) -> str:
+    """``stateDirectory``: a path (:func:`_path`) that :func:`location_error` accepts."""
+    v = _path(key, v)
+    why = location_error(key, v)
+    if why is not None:
+        raise _Invalid(key, why)
+    return v
+
+
+def _log_file(key: str, v: Any) -> str | None:
+    """``logFile``: empty (``null``, ``""``: no log file) or a path that
+    :func:`location_error` accepts."""
+    v = _optional_string(key, v)
+    if v:
+        why = location_error(key, v)
+        if why is not None:
+            raise _Invalid(key, why)
+    return v
+
+
 def _boolean(key: str, v: Any) -> bool:
     if isinstance(v, bool):
         return v
@@ -534,8 +592,8 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "pluginName": _plugin_name,
     "pluginIndex": _plugin_index,
     "socketPath": _socket_path,
-    "stateDirectory": _path,
-    "logFile": _optional_string,
+    "stateDirectory": _state_directory,
+    "logFile": _log_file,
     "metricsAddress": _metrics_address,
     "cpuManagerPolicy": _one_of("none", "static"),
     "cpuManagerPolicyOptions": _options,

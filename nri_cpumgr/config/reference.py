@@ -53,14 +53,17 @@ KEYS: dict[str, KeyDoc] = {
         "CRI-O `nri_listen`."),
     "stateDirectory": KeyDoc(
         "Where the plugin keeps its checkpoints (`cpu_manager_state`, `memory_manager_state`, "
-        "`explanations`) and, launched by the runtime, its log. Start-up checks that it is "
-        "writable; nothing is written before a runtime has configured the plugin. "
-        "`--state-dir` overrides it.",
+        "`explanations`) and, launched by the runtime, its log: an absolute path on the "
+        "node's storage (not `/proc`, `/sys`, `/dev` or a cgroup tree). Start-up checks that "
+        "it is writable; nothing is written before a runtime has configured the plugin. "
+        "`--state-dir` overrides it (and is refused as the key is).",
         refused="a path that exists and is not a directory, or cannot be written (at start, "
                 "one line naming the key)"),
     "logFile": KeyDoc(
-        "The log file. Not set: stderr for `nri-cpumgr run`; launched by the runtime "
-        "(which gives it no stderr), `<stateDirectory>/nri-cpumgr.log`.",
+        "The log file, an absolute path; a device or a pipe is written to as it is "
+        "(`/proc/1/fd/1`: the container's stdout). Not set: stderr for `nri-cpumgr run`; "
+        "launched by the runtime (which gives it no stderr), "
+        "`<stateDirectory>/nri-cpumgr.log`.",
         refused="a file that cannot be opened for appending (at start: one line naming the "
                 "config file, exit status 2)"),
     "metricsAddress": KeyDoc(
@@ -233,6 +236,14 @@ _REFUSALS: dict[str, str] = {
                                   "not an exponent with a unit suffix, `1e3Mi`)",
     "_socket_path": "not a string; an empty string; a relative path (the runtime's socket is "
                     "absolute)",
+    "_state_directory": "not a string; an empty string; a relative path (the plugin's "
+                        "working directory is anyone's guess); a path on a pseudo filesystem "
+                        "(proc, sysfs, devtmpfs, cgroup, cgroup2, ..., or a mount inside one: "
+                        "the mount of the nearest existing ancestor in /proc/self/mountinfo)",
+    "_log_file": "not a string; a relative path; a path on a pseudo filesystem (proc, sysfs, "
+                 "devtmpfs, cgroup, cgroup2, ..., or a mount inside one), unless it is a "
+                 "device or a pipe (`/dev/stderr`, `/proc/1/fd/1`); `null` or `\"\"`: no "
+                 "log file",
     "_feature_gates": "not a mapping; a value that is not a boolean; a gate this plugin does "
                       "not read",
     "_string_map": "not a mapping of strings",

@@ -2,7 +2,9 @@
 off, then restart the runtime (only when something changed); ``--dry-run`` prints the diff and
 changes nothing. Run by the chart's opt-in ``nodePreparation`` init container with the host's
 configuration directory mounted and the host's PID namespace (the restart runs
-``--restart-command`` in it, by default through ``nsenter`` into PID 1's namespaces).
+``--restart-command`` in it, by default through ``nsenter`` into PID 1's namespaces). The
+file is the runtime's default or ``--config``: an absolute path is the host's, read under
+``--host-root``; a relative one the working directory's (:func:`config_file`).
 "NRI on" includes accepting externally started plugins (``disable_connections`` /
 ``nri_disable_connections`` not ``true``: see :mod:`nri_cpumgr.nodeprep`). When the runtime's
 NRI socket (containerd's ``socket_path``, CRI-O's ``nri_listen``) is not the plugin's
@@ -31,10 +33,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                                           "and restart the runtime (--dry-run: print the diff)")
     e.add_argument("--runtime", choices=sorted(DEFAULTS), required=True,
                    help="the runtime whose configuration to edit")
-    e.add_argument("--config", help="the file to edit (containerd: config.toml; CRI-O: the "
-                                    "drop-in to write); default per runtime")
+    e.add_argument("--config",
+                   help="the file to edit (containerd: config.toml; CRI-O: the drop-in to "
+                   "write); default per runtime (/etc/containerd/config.toml, "
+                   "/etc/crio/crio.conf.d/90-nri.conf). An absolute path is the host's, "
+                   "looked up under --host-root; a relative one is taken from the working "
+                   "directory as it is, like any --config of nri-cpumgr (a copy to try "
+                   "--dry-run on)")
     e.add_argument("--host-root", default="/",
-                   help="where the host's filesystem is mounted (the init container's /host)")
+                   help="where the host's filesystem is mounted (the init container's /host): "
+                   "the default --config and an absolute --config are read under it")
     e.add_argument("--restart-command",
                    help="run after a change (default: nsenter -t 1 -m -u -i -n -p -- systemctl "
                         "restart containerd|crio); empty: do not restart")
@@ -62,8 +70,7 @@ def cmd_enable_nri(args: argparse.Namespace) -> int:
     )
 
     default_path, default_restart = DEFAULTS[args.runtime]
-    rel = (args.config or default_path).lstrip("/")
-    path = Path(args.host_root) / rel
+    path = config_file(args.config or default_path, args.host_root)
     old = path.read_text() if path.is_file() else None
     try:
         if args.runtime == "containerd":
@@ -115,6 +122,17 @@ def cmd_enable_nri(args: argparse.Namespace) -> int:
         return 3
     print(f"enable-nri: wrote {path}; restarted {args.runtime}")
     return 0
+
+
+def config_file(given: str, host_root: str) -> Path:
+    """The file ``--config`` names: an absolute path is the host's, under ``host_root``
+    (``/etc/containerd/config.toml`` with ``--host-root /host``:
+    ``/host/etc/containerd/config.toml``); a relative one is the working directory's, as it
+    is (as every ``--config`` of nri-cpumgr and the shell read one: on the node, with the
+    default ``--host-root /``, both are what they say)."""
+    if not given.startswith("/"):
+        return Path.cwd() / given
+    return Path(host_root) / given.lstrip("/")
 
 
 def _crio_siblings(path: Path) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:

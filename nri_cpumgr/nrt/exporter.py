@@ -9,6 +9,10 @@ official Kubernetes Python client (in-cluster service-account credentials, or a 
 * It looks at the checkpoint files every ``interval`` seconds (default 1 s: a stat each), and
   writes only when the object's content changed, so a change reaches the API server within
   about ``interval`` + one request.
+* Its credentials are loaded at start: a ``--kubeconfig`` that is missing, unreadable or not a
+  kubeconfig (or, without one, no in-cluster service account) is a configuration error
+  (:class:`~nri_cpumgr.config.ConfigError`: one line naming the file, exit status 2), never
+  retried.
 * When the API server cannot be reached or refuses, it retries with exponential backoff
   (1 s doubling to 60 s) and logs once per kind of failure; the plugin is never affected.
 * An unreadable or corrupt checkpoint is logged and skipped (the last good object stays).
@@ -28,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
-from nri_cpumgr.config import Config
+from nri_cpumgr.config import Config, ConfigError
 from nri_cpumgr.nrt import model
 from nri_cpumgr.topology.model import Machine
 
@@ -42,16 +46,27 @@ MAX_BACKOFF = 60.0
 class NRTApi:
     """Create-or-replace of one cluster-scoped NodeResourceTopology object.
 
-    Wraps ``kubernetes.client.CustomObjectsApi``; raises whatever the client raises
-    (``kubernetes.client.ApiException``, urllib3 errors) for the caller's backoff."""
+    Wraps ``kubernetes.client.CustomObjectsApi``. Made with the credentials (the
+    ``kubeconfig`` file, else the in-cluster service account), without asking the API server
+    anything: raises :class:`~nri_cpumgr.config.ConfigError` when they cannot be loaded.
+    :meth:`apply` raises whatever the client raises (``kubernetes.client.ApiException``,
+    urllib3 errors) for the caller's backoff."""
 
     def __init__(self, kubeconfig: str | None = None) -> None:
-        from kubernetes import client, config  # heavy: imported by the exporter only
-
+        try:
+            from kubernetes import client, config  # heavy: imported by the exporter only
+        except ImportError as e:
+            raise ConfigError(f"nrt-export needs the kubernetes package ({e}): install "
+                              "nri-cpumgr[nrt]") from None
         if kubeconfig:
-            config.load_kube_config(config_file=kubeconfig)
+            load_kubeconfig(config, kubeconfig)
         else:
-            config.load_incluster_config()
+            try:
+                config.load_incluster_config()
+            except config.ConfigException as e:
+                raise ConfigError(f"no in-cluster credentials ({_first_line(e)}): give "
+                                  "--kubeconfig FILE, or run it in a pod with a service "
+                                  "account token") from None
         self._api = client.CustomObjectsApi()
         self._exc = client.ApiException
 
@@ -71,6 +86,34 @@ class NRTApi:
                                        resourceVersion=cur["metadata"]["resourceVersion"]))
         self._api.replace_cluster_custom_object(*args, name, body)
         return "updated"
+
+
+def _first_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else type(e).__name__
+
+
+def load_kubeconfig(config: Any, path: str) -> None:
+    """Load the kubeconfig file ``path`` with ``config`` (``kubernetes.config``) as the
+    client's default. Raises :class:`~nri_cpumgr.config.ConfigError`, one line naming the
+    file: ``kubeconfig <path>: cannot read it: No such file or directory`` (the client
+    itself says only "No configuration found" for a missing file), ``kubeconfig <path>: not
+    a usable kubeconfig: <the client's first line>`` for one it refuses (not YAML, empty,
+    no context, a certificate file it names missing, ...)."""
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as e:
+        raise ConfigError(f"kubeconfig {path}: cannot read it: {e.strerror or e}") from None
+    try:
+        config.load_kube_config(config_file=path)
+    except Exception as e:  # noqa: BLE001 - the client's ConfigException, YAML and shape errors
+        mark = getattr(e, "problem_mark", None)
+        if mark is not None:  # (PyYAML's MarkedYAMLError)
+            why = f"not YAML at line {mark.line + 1}, column {mark.column + 1}: {e.problem}"  # type: ignore[attr-defined]
+        else:
+            why = f"{type(e).__name__}: {_first_line(e)}"
+        raise ConfigError(f"kubeconfig {path}: not a usable kubeconfig: {why}") from None
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:
@@ -153,7 +196,11 @@ def _short(e: BaseException) -> str:
 
 def run(node_name: str, machine: Machine, config: Config, *, kubeconfig: str | None = None,
         interval: float = 1.0, passes: int | None = None) -> int:
-    """Run the export loop until SIGTERM/SIGINT (or ``passes`` passes); returns 0."""
+    """Run the export loop until SIGTERM/SIGINT (or ``passes`` passes); returns 0. The
+    credentials are loaded first: raises :class:`~nri_cpumgr.config.ConfigError` when they
+    cannot be (:class:`NRTApi`); the API server is first asked at the first write, and
+    retried with backoff while it cannot be reached."""
+    api = NRTApi(kubeconfig)
     stop = {"now": False}
 
     def on_signal(signum: int, frame: object) -> None:
@@ -161,15 +208,7 @@ def run(node_name: str, machine: Machine, config: Config, *, kubeconfig: str | N
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    api: NRTApi | None = None
-
-    def apply(obj: dict[str, Any]) -> str:
-        nonlocal api
-        if api is None:  # connects on first use: a failure here is retried with backoff
-            api = NRTApi(kubeconfig)
-        return api.apply(obj)
-
-    exporter = Exporter(node_name, machine, config, apply)
+    exporter = Exporter(node_name, machine, config, api.apply)
     log.info("exporting NodeResourceTopology %s from %s every %.1f s (pid %d)", node_name,
              config.stateDirectory, interval, os.getpid())
     n = 0

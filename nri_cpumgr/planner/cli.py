@@ -30,12 +30,18 @@ class InputError(Exception):
 
 
 def load_machine(sysfs_root: str | None, topology_json: str | None) -> Machine:
+    """The machine of ``--topology`` (the JSON of ``nri-cpumgr topology --json``), else of
+    the sysfs tree under ``sysfs_root``. Raises :class:`InputError` naming the file (a CPU
+    or NUMA node given twice: the id and both places), SysfsError."""
     from nri_cpumgr.planner.plan import machine_from_json
+    from nri_cpumgr.topology import TopologyError
 
     if topology_json:
         try:
             doc = json.loads(_read(topology_json))
             return machine_from_json(doc)
+        except TopologyError as e:
+            raise InputError(f"{machine_source(None, topology_json)}: {e}") from None
         except (ValueError, KeyError, TypeError) as e:
             raise InputError(f"{topology_json}: not the JSON of `nri-cpumgr topology --json`: "
                              f"{e!r}") from None

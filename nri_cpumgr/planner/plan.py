@@ -33,7 +33,7 @@ from nri_cpumgr.managers import (
     restore_state,
 )
 from nri_cpumgr.planner.manifest import PlannedPod, container_infos
-from nri_cpumgr.topology import CPUTopology, Machine, NUMANodeInfo
+from nri_cpumgr.topology import CPUTopology, Machine, NUMANodeInfo, check_unique_ids
 
 
 @dataclass(slots=True)
@@ -97,9 +97,11 @@ class PlanResult:
 
 def machine_from_json(doc: Mapping[str, Any]) -> Machine:
     """The inverse of ``nri-cpumgr topology --json`` (nri_cpumgr.topology.render.to_json):
-    the CPU table plus ``numa_nodes`` (memory, hugepages, distances). Raises ValueError
-    (KeyError, TypeError included) on a document of another shape."""
+    the CPU table plus ``numa_nodes`` (memory, hugepages, distances). Raises
+    :class:`~nri_cpumgr.topology.TopologyError` for a CPU or NUMA node id given twice,
+    ValueError (KeyError, TypeError included) on a document of another shape."""
     topo = CPUTopology.from_conformance(doc)
+    check_unique_ids(doc.get("numa_nodes", []), "id", "NUMA node", "numa_nodes")
     nodes = {}
     for n in doc.get("numa_nodes", []):
         nid = int(n["id"])

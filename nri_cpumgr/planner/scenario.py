@@ -49,7 +49,7 @@ from typing import Any
 from nri_cpumgr.cm.container_manager import AdmissionError
 from nri_cpumgr.config import Config, ConfigError
 from nri_cpumgr.planner.manifest import ManifestError, container_infos, pod_from_spec
-from nri_cpumgr.topology import CPUInfo, CPUTopology, Machine, NUMANodeInfo
+from nri_cpumgr.topology import CPUInfo, CPUTopology, Machine, NUMANodeInfo, check_unique_ids
 
 #: config keys a scenario may carry (the decision-making part of the plugin's config)
 SCENARIO_CONFIG_KEYS = (
@@ -62,8 +62,11 @@ SCENARIO_CONFIG_KEYS = (
 
 def scenario_machine(doc: Mapping[str, Any]) -> Machine:
     """The machine of a scenario as discovery would report it (see the module docstring).
-    Raises ValueError (KeyError, TypeError) on another shape."""
+    Raises ValueError (KeyError, TypeError) on another shape, TopologyError (a ValueError)
+    for a CPU or NUMA node id given twice."""
     rows = doc["cpus"]
+    check_unique_ids(rows, "cpu", "CPU", "machine.cpus")
+    check_unique_ids(doc.get("numa_nodes", []), "id", "NUMA node", "machine.numa_nodes")
     low: dict[tuple[int, int], int] = {}
     for r in rows:
         k = (int(r["numa"]), int(r["core"]))

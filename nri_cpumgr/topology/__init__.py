@@ -5,6 +5,14 @@ conformance corpus (``../shared/conformance/topologies/*.json``) with
 :func:`CPUTopology.from_conformance`.
 """
 
-from nri_cpumgr.topology.model import CPUInfo, CPUTopology, Machine, NUMANodeInfo
+from nri_cpumgr.topology.model import (
+    CPUInfo,
+    CPUTopology,
+    Machine,
+    NUMANodeInfo,
+    TopologyError,
+    check_unique_ids,
+)
 
-__all__ = ["CPUInfo", "CPUTopology", "Machine", "NUMANodeInfo"]
+__all__ = ["CPUInfo", "CPUTopology", "Machine", "NUMANodeInfo", "TopologyError",
+           "check_unique_ids"]

@@ -15,6 +15,39 @@ from typing import Any
 from nri_cpumgr.cpuset import CPUSet
 
 
+class TopologyError(ValueError):
+    """A topology document that cannot describe a machine (one CPU or NUMA node listed in
+    two places). ``str()`` is one line naming the id and both places."""
+
+
+def check_unique_ids(rows: Iterable[Any], key: str, what: str, where: str) -> None:
+    """Raises :class:`TopologyError` when two of ``rows`` (mappings, the list at ``where``
+    of a document) have one ``key``: ``"CPU 3 is given twice: cpus[1] (socket 0, core 1,
+    NUMA node 0) and cpus[4] (...)"``. A machine has one of each: a table keyed by the id
+    would keep the last row and drop the other silently. Rows of another shape are left to
+    the reader's own errors."""
+    first: dict[Any, int] = {}
+    rows = list(rows)
+    for i, r in enumerate(rows):
+        if not isinstance(r, Mapping) or key not in r:
+            continue
+        try:
+            ident = int(r[key])
+        except (TypeError, ValueError):
+            continue
+        j = first.setdefault(ident, i)
+        if j != i:
+            raise TopologyError(f"{what} {ident} is given twice: {where}[{j}]"
+                                f"{_row_place(rows[j])} and {where}[{i}]{_row_place(r)}")
+
+
+def _row_place(row: Mapping[str, Any]) -> str:
+    """`` (socket 0, core 1, NUMA node 0)`` for a CPU row (what of it is there), else ``""``."""
+    names = (("socket", "socket"), ("core", "core"), ("numa", "NUMA node"))
+    parts = [f"{label} {row[k]}" for k, label in names if k in row]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 @dataclass(frozen=True, slots=True)
 class CPUInfo:
     """Where one logical CPU sits.
@@ -109,8 +142,11 @@ class CPUTopology:
     @classmethod
     def from_conformance(cls, doc: Mapping[str, Any]) -> CPUTopology:
         """Build from the corpus format: ``declared`` header counts plus ``cpus`` rows
-        ``{"cpu", "core", "socket", "numa", "uncore"}`` (optional ``"die"``)."""
+        ``{"cpu", "core", "socket", "numa", "uncore"}`` (optional ``"die"``). Raises
+        :class:`TopologyError` for a CPU id in two rows, ValueError (KeyError, TypeError)
+        for another shape."""
         d = doc["declared"]
+        check_unique_ids(doc["cpus"], "cpu", "CPU", "cpus")
         details = {
             int(r["cpu"]): CPUInfo(
                 numa=int(r["numa"]),

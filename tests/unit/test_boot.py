@@ -26,7 +26,7 @@ TOP = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize(("argv", "want"), [
     (["run"], {}),
-    (["run", "--config", "c.yaml", "--socket", "/s", "--state-dir", "d", "-v"],
+    (["run", "--config", "c.yaml", "--socket", "/s", "--state-dir", "/d", "-v"],
      {"config": "c.yaml", "socket": "/s"}),
     (["run", "--config=a", "--config", "b", "--sysfs-root=/x", "--verbose"], {"config": "b"}),
     (["run", "--conf", "c.yaml"], None),  # an abbreviation: argparse's business
@@ -208,7 +208,7 @@ def test_an_invalid_config_fails_as_before(sock_path: Path, tmp_path: Path) -> N
 
 RUN_LINES = [
     ["run"],
-    ["run", "--config", "c.yaml", "--socket", "/s", "--state-dir", "d", "-v"],
+    ["run", "--config", "c.yaml", "--socket", "/s", "--state-dir", "/d", "-v"],
     ["run", "--config=a", "--config", "b", "--sysfs-root=/x", "--verbose"],
     ["run", "--config=", "--state-dir", "", "--socket=/a=b", "-v", "--verbose"],
     ["run", "--sysfs-root", "/fixture", "--state-dir=/var/lib/x"],

@@ -43,6 +43,18 @@ CASES = {
     "unknown key": ("cpuManagerPolcy: static\n", "unknown key; did you mean"),
     "bad quantity": ('kubeReserved: {cpu: " 2 "}\n', "blanks around it"),
     "relative socketPath": ("socketPath: nri.sock\n", "expected an absolute path"),
+    "relative stateDirectory": ("stateDirectory: state\n",
+                                "stateDirectory: 'state': expected an absolute path"),
+    "relative logFile": ("logFile: nri.log\n", "logFile: 'nri.log': expected an absolute path"),
+    # (root passes os.access there: only the filesystem's type tells)
+    "stateDirectory under /proc": (
+        "stateDirectory: /proc/nri-cpumgr\n",
+        "stateDirectory: '/proc/nri-cpumgr': on the proc filesystem mounted on /proc: "),
+    "stateDirectory under /sys": (
+        "stateDirectory: /sys/nri-cpumgr/state\n",
+        "stateDirectory: '/sys/nri-cpumgr/state': on the sysfs filesystem mounted on /sys: "),
+    "logFile under /proc": ("logFile: /proc/nri-cpumgr.log\n",
+                            "logFile: '/proc/nri-cpumgr.log': on the proc filesystem"),
     "not YAML": ("a: [\n", "not YAML"),
     "reserved CPUs off the machine": ("cpuManagerPolicy: static\nreservedSystemCPUs: '0,99'\n",
                                       "CPU(s) 99 not on this machine (CPUs 0-15)"),

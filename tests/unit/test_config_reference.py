@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from nri_cpumgr.config import Config, parse_config
 from nri_cpumgr.config.reference import (
@@ -78,10 +79,38 @@ def test_render_refuses_an_incomplete_reference(monkeypatch: pytest.MonkeyPatch)
         reference.render_markdown()
 
 
-def test_the_configuration_pages_example_is_a_valid_config() -> None:
-    text = (DOCS / "configuration.md").read_text()
-    (example,) = re.findall(r"```yaml\n(.*?)```", text, re.S)
+def _blocks(page: str) -> list[str]:
+    return re.findall(r"```yaml\n(.*?)```", page, re.S)
+
+
+def key_block(page: str) -> str:
+    """The first YAML block under ``## The keys`` of docs/configuration.md."""
+    return _blocks(page.split("\n## The keys\n", 1)[1])[0]
+
+
+def test_the_configuration_pages_key_block_lists_every_key_at_its_default() -> None:
+    """docs/configuration.md's key block names every key of the model, in its order, each
+    at its default (a key added to ``Config`` without its line fails here). The test it
+    replaces only checked that the names in the block were keys (``named <= set(KEYS)``),
+    never the reverse, and took commented-out lines for listed ones: the block had lost
+    systemReserved, topologyManagerPolicyOptions, reservedMemory, evictionHard and
+    alignMemoryWithExclusiveCPUs unseen."""
+    block = key_block((DOCS / "configuration.md").read_text())
+    doc = yaml.safe_load(block)
+    assert list(doc) == [f.name for f in fields()]  # every key, the model's order, no other
+    assert parse_config(block, "docs/configuration.md") == Config()  # each at its default
+    assert not re.findall(r"^#", block, re.M)  # no key only in a comment
+
+
+def test_a_key_missing_from_the_block_is_caught() -> None:
+    block = key_block((DOCS / "configuration.md").read_text())
+    fewer = "\n".join(ln for ln in block.splitlines() if not ln.startswith("evictionHard:"))
+    assert list(yaml.safe_load(fewer)) != [f.name for f in fields()]
+
+
+def test_the_configuration_pages_static_example_is_a_valid_config() -> None:
+    page = (DOCS / "configuration.md").read_text()
+    (example,) = _blocks(page.split("\n## The keys\n", 1)[1])[1:]
     config = parse_config(example, "docs/configuration.md")
     assert config.cpuManagerPolicy == "static" and config.reservedSystemCPUs == "0"
-    named = set(re.findall(r"^#? ?([A-Za-z]+):", example, re.M))  # commented keys too
-    assert named <= set(KEYS), named - set(KEYS)
+    assert config.cpuManagerPolicyOptions == {"full-pcpus-only": "true"}

@@ -220,6 +220,22 @@ def test_paths_and_port_follow_the_config(helm: Path) -> None:
     assert r.returncode != 0 and "config.metricsAddress must be set" in r.stderr
 
 
+@pytest.mark.parametrize(("value", "message"), [
+    ("config.stateDirectory=var/lib/nri-cpumgr",
+     'config.stateDirectory "var/lib/nri-cpumgr": expected an absolute path'),
+    ("config.socketPath=nri.sock", 'config.socketPath "nri.sock": expected an absolute path'),
+    ("config.logFile=nri-cpumgr.log", 'config.logFile "nri-cpumgr.log": expected an absolute '
+                                      "path"),
+])
+def test_a_relative_path_is_refused_at_render(helm: Path, value: str, message: str) -> None:
+    """The paths the plugin refuses when relative (a hostPath volume, or the plugin's
+    working directory, has no meaning for them) fail ``helm template``, naming the value."""
+    r = _run(helm, "template", "x", str(CHART), "--set", value)
+    assert r.returncode != 0 and message in r.stderr, r.stderr
+    docs = render(helm, "config.logFile=/var/log/nri-cpumgr.log")
+    assert parse_config(yaml.safe_dump(_cfg_doc(docs))).logFile == "/var/log/nri-cpumgr.log"
+
+
 def test_make_chart_builds_a_chart_repository(helm: Path, tmp_path: Path) -> None:
     """``make chart`` (scripts/chart.sh): the packaged chart and an index.yaml that lists it
     with its version and digest, what ``helm repo add`` reads (the cluster test installs from

@@ -275,3 +275,37 @@ def test_cli_crio_opens_connections_and_warns(tmp_path: Path,
     assert "nothing to do" in out.splitlines()[-1]
     (line,) = [ln for ln in err.splitlines() if "warning" in ln]
     assert "99-late.conf comes after 90-nri.conf" in line
+
+
+def test_a_relative_config_is_the_working_directorys(tmp_path: Path, monkeypatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """``--config config.toml`` is the file where the user stands, as every ``--config`` of
+    nri-cpumgr (it was looked up under ``--host-root``: /config.toml on a node); an absolute
+    one stays the host's, under ``--host-root``."""
+    work, host = tmp_path / "work", tmp_path / "host"
+    (host / "etc/containerd").mkdir(parents=True)
+    work.mkdir()
+    (work / "config.toml").write_text(V2_OFF)
+    (host / "etc/containerd/config.toml").write_text(V2_OFF)
+    (host / "config.toml").write_text(V2_OFF)
+    monkeypatch.chdir(work)
+    assert main(["enable-nri", "--runtime", "containerd", "--config", "config.toml",
+                 "--host-root", str(host), "--restart-command", ""]) == 0
+    assert f"wrote {work}/config.toml;" in capsys.readouterr().out
+    assert nri_enabled((work / "config.toml").read_text())
+    assert (host / "config.toml").read_text() == V2_OFF  # not under --host-root
+    assert main(["enable-nri", "--runtime", "containerd", "--config", "./config.toml",
+                 "--dry-run"]) == 0  # the default --host-root: the same file
+    assert f"NRI is on in {work}/config.toml: nothing to do" in capsys.readouterr().out
+    assert main(["enable-nri", "--runtime", "containerd", "--config",
+                 "/etc/containerd/config.toml", "--host-root", str(host), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"dry run: {host}/etc/containerd/config.toml not changed" in out
+
+
+def test_the_help_says_where_config_is_read(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["enable-nri", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "An absolute path is the host's, looked up under --host-root" in text
+    assert "a relative one is taken from the working directory" in text

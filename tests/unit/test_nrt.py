@@ -133,3 +133,73 @@ def test_exporter_backs_off_and_keeps_last_state_on_a_corrupt_checkpoint(
     (tmp_path / ex.CPU_STATE).write_text("{not json")
     e.step()  # corrupt: the last good state stays, nothing new is written
     assert len(calls) == 5 and _res(_zone(calls[-1], "node-0"), "cpu")["available"] == "6"
+
+
+KUBECONFIG = """\
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+users: [{name: u, user: {token: t}}]
+"""
+
+
+@pytest.mark.parametrize(("case", "message"), [
+    ("missing", "kubeconfig {f}: cannot read it: No such file or directory"),
+    ("directory", "kubeconfig {f}: cannot read it: Is a directory"),
+    ("empty", "kubeconfig {f}: not a usable kubeconfig: ConfigException: Invalid kube-config."),
+    ("not YAML", "kubeconfig {f}: not a usable kubeconfig: not YAML at line 2, column 1: "),
+    ("no context", "kubeconfig {f}: not a usable kubeconfig: ConfigException: "),
+])
+def test_a_bad_kubeconfig_is_a_config_error_at_start(tmp_path: Path, monkeypatch, case: str,
+                                                     message: str) -> None:
+    """A kubeconfig that is missing, unreadable or malformed is a configuration error at
+    start (one line naming the file; `nrt-export` exits 2), never retried: the loop would
+    only log it again every minute."""
+    monkeypatch.setattr(ex.signal, "signal", lambda *a: None)
+    f = tmp_path / "kubeconfig"
+    if case == "directory":
+        f.mkdir()
+    elif case != "missing":
+        f.write_text({"empty": "", "not YAML": "a: [\n",
+                      "no context": "apiVersion: v1\nkind: Config\nclusters: []\n"}[case])
+    calls: list[int] = []
+    monkeypatch.setattr(ex.Exporter, "step", lambda self: calls.append(1) or 0.01)
+    with pytest.raises(ex.ConfigError) as e:
+        ex.run("node-a", MACHINE, _config(tmp_path), kubeconfig=str(f), interval=0.01,
+               passes=1)
+    assert str(e.value).startswith(message.format(f=f)), str(e.value)
+    assert "\n" not in str(e.value) and calls == []  # nothing tried
+
+
+def test_the_cli_exits_2_naming_the_kubeconfig(tmp_path: Path, capsys) -> None:
+    from nri_cpumgr.cli import main
+
+    missing = tmp_path / "nope"
+    assert main(["nrt-export", "--node-name", "n", "--kubeconfig", str(missing),
+                 "--sysfs-root", str(FIXTURES / "dual-socket-smt"),
+                 "--state-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"nri-cpumgr: kubeconfig {missing}: cannot read it: "
+                                       "No such file or directory\n")
+
+
+def test_a_server_that_is_down_is_retried(tmp_path: Path, monkeypatch,
+                                          caplog: pytest.LogCaptureFixture) -> None:
+    """A good kubeconfig naming a server that does not answer: the write fails, is logged
+    and retried with backoff (run returns after its passes, no error)."""
+    monkeypatch.setattr(ex.signal, "signal", lambda *a: None)
+    f = tmp_path / "kubeconfig"
+    f.write_text(KUBECONFIG)
+    waits: list[float] = []
+    real_step = ex.Exporter.step
+
+    def step(self: ex.Exporter) -> float:
+        waits.append(real_step(self))
+        return 0.01  # (the loop's sleep kept short)
+
+    monkeypatch.setattr(ex.Exporter, "step", step)
+    assert ex.run("node-a", MACHINE, _config(tmp_path), kubeconfig=str(f), interval=0.01,
+                  passes=2) == 0
+    assert waits == [1.0, 2.0]  # backed off, twice
+    assert sum("not written" in r.message for r in caplog.records) == 1

@@ -237,3 +237,64 @@ def test_a_name_with_a_line_break_still_gives_one_line(tmp_path):
     assert (rc, out) == (2, "")
     assert err == (f"nri-cpumgr plan: {tmp_path}/m1.yaml document 1: pod a\\nb: "
                    "spec.containers is empty\n")
+
+
+def _topology(tmp: Path, edit) -> Path:
+    """The dual-socket fixture as ``nri-cpumgr topology --json`` prints it, after ``edit``
+    (a function changing the document), in tmp/node.json."""
+    from nri_cpumgr.sysfs import discover
+    from nri_cpumgr.topology.render import to_json
+
+    doc = json.loads(json.dumps(to_json(discover(str(DUAL)), "node")))
+    edit(doc)
+    f = tmp / "node.json"
+    f.write_text(json.dumps(doc))
+    return f
+
+
+def _cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(list(argv))
+    return rc, out.getvalue(), err.getvalue()
+
+
+def test_a_cpu_given_twice_in_the_topology_names_it_and_both_rows(tmp_path):
+    """Two rows of one CPU id: refused (a table keyed by id kept the last row, silently
+    dropping the other and planning on a machine that does not exist), one line naming the
+    file, the CPU and both rows, exit status 2; the same for a NUMA node and for
+    ``plan --reconfigure``."""
+
+    def dup_cpu(doc):
+        doc["cpus"][5] = dict(doc["cpus"][5], cpu=2)
+
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(CONFIG)
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(f"kind: Pod\nmetadata: {{name: a}}\nspec: {{{C}}}\n")
+    topo = _topology(tmp_path, dup_cpu)
+    rc, out, err = _cli("plan", "--config", str(cfg), "--topology", str(topo), str(pod))
+    assert (rc, out) == (2, "")
+    assert err == (f"nri-cpumgr plan: {topo}: CPU 2 is given twice: cpus[2] (socket 0, "
+                   "core 2, NUMA node 0) and cpus[5] (socket 1, core 5, NUMA node 1)\n")
+    (tmp_path / "state").mkdir()
+    assert _cli("plan", "--config", str(cfg), "--topology", str(topo), "--state",
+                str(tmp_path / "state"), "--reconfigure", str(cfg)) == (2, "", err)
+
+    def dup_node(doc):
+        doc["numa_nodes"].append(dict(doc["numa_nodes"][0]))
+
+    topo = _topology(tmp_path, dup_node)
+    rc, _, err = _cli("plan", "--config", str(cfg), "--topology", str(topo), str(pod))
+    assert rc == 2 and err == (f"nri-cpumgr plan: {topo}: NUMA node 0 is given twice: "
+                               "numa_nodes[0] and numa_nodes[2]\n")
+
+
+def test_a_scenarios_machine_with_a_cpu_given_twice_is_a_config_error():
+    from nri_cpumgr.planner.scenario import run_scenario
+
+    rows = [{"cpu": c, "core": c, "socket": 0, "numa": 0} for c in (0, 1, 1)]
+    got = run_scenario({"name": "s", "machine": {"cpus": rows}, "config": {}, "events": []})
+    assert got["configError"] == ("CPU 1 is given twice: machine.cpus[1] (socket 0, core 1, "
+                                  "NUMA node 0) and machine.cpus[2] (socket 0, core 1, NUMA "
+                                  "node 0)")

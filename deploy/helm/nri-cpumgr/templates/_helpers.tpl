@@ -15,11 +15,21 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- $port -}}
 {{- end }}
 
-{{/* the directory of config.socketPath: mounted from the host at the same path */}}
+{{/* the directory of config.socketPath: mounted from the host at the same path (absolute,
+as the plugin requires: a hostPath volume has no working directory) */}}
 {{- define "nri-cpumgr.socketDir" -}}
-{{- dir (required "config.socketPath must be set" .Values.config.socketPath) -}}
+{{- $path := toString (required "config.socketPath must be set" .Values.config.socketPath) -}}
+{{- if not (hasPrefix "/" $path) -}}
+{{- fail (printf "config.socketPath %q: expected an absolute path (the runtime's NRI socket, e.g. /var/run/nri/nri.sock)" $path) -}}
+{{- end -}}
+{{- dir $path -}}
 {{- end }}
 
+{{/* config.stateDirectory: mounted from the host at the same path (absolute, as above) */}}
 {{- define "nri-cpumgr.stateDir" -}}
-{{- required "config.stateDirectory must be set" .Values.config.stateDirectory -}}
+{{- $path := toString (required "config.stateDirectory must be set" .Values.config.stateDirectory) -}}
+{{- if not (hasPrefix "/" $path) -}}
+{{- fail (printf "config.stateDirectory %q: expected an absolute path (the plugin's state directory, e.g. /var/lib/nri-cpumgr)" $path) -}}
+{{- end -}}
+{{- $path -}}
 {{- end }}
