@@ -70,6 +70,16 @@ def _expect(conn: PeerConn, sid: int) -> asyncio.Future[ttrpc_pb2.Response]:
     return fut
 
 
+async def _configured(rt: FakeRuntime) -> PeerConn:
+    """The runtime's next connection, once the plugin registered on it and Configure was
+    answered."""
+    conn = await rt.next_conn()
+    await asyncio.wait_for(asyncio.shield(conn.registered), 5)
+    await conn.call("Configure", nri_pb2.ConfigureRequest(runtime_name="fake"),
+                    nri_pb2.ConfigureResponse)
+    return conn
+
+
 async def _finish(stub: Stub, run: asyncio.Future[None]) -> None:
     stub.stop()
     await asyncio.wait_for(run, 5)
@@ -199,10 +209,7 @@ def test_a_split_synchronize(sock_path: Path) -> None:
         async with FakeRuntime(sock_path) as rt:
             stub = _stub(sock_path, factory)
             serving = _serve(stub)
-            conn = await rt.next_conn()
-            await asyncio.wait_for(asyncio.shield(conn.registered), 5)
-            await conn.call("Configure", nri_pb2.ConfigureRequest(runtime_name="fake"),
-                            nri_pb2.ConfigureResponse)
+            conn = await _configured(rt)
             p1, c1 = _pods(2)
             p2, c2 = _pods(2, 2)
             first = await conn.call("Synchronize", nri_pb2.SynchronizeRequest(
@@ -228,10 +235,7 @@ def test_a_split_synchronize_finished_by_the_loop(sock_path: Path) -> None:
         async with FakeRuntime(sock_path) as rt:
             stub = _stub(sock_path, factory)
             serving = _serve(stub, wait=0.2)
-            conn = await rt.next_conn()
-            await asyncio.wait_for(asyncio.shield(conn.registered), 5)
-            await conn.call("Configure", nri_pb2.ConfigureRequest(runtime_name="fake"),
-                            nri_pb2.ConfigureResponse)
+            conn = await _configured(rt)
             p1, c1 = _pods(1)
             await conn.call("Synchronize", nri_pb2.SynchronizeRequest(
                 pods=p1, containers=c1, more=True), nri_pb2.SynchronizeResponse)
@@ -257,10 +261,7 @@ def test_bytes_read_and_not_consumed_are_handed_over(sock_path: Path) -> None:
         async with FakeRuntime(sock_path) as rt:
             stub = _stub(sock_path, factory)
             serving = _serve(stub)
-            conn = await rt.next_conn()
-            await asyncio.wait_for(asyncio.shield(conn.registered), 5)
-            await conn.call("Configure", nri_pb2.ConfigureRequest(runtime_name="fake"),
-                            nri_pb2.ConfigureResponse)
+            conn = await _configured(rt)
             sync = _expect(conn, 3)
             create = _expect(conn, 5)
             req = nri_pb2.CreateContainerRequest()
@@ -540,10 +541,7 @@ def test_a_build_failing_after_configure_ends_run_with_its_error(sock_path: Path
         async with FakeRuntime(sock_path) as rt:
             stub = _stub(sock_path, factory)
             serving = _serve(stub)
-            conn = await rt.next_conn()
-            await asyncio.wait_for(asyncio.shield(conn.registered), 5)
-            await conn.call("Configure", nri_pb2.ConfigureRequest(runtime_name="fake"),
-                            nri_pb2.ConfigureResponse)
+            await _configured(rt)
             assert await serving == "the plugin stopped"
             assert factory.calls == 1
             with pytest.raises(OSError, match="not writable"):
