@@ -309,3 +309,47 @@ def test_the_help_says_where_config_is_read(capsys: pytest.CaptureFixture[str]) 
     text = " ".join(capsys.readouterr().out.split())
     assert "An absolute path is the host's, looked up under --host-root" in text
     assert "a relative one is taken from the working directory" in text
+
+
+# --- a new user's try-out (enable-nri findings) ---
+
+V1_FILE = 'root = "/var/lib/containerd"\n[plugins.cri]\n  sandbox_image = "x"\n'
+
+
+@pytest.mark.parametrize("text", [
+    V1_FILE,
+    "version = 1\n" + V1_FILE,
+    # the v2 table in a v1 file: containerd 1.7 ignores it (config dump: disable = true)
+    V1_FILE + '[plugins."io.containerd.nri.v1.nri"]\n  disable = false\n',
+    V1_FILE + "[plugins.nri]\n  disable = false\n  disable_connections = true\n",
+])
+def test_a_version_1_config_is_edited_in_plugins_nri(text: str) -> None:
+    """containerd 1.7 reads a version-1 file's NRI settings from [plugins.nri] only
+    (checked with 1.7.24's `containerd --config FILE config dump`)."""
+    assert not nri_enabled(text)
+    new = containerd_config(text)
+    nri = tomllib.loads(new)["plugins"]["nri"]
+    assert nri["disable"] is False and nri.get("disable_connections", False) is False
+    assert nri_enabled(new) and containerd_config(new) == new
+    assert new.startswith(text.split("[plugins.nri]")[0])  # the rest kept
+
+
+def test_a_version_1_socket_path_is_read_from_plugins_nri() -> None:
+    assert containerd_socket(V1_FILE + '[plugins.nri]\n  socket_path = "/x/nri.sock"\n') \
+        == "/x/nri.sock"
+
+
+@pytest.mark.parametrize("text, key", [
+    ('version = 2\nplugins."io.containerd.nri.v1.nri".disable = true\n', "dotted"),
+    ('version = 2\n[plugins]\n"io.containerd.nri.v1.nri" = { disable = true }\n', "inline"),
+    ('version = 2\n[plugins."io.containerd.nri.v1.nri"]\n  disable = "true"\n',
+     "disable = 'true'"),
+    ('version = 2\nplugins = { x = 1 }\n', "dotted"),
+])
+def test_valid_toml_the_editor_cannot_change_names_what_to_set(text: str, key: str) -> None:
+    tomllib.loads(text)  # valid
+    with pytest.raises(NodePrepError) as e:
+        containerd_config(text)
+    msg = str(e.value)
+    assert "not a TOML file" not in msg and "valid TOML" in msg and key in msg
+    assert 'disable = false' in msg and '[plugins."io.containerd.nri.v1.nri"]' in msg
