@@ -179,14 +179,21 @@ def containerd_config(text: str) -> str:
     return new
 
 
+def crio_nri(text: str) -> dict:
+    """A CRI-O drop-in's ``[crio.nri]`` table ({} when none); :class:`NodePrepError` when the
+    text is not TOML."""
+    crio = _toml(text).get("crio", {})
+    nri = crio.get("nri", {}) if isinstance(crio, dict) else {}
+    return nri if isinstance(nri, dict) else {}
+
+
 def _crio_nri(text: str | None) -> dict:
     if text is None:
         return {}
     try:
-        nri = tomllib.loads(text).get("crio", {}).get("nri", {})
-    except tomllib.TOMLDecodeError:
+        return crio_nri(text)
+    except NodePrepError:
         return {}
-    return nri if isinstance(nri, dict) else {}
 
 
 def crio_dropin(existing: str | None, others: Sequence[str] = ()) -> str:

@@ -270,11 +270,10 @@ def test_cli_crio_opens_connections_and_warns(tmp_path: Path,
     assert (d / "90-nri.conf").read_text() == crio_dropin(None)
     capsys.readouterr()
     (d / "99-late.conf").write_text("[crio.nri]\nenable_nri = false\n")
-    assert main([*args, "--socket-path", "/run/crio/nri.sock"]) == 0
+    # a later drop-in turning NRI off wins: refused (status 2), nothing restarted
+    assert main([*args, "--socket-path", "/run/crio/nri.sock"]) == 2
     out, err = capsys.readouterr()
-    assert "nothing to do" in out.splitlines()[-1]
-    (line,) = [ln for ln in err.splitlines() if "warning" in ln]
-    assert "99-late.conf comes after 90-nri.conf" in line
+    assert "99-late.conf comes after 90-nri.conf" in err and len(err.splitlines()) == 1
 
 
 def test_a_relative_config_is_the_working_directorys(tmp_path: Path, monkeypatch,
@@ -353,3 +352,82 @@ def test_valid_toml_the_editor_cannot_change_names_what_to_set(text: str, key: s
     msg = str(e.value)
     assert "not a TOML file" not in msg and "valid TOML" in msg and key in msg
     assert 'disable = false' in msg and '[plugins."io.containerd.nri.v1.nri"]' in msg
+
+
+def _containerd_cfg(tmp_path: Path) -> Path:
+    cfg = tmp_path / "etc/containerd/config.toml"
+    cfg.parent.mkdir(parents=True, exist_ok=True)
+    return cfg
+
+
+@pytest.mark.parametrize("runtime, rel", [
+    ("containerd", "etc/containerd/config.toml"),
+    ("crio", "etc/crio/crio.conf.d/90-nri.conf"),
+    ("crio", "etc/crio/crio.conf.d/10-site.conf"),  # a sibling drop-in
+])
+def test_a_non_utf8_config_is_refused_in_one_line(tmp_path: Path, runtime: str, rel: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / rel
+    f.parent.mkdir(parents=True)
+    f.write_bytes(b"# caf\xe9\n")
+    marker = tmp_path / "restarted"
+    assert main(["enable-nri", "--runtime", runtime, "--host-root", str(tmp_path),
+                 "--restart-command", f"touch {marker}"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "UTF-8" in err and "Traceback" not in err
+    assert f.read_bytes() == b"# caf\xe9\n" and not marker.exists()
+    assert sorted(p.name for p in f.parent.iterdir()) == [f.name]
+
+
+@pytest.mark.parametrize("dry", [[], ["--dry-run"]])
+def test_a_config_that_is_a_directory_is_refused(tmp_path: Path, dry: list[str],
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = _containerd_cfg(tmp_path)
+    cfg.mkdir()
+    marker = tmp_path / "restarted"
+    assert main(["enable-nri", "--runtime", "containerd", "--host-root", str(tmp_path),
+                 "--restart-command", f"touch {marker}", *dry]) == 2
+    out, err = capsys.readouterr()
+    assert len(err.splitlines()) == 1 and "not a regular file" in err
+    assert "runs its defaults" not in out + err and not marker.exists()
+    assert cfg.is_dir() and list(cfg.iterdir()) == []
+    assert sorted(p.name for p in cfg.parent.iterdir()) == ["config.toml"]
+
+
+def test_a_missing_host_root_is_refused(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "nohost"
+    marker = tmp_path / "restarted"
+    for runtime in ("containerd", "crio"):
+        assert main(["enable-nri", "--runtime", runtime, "--host-root", str(root),
+                     "--restart-command", f"touch {marker}"]) == 2
+        assert f"no host root {root}" in capsys.readouterr().err
+    assert not root.exists() and not marker.exists()
+
+
+def test_crio_refuses_a_malformed_dropin_of_its_own(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "etc/crio/crio.conf.d/90-nri.conf"
+    f.parent.mkdir(parents=True)
+    f.write_text("[crio.nri\nenable_nri = true\n")
+    assert main(["enable-nri", "--runtime", "crio", "--host-root", str(tmp_path),
+                 "--restart-command", "false"]) == 2
+    assert "not a TOML file" in capsys.readouterr().err
+    assert f.read_text() == "[crio.nri\nenable_nri = true\n"
+
+
+def test_cli_version_1_config_and_by_hand_forms(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = _containerd_cfg(tmp_path)
+    v1_v2table = V1_FILE + '[plugins."io.containerd.nri.v1.nri"]\n  disable = false\n'
+    cfg.write_text(v1_v2table)
+    base = ["enable-nri", "--runtime", "containerd", "--host-root", str(tmp_path),
+            "--restart-command", ""]
+    assert main([*base, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "nothing to do" not in out and "+[plugins.nri]" in out
+    dotted = 'version = 2\nplugins."io.containerd.nri.v1.nri".disable = true\n'
+    cfg.write_text(dotted)
+    assert main(base) == 2
+    err = capsys.readouterr().err
+    assert "not a TOML file" not in err and "by hand" in err and cfg.read_text() == dotted
