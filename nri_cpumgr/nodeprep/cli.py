@@ -48,6 +48,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     e.add_argument("--restart-command",
                    help="run after a change (default: nsenter -t 1 -m -u -i -n -p -- systemctl "
                         "restart containerd|crio); empty: do not restart")
+    e.add_argument("--version-command",
+                   help="containerd without a config.toml: the command that prints its "
+                        "version (default: nsenter -t 1 -m -u -i -n -p -- containerd "
+                        "--version); 2.x has NRI on by default (nothing to do), 1.7 off (a "
+                        "config.toml with NRI on is written); unknown: nothing written, "
+                        "status 2")
     e.add_argument("--dry-run", action="store_true", help="print the diff, change nothing")
     e.add_argument("--socket-path",
                    help="the plugin's socketPath (default: its default, /var/run/nri/nri.sock): "
@@ -82,8 +88,18 @@ def cmd_enable_nri(args: argparse.Namespace) -> int:
         old = _read(path)
         if args.runtime == "containerd":
             if old is None:
-                print(f"nri-cpumgr enable-nri: no {path}: containerd runs its defaults (NRI on "
-                      f"in 2.x, off in 1.7): write one with NRI on", file=sys.stderr)
+                version = _containerd_version(args.version_command)
+                if not version[0].isdigit():
+                    raise NodePrepError(
+                        f"no such file and containerd's version is unknown ({version}): its "
+                        f"defaults have NRI on in 2.x, off in 1.7; nothing written (write a "
+                        f"config.toml, or check --version-command)")
+                if int(version.split(".")[0]) >= 2:
+                    print(f"enable-nri: no {path}: containerd {version} runs its defaults, "
+                          f"NRI on: nothing to do")
+                    return 0
+                print(f"nri-cpumgr enable-nri: no {path}: containerd {version} runs its "
+                      f"defaults, NRI off: write one with NRI on", file=sys.stderr)
             new = containerd_config(old or "")
             runtime_socket: str | None = containerd_socket(new)
             where = f"socket_path in {path}"
@@ -133,6 +149,32 @@ def cmd_enable_nri(args: argparse.Namespace) -> int:
         return 3
     print(f"enable-nri: wrote {path}; restarted {args.runtime}")
     return 0
+
+
+def _containerd_version(command: str | None) -> str | None:
+    """containerd's version (``2.1.9``, ``1.7.24``) from ``command``'s output
+    (``containerd github.com/containerd/containerd/v2 2.1.9+unknown``; default: ``containerd
+    --version`` in PID 1's namespaces, the host's in the init container), or a reason it is
+    unknown (not starting with a digit: the command failed or printed no version)."""
+    import re
+    import shlex
+    import subprocess
+
+    if command is None:
+        command = "nsenter -t 1 -m -u -i -n -p -- containerd --version"
+    if not command:
+        return "--version-command is empty"
+    try:
+        r = subprocess.run(shlex.split(command), capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{command!r}: {e}"
+    if r.returncode != 0:
+        return f"{command!r} failed ({r.returncode})"
+    for word in r.stdout.split()[2:] or r.stdout.split():
+        m = re.match(r"^v?(\d+\.\d+(\.\d+)?)", word)
+        if m:
+            return m.group(1)
+    return f"{command!r} printed {r.stdout.strip()[:80]!r}"
 
 
 def config_file(given: str, host_root: str) -> Path:

@@ -431,3 +431,29 @@ def test_cli_version_1_config_and_by_hand_forms(tmp_path: Path,
     assert main(base) == 2
     err = capsys.readouterr().err
     assert "not a TOML file" not in err and "by hand" in err and cfg.read_text() == dotted
+
+
+@pytest.mark.parametrize("printed, written", [
+    ("containerd github.com/containerd/containerd/v2 2.1.9+unknown", False),
+    ("containerd containerd.io v2.0.0 207ad71", False),
+    ("containerd github.com/containerd/containerd 1.7.24~ds1 1.7.24~ds1-6+deb13u1", True),
+    (None, False),  # the version command failed: unknown, nothing written
+])
+def test_no_config_follows_the_runtimes_defaults(tmp_path: Path, printed: str | None,
+                                                 written: bool,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """No config.toml: containerd's defaults. 2.x has NRI on: nothing to do, nothing
+    restarted; 1.7 has it off: a config.toml with NRI on is written; unknown: status 2."""
+    cfg = _containerd_cfg(tmp_path)
+    marker = tmp_path / "restarted"
+    version = "false" if printed is None else f"echo {printed}"
+    code = main(["enable-nri", "--runtime", "containerd", "--host-root", str(tmp_path),
+                 "--restart-command", f"touch {marker}", "--version-command", version])
+    out, err = capsys.readouterr()
+    assert cfg.exists() == written and marker.exists() == written
+    if written:
+        assert code == 0 and nri_enabled(cfg.read_text()) and "NRI off" in err
+    elif printed is None:
+        assert code == 2 and "version is unknown" in err and "nothing written" in err
+    else:
+        assert code == 0 and "NRI on: nothing to do" in out
