@@ -103,6 +103,17 @@ def nri_enabled(text: str) -> bool:
     return table.get("disable", not v3) is False and table.get("disable_connections") is not True
 
 
+def ignored_table(text: str) -> str | None:
+    """The NRI table a containerd config has but containerd 1.7 ignores in it
+    (``[plugins."io.containerd.nri.v1.nri"]`` in a version-1 config), else None."""
+    doc = _toml(text)
+    plugins = doc.get("plugins", {})
+    if table_name(doc) == V1_TABLE and isinstance(plugins, dict) \
+            and "io.containerd.nri.v1.nri" in plugins:
+        return NRI_TABLE
+    return None
+
+
 def containerd_socket(text: str) -> str:
     """The NRI socket a containerd config (TOML text) listens on: its NRI table's
     ``socket_path``, else :data:`DEFAULT_SOCKET` (containerd's default). Raises

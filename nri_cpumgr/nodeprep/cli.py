@@ -67,6 +67,7 @@ def cmd_enable_nri(args: argparse.Namespace) -> int:
 
     from . import (
         DEFAULT_SOCKET,
+        V1_TABLE,
         NodePrepError,
         containerd_config,
         containerd_socket,
@@ -75,6 +76,7 @@ def cmd_enable_nri(args: argparse.Namespace) -> int:
         crio_nri,
         crio_socket,
         diff,
+        ignored_table,
         same_socket,
     )
 
@@ -100,6 +102,10 @@ def cmd_enable_nri(args: argparse.Namespace) -> int:
                     return 0
                 print(f"nri-cpumgr enable-nri: no {path}: containerd {version} runs its "
                       f"defaults, NRI off: write one with NRI on", file=sys.stderr)
+            if old is not None and (ignored := ignored_table(old)):
+                print(f"nri-cpumgr enable-nri: warning: {path} is a version-1 config (no "
+                      f"version line): containerd 1.7 ignores [{ignored}] in it and reads "
+                      f"[{V1_TABLE}]", file=sys.stderr)
             new = containerd_config(old or "")
             runtime_socket: str | None = containerd_socket(new)
             where = f"socket_path in {path}"

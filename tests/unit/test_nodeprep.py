@@ -5,6 +5,10 @@ runs only after a change; a config that is not TOML is refused with status 2 and
 NRI that runs but refuses external plugins (containerd ``disable_connections = true``, CRI-O
 ``nri_disable_connections = true``) counts as off and is opened; a runtime socket other than
 the plugin's ``--socket-path`` gets a warning naming both.
+A version-1 containerd config is edited in ``[plugins.nri]`` (what 1.7 reads there); no
+config.toml follows containerd's defaults by its version; a non-UTF-8 or non-regular file, a
+missing --host-root, valid TOML the edit cannot change, a later CRI-O drop-in turning NRI off
+and a malformed own drop-in are refused in one line, status 2, nothing written or restarted.
 The edits are checked against the repository's own drop-ins (deploy/containerd-*.toml,
 deploy/crio-nri.conf), which turn NRI on."""
 
@@ -424,8 +428,9 @@ def test_cli_version_1_config_and_by_hand_forms(tmp_path: Path,
     base = ["enable-nri", "--runtime", "containerd", "--host-root", str(tmp_path),
             "--restart-command", ""]
     assert main([*base, "--dry-run"]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "nothing to do" not in out and "+[plugins.nri]" in out
+    assert 'ignores [plugins."io.containerd.nri.v1.nri"]' in err
     dotted = 'version = 2\nplugins."io.containerd.nri.v1.nri".disable = true\n'
     cfg.write_text(dotted)
     assert main(base) == 2
