@@ -14,7 +14,9 @@ connections from externally started plugins"; default ``false`` in both runtimes
 containerd (1.7: config version 2, NRI off by default; 2.x: version 3, on by default): the
 ``[plugins."io.containerd.nri.v1.nri"]`` table's ``disable`` set to ``false``; the table added
 (with ``disable = false``) when a version-2 config has none; its ``disable_connections`` set
-to ``false`` when ``true``. Keys: containerd 1.7.35 ``pkg/nri/config.go`` / 2.4.2
+to ``false`` when ``true``. A version-1 config (no ``version`` line) is read by 1.7 through
+``[plugins.nri]`` instead (:data:`V1_TABLE`), so that one is edited there.
+Keys: containerd 1.7.35 ``pkg/nri/config.go`` / 2.4.2
 ``internal/nri/config.go`` (``disable``, ``disable_connections``, ``socket_path``, ...).
 CRI-O (1.26+): a drop-in for ``/etc/crio/crio.conf.d/`` with ``[crio.nri] enable_nri = true``
 and ``nri_disable_connections = false`` (crio.conf(5), "CRIO.NRI TABLE"; CRI-O 1.36.3
@@ -29,7 +31,15 @@ import tomllib
 from collections.abc import Sequence
 
 NRI_TABLE = 'plugins."io.containerd.nri.v1.nri"'
-_HEADER = re.compile(r'^\s*\[\s*plugins\s*\.\s*"io\.containerd\.nri\.v1\.nri"\s*\]\s*(#.*)?$')
+V1_TABLE = "plugins.nri"
+"""The NRI table of a version-1 config (no ``version`` line, or ``version = 1``): containerd
+1.7 reads only this one there (``containerd --config FILE config dump``: ``[plugins.nri]``'s
+``disable``, ``disable_connections`` and ``socket_path`` become the NRI plugin's;
+``[plugins."io.containerd.nri.v1.nri"]`` in such a file is ignored)."""
+_HEADERS = {
+    NRI_TABLE: re.compile(r'^\s*\[\s*plugins\s*\.\s*"io\.containerd\.nri\.v1\.nri"\s*\]\s*(#.*)?$'),
+    V1_TABLE: re.compile(r'^\s*\[\s*plugins\s*\.\s*(nri|"nri"|\'nri\')\s*\]\s*(#.*)?$'),
+}
 _ANY_HEADER = re.compile(r"^\s*\[")
 _KEY = r"^(\s*)({key})(\s*)=(\s*)(true|false)(\s*(#.*)?)$"
 
@@ -56,22 +66,52 @@ def _toml(text: str) -> dict:
         raise NodePrepError(f"not a TOML file: {e}") from None
 
 
+def _version(doc: dict) -> int:
+    v = doc.get("version", 1)
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise NodePrepError(f"version = {v!r}: containerd's config version is a number "
+                            f"(1, 2 or 3)")
+    return v
+
+
+def table_name(doc: dict) -> str:
+    """The NRI table containerd reads in this config: :data:`V1_TABLE` in a version-1 one,
+    else :data:`NRI_TABLE`."""
+    return V1_TABLE if _version(doc) < 2 else NRI_TABLE
+
+
 def _nri_table(doc: dict) -> dict | None:
-    table = doc.get("plugins", {}).get("io.containerd.nri.v1.nri")
+    plugins = doc.get("plugins", {})
+    if not isinstance(plugins, dict):
+        return None
+    key = "nri" if table_name(doc) == V1_TABLE else "io.containerd.nri.v1.nri"
+    table = plugins.get(key)
     return table if isinstance(table, dict) else None
 
 
 def nri_enabled(text: str) -> bool:
     """Whether a containerd config (TOML text) has NRI on and open to external plugins:
-    ``disable = false`` in its NRI table (or no such table, or no ``disable`` in it, in a
-    version-3 config: containerd 2.x's default is on) and no ``disable_connections = true``.
+    ``disable = false`` in its NRI table (:func:`table_name`: ``[plugins.nri]`` in a
+    version-1 config) (or no such table, or no ``disable`` in it, in a version-3 config:
+    containerd 2.x's default is on) and no ``disable_connections = true``.
     Raises :class:`NodePrepError` on text that is not TOML."""
     doc = _toml(text)
-    v3 = int(doc.get("version", 1)) >= 3
+    v3 = _version(doc) >= 3
     table = _nri_table(doc)
     if table is None:
         return v3
     return table.get("disable", not v3) is False and table.get("disable_connections") is not True
+
+
+def ignored_table(text: str) -> str | None:
+    """The NRI table a containerd config has but containerd 1.7 ignores in it
+    (``[plugins."io.containerd.nri.v1.nri"]`` in a version-1 config), else None."""
+    doc = _toml(text)
+    plugins = doc.get("plugins", {})
+    if table_name(doc) == V1_TABLE and isinstance(plugins, dict) \
+            and "io.containerd.nri.v1.nri" in plugins:
+        return NRI_TABLE
+    return None
 
 
 def containerd_socket(text: str) -> str:
@@ -95,26 +135,43 @@ def _set_false(lines: list[str], start: int, end: int, key: str) -> bool:
     return False
 
 
+def _by_hand(name: str, why: str) -> NodePrepError:
+    return NodePrepError(
+        f"valid TOML, but {why}: enable-nri cannot edit that form automatically; set "
+        f"disable = false and disable_connections = false in [{name}] by hand")
+
+
 def containerd_config(text: str) -> str:
     """``text`` (containerd's config.toml) with NRI on and open to external plugins
-    (``disable = false``, ``disable_connections`` not ``true``); unchanged when it is so
-    already. Raises :class:`NodePrepError` on text that is not TOML or that this edit cannot
-    turn on (e.g. the NRI table written as an inline table)."""
+    (``disable = false``, ``disable_connections`` not ``true``) in the table containerd reads
+    (:func:`table_name`); unchanged when it is so already. Raises :class:`NodePrepError` on
+    text that is not TOML or that this edit cannot turn on (the NRI table written with dotted
+    keys or as an inline table, a ``disable`` that is not a boolean): the message names what
+    to set by hand."""
     if nri_enabled(text):
         return text
     doc = _toml(text)
+    name = table_name(doc)
     table = _nri_table(doc)
+    for key in ("disable", "disable_connections"):
+        if table is not None and key in table and not isinstance(table[key], bool):
+            raise _by_hand(name, f"{key} = {table[key]!r} in [{name}] is not a boolean")
     lines = text.splitlines(keepends=True)
-    start = next((i for i, ln in enumerate(lines) if _HEADER.match(ln.rstrip("\n"))), None)
+    header = _HEADERS[name]
+    start = next((i for i, ln in enumerate(lines) if header.match(ln.rstrip("\n"))), None)
     if start is None:
+        if table is not None or (name == V1_TABLE and not isinstance(doc.get("plugins", {}), dict)):
+            raise _by_hand(name, f"its [{name}] is written with dotted keys or as an inline "
+                                 f"table")
         if not text.strip():  # no config: containerd's defaults; version 2 reads on 1.7 and 2.x
             text = "version = 2\n"
+            name = NRI_TABLE
         sep = "" if text.endswith("\n") else "\n"
-        new = text + sep + f"\n[{NRI_TABLE}]\n  disable = false\n"
+        new = text + sep + f"\n[{name}]\n  disable = false\n"
     else:
         end = next((i for i in range(start + 1, len(lines))
                     if _ANY_HEADER.match(lines[i])), len(lines))
-        v3 = int(doc.get("version", 1)) >= 3
+        v3 = _version(doc) >= 3
         if (table is None or table.get("disable", not v3) is not False) \
                 and not _set_false(lines, start + 1, end, "disable"):
             indent = re.match(r"^(\s*)", lines[start + 1]).group(1) if start + 1 < end else "  "
@@ -123,19 +180,31 @@ def containerd_config(text: str) -> str:
         if table is not None and table.get("disable_connections") is True:
             _set_false(lines, start + 1, end, "disable_connections")
         new = "".join(lines)
-    if not nri_enabled(new):
-        raise NodePrepError("could not turn NRI on in this configuration")
+    try:
+        on = nri_enabled(new)
+    except NodePrepError:
+        on = False
+    if not on:
+        raise _by_hand(name, f"its [{name}] settings are written in a form (dotted keys, an "
+                             f"inline table) this edit does not change")
     return new
+
+
+def crio_nri(text: str) -> dict:
+    """A CRI-O drop-in's ``[crio.nri]`` table ({} when none); :class:`NodePrepError` when the
+    text is not TOML."""
+    crio = _toml(text).get("crio", {})
+    nri = crio.get("nri", {}) if isinstance(crio, dict) else {}
+    return nri if isinstance(nri, dict) else {}
 
 
 def _crio_nri(text: str | None) -> dict:
     if text is None:
         return {}
     try:
-        nri = tomllib.loads(text).get("crio", {}).get("nri", {})
-    except tomllib.TOMLDecodeError:
+        return crio_nri(text)
+    except NodePrepError:
         return {}
-    return nri if isinstance(nri, dict) else {}
 
 
 def crio_dropin(existing: str | None, others: Sequence[str] = ()) -> str:

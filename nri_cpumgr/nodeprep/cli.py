@@ -10,8 +10,10 @@ file is the runtime's default or ``--config``: an absolute path is the host's, r
 NRI socket (containerd's ``socket_path``, CRI-O's ``nri_listen``) is not the plugin's
 ``--socket-path``, a warning line on stderr names both (the exit status stays as it is).
 
-Exit status: 0 (NRI on, changed or not), 2 (the configuration cannot be read or edited),
-3 (the restart failed)."""
+Exit status: 0 (NRI on, changed or not), 2 (the configuration cannot be read or edited:
+not TOML, not UTF-8, not a regular file, a form the edit cannot change, a later CRI-O drop-in
+that turns NRI off; or no ``--host-root``: nothing written, nothing restarted), 3 (the restart
+failed)."""
 
 from __future__ import annotations
 
@@ -46,6 +48,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     e.add_argument("--restart-command",
                    help="run after a change (default: nsenter -t 1 -m -u -i -n -p -- systemctl "
                         "restart containerd|crio); empty: do not restart")
+    e.add_argument("--version-command",
+                   help="containerd without a config.toml: the command that prints its "
+                        "version (default: nsenter -t 1 -m -u -i -n -p -- containerd "
+                        "--version); 2.x has NRI on by default (nothing to do), 1.7 off (a "
+                        "config.toml with NRI on is written); unknown: nothing written, "
+                        "status 2")
     e.add_argument("--dry-run", action="store_true", help="print the diff, change nothing")
     e.add_argument("--socket-path",
                    help="the plugin's socketPath (default: its default, /var/run/nri/nri.sock): "
@@ -59,37 +67,62 @@ def cmd_enable_nri(args: argparse.Namespace) -> int:
 
     from . import (
         DEFAULT_SOCKET,
+        V1_TABLE,
         NodePrepError,
         containerd_config,
         containerd_socket,
         crio_closes,
         crio_dropin,
+        crio_nri,
         crio_socket,
         diff,
+        ignored_table,
         same_socket,
     )
 
     default_path, default_restart = DEFAULTS[args.runtime]
+    if not Path(args.host_root).is_dir():
+        print(f"nri-cpumgr enable-nri: no host root {args.host_root} (not a directory): "
+              f"nothing written, nothing restarted", file=sys.stderr)
+        return 2
     path = config_file(args.config or default_path, args.host_root)
-    old = path.read_text() if path.is_file() else None
     try:
+        old = _read(path)
         if args.runtime == "containerd":
             if old is None:
-                print(f"nri-cpumgr enable-nri: no {path}: containerd runs its defaults (NRI on "
-                      f"in 2.x, off in 1.7): write one with NRI on", file=sys.stderr)
+                version = _containerd_version(args.version_command)
+                if not version[0].isdigit():
+                    raise NodePrepError(
+                        f"no such file and containerd's version is unknown ({version}): its "
+                        f"defaults have NRI on in 2.x, off in 1.7; nothing written (write a "
+                        f"config.toml, or check --version-command)")
+                if int(version.split(".")[0]) >= 2:
+                    print(f"enable-nri: no {path}: containerd {version} runs its defaults, "
+                          f"NRI on: nothing to do")
+                    return 0
+                print(f"nri-cpumgr enable-nri: no {path}: containerd {version} runs its "
+                      f"defaults, NRI off: write one with NRI on", file=sys.stderr)
+            if old is not None and (ignored := ignored_table(old)):
+                print(f"nri-cpumgr enable-nri: warning: {path} is a version-1 config (no "
+                      f"version line): containerd 1.7 ignores [{ignored}] in it and reads "
+                      f"[{V1_TABLE}]", file=sys.stderr)
             new = containerd_config(old or "")
             runtime_socket: str | None = containerd_socket(new)
             where = f"socket_path in {path}"
         else:
+            if old is not None:
+                crio_nri(old)  # ours, not TOML: refused like containerd's config
             before, after = _crio_siblings(path)
+            closing = [name for name, text in after if crio_closes(text)]
+            if closing:
+                raise NodePrepError(
+                    f"{', '.join(str(path.parent / n) for n in closing)} comes after "
+                    f"{path.name} and turns NRI off or closes it to external plugins "
+                    f"(enable_nri = false / nri_disable_connections = true): it wins, so "
+                    f"nothing is written or restarted; change it by hand")
             new = crio_dropin(old, [t for _, t in before + after])
             runtime_socket = crio_socket([t for _, t in before] + [new] + [t for _, t in after])
             where = f"nri_listen in {path.parent}/*.conf"
-            for name, text in after:
-                if crio_closes(text):
-                    print(f"nri-cpumgr enable-nri: warning: {path.parent / name} comes after "
-                          f"{path.name} and turns NRI off or closes it to external plugins "
-                          f"(enable_nri / nri_disable_connections): it wins", file=sys.stderr)
             if runtime_socket is None:
                 runtime_socket, where = DEFAULT_SOCKET, ("CRI-O's default: no drop-in sets "
                                                    "nri_listen, /etc/crio/crio.conf may")
@@ -124,6 +157,32 @@ def cmd_enable_nri(args: argparse.Namespace) -> int:
     return 0
 
 
+def _containerd_version(command: str | None) -> str | None:
+    """containerd's version (``2.1.9``, ``1.7.24``) from ``command``'s output
+    (``containerd github.com/containerd/containerd/v2 2.1.9+unknown``; default: ``containerd
+    --version`` in PID 1's namespaces, the host's in the init container), or a reason it is
+    unknown (not starting with a digit: the command failed or printed no version)."""
+    import re
+    import shlex
+    import subprocess
+
+    if command is None:
+        command = "nsenter -t 1 -m -u -i -n -p -- containerd --version"
+    if not command:
+        return "--version-command is empty"
+    try:
+        r = subprocess.run(shlex.split(command), capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{command!r}: {e}"
+    if r.returncode != 0:
+        return f"{command!r} failed ({r.returncode})"
+    for word in r.stdout.split()[2:] or r.stdout.split():
+        m = re.match(r"^v?(\d+\.\d+(\.\d+)?)", word)
+        if m:
+            return m.group(1)
+    return f"{command!r} printed {r.stdout.strip()[:80]!r}"
+
+
 def config_file(given: str, host_root: str) -> Path:
     """The file ``--config`` names: an absolute path is the host's, under ``host_root``
     (``/etc/containerd/config.toml`` with ``--host-root /host``:
@@ -135,9 +194,30 @@ def config_file(given: str, host_root: str) -> Path:
     return Path(host_root) / given.lstrip("/")
 
 
+def _read(path: Path) -> str | None:
+    """``path``'s text, None when there is no such file; :class:`NodePrepError` when it is
+    not a regular file or not UTF-8 text (TOML is UTF-8) or cannot be read."""
+    from . import NodePrepError
+
+    if not path.exists() and not path.is_symlink():
+        return None
+    if not path.is_file():
+        raise NodePrepError("not a regular file (a directory?): nothing written")
+    try:
+        return path.read_bytes().decode()
+    except UnicodeDecodeError as e:
+        raise NodePrepError(f"not UTF-8 text (byte {e.object[e.start]:#04x} at offset "
+                            f"{e.start}): TOML is UTF-8; nothing written") from None
+    except OSError as e:
+        raise NodePrepError(f"cannot read it: {e.strerror or e}") from None
+
+
 def _crio_siblings(path: Path) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """The other ``*.conf`` drop-ins in ``path``'s directory as (name, text), split into those
-    CRI-O reads before ``path`` and after it (by file name; a later one overrides a key)."""
+    CRI-O reads before ``path`` and after it (by file name; a later one overrides a key).
+    :class:`NodePrepError` when one cannot be read (not UTF-8)."""
+    from . import NodePrepError
+
     before: list[tuple[str, str]] = []
     after: list[tuple[str, str]] = []
     if not path.parent.is_dir():
@@ -146,9 +226,9 @@ def _crio_siblings(path: Path) -> tuple[list[tuple[str, str]], list[tuple[str, s
         if f.name == path.name or not f.is_file():
             continue
         try:
-            text = f.read_text()
-        except (OSError, UnicodeDecodeError):
-            continue
+            text = _read(f) or ""
+        except NodePrepError as e:
+            raise NodePrepError(f"{f}: {e}") from None
         (before if f.name < path.name else after).append((f.name, text))
     return before, after
 

@@ -5,6 +5,10 @@ runs only after a change; a config that is not TOML is refused with status 2 and
 NRI that runs but refuses external plugins (containerd ``disable_connections = true``, CRI-O
 ``nri_disable_connections = true``) counts as off and is opened; a runtime socket other than
 the plugin's ``--socket-path`` gets a warning naming both.
+A version-1 containerd config is edited in ``[plugins.nri]`` (what 1.7 reads there); no
+config.toml follows containerd's defaults by its version; a non-UTF-8 or non-regular file, a
+missing --host-root, valid TOML the edit cannot change, a later CRI-O drop-in turning NRI off
+and a malformed own drop-in are refused in one line, status 2, nothing written or restarted.
 The edits are checked against the repository's own drop-ins (deploy/containerd-*.toml,
 deploy/crio-nri.conf), which turn NRI on."""
 
@@ -270,11 +274,10 @@ def test_cli_crio_opens_connections_and_warns(tmp_path: Path,
     assert (d / "90-nri.conf").read_text() == crio_dropin(None)
     capsys.readouterr()
     (d / "99-late.conf").write_text("[crio.nri]\nenable_nri = false\n")
-    assert main([*args, "--socket-path", "/run/crio/nri.sock"]) == 0
+    # a later drop-in turning NRI off wins: refused (status 2), nothing restarted
+    assert main([*args, "--socket-path", "/run/crio/nri.sock"]) == 2
     out, err = capsys.readouterr()
-    assert "nothing to do" in out.splitlines()[-1]
-    (line,) = [ln for ln in err.splitlines() if "warning" in ln]
-    assert "99-late.conf comes after 90-nri.conf" in line
+    assert "99-late.conf comes after 90-nri.conf" in err and len(err.splitlines()) == 1
 
 
 def test_a_relative_config_is_the_working_directorys(tmp_path: Path, monkeypatch,
@@ -309,3 +312,153 @@ def test_the_help_says_where_config_is_read(capsys: pytest.CaptureFixture[str]) 
     text = " ".join(capsys.readouterr().out.split())
     assert "An absolute path is the host's, looked up under --host-root" in text
     assert "a relative one is taken from the working directory" in text
+
+
+# --- a new user's try-out (enable-nri findings) ---
+
+V1_FILE = 'root = "/var/lib/containerd"\n[plugins.cri]\n  sandbox_image = "x"\n'
+
+
+@pytest.mark.parametrize("text", [
+    V1_FILE,
+    "version = 1\n" + V1_FILE,
+    # the v2 table in a v1 file: containerd 1.7 ignores it (config dump: disable = true)
+    V1_FILE + '[plugins."io.containerd.nri.v1.nri"]\n  disable = false\n',
+    V1_FILE + "[plugins.nri]\n  disable = false\n  disable_connections = true\n",
+])
+def test_a_version_1_config_is_edited_in_plugins_nri(text: str) -> None:
+    """containerd 1.7 reads a version-1 file's NRI settings from [plugins.nri] only
+    (checked with 1.7.24's `containerd --config FILE config dump`)."""
+    assert not nri_enabled(text)
+    new = containerd_config(text)
+    nri = tomllib.loads(new)["plugins"]["nri"]
+    assert nri["disable"] is False and nri.get("disable_connections", False) is False
+    assert nri_enabled(new) and containerd_config(new) == new
+    assert new.startswith(text.split("[plugins.nri]")[0])  # the rest kept
+
+
+def test_a_version_1_socket_path_is_read_from_plugins_nri() -> None:
+    assert containerd_socket(V1_FILE + '[plugins.nri]\n  socket_path = "/x/nri.sock"\n') \
+        == "/x/nri.sock"
+
+
+@pytest.mark.parametrize("text, key", [
+    ('version = 2\nplugins."io.containerd.nri.v1.nri".disable = true\n', "dotted"),
+    ('version = 2\n[plugins]\n"io.containerd.nri.v1.nri" = { disable = true }\n', "inline"),
+    ('version = 2\n[plugins."io.containerd.nri.v1.nri"]\n  disable = "true"\n',
+     "disable = 'true'"),
+    ('version = 2\nplugins = { x = 1 }\n', "dotted"),
+])
+def test_valid_toml_the_editor_cannot_change_names_what_to_set(text: str, key: str) -> None:
+    tomllib.loads(text)  # valid
+    with pytest.raises(NodePrepError) as e:
+        containerd_config(text)
+    msg = str(e.value)
+    assert "not a TOML file" not in msg and "valid TOML" in msg and key in msg
+    assert 'disable = false' in msg and '[plugins."io.containerd.nri.v1.nri"]' in msg
+
+
+def _containerd_cfg(tmp_path: Path) -> Path:
+    cfg = tmp_path / "etc/containerd/config.toml"
+    cfg.parent.mkdir(parents=True, exist_ok=True)
+    return cfg
+
+
+@pytest.mark.parametrize("runtime, rel", [
+    ("containerd", "etc/containerd/config.toml"),
+    ("crio", "etc/crio/crio.conf.d/90-nri.conf"),
+    ("crio", "etc/crio/crio.conf.d/10-site.conf"),  # a sibling drop-in
+])
+def test_a_non_utf8_config_is_refused_in_one_line(tmp_path: Path, runtime: str, rel: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / rel
+    f.parent.mkdir(parents=True)
+    f.write_bytes(b"# caf\xe9\n")
+    marker = tmp_path / "restarted"
+    assert main(["enable-nri", "--runtime", runtime, "--host-root", str(tmp_path),
+                 "--restart-command", f"touch {marker}"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "UTF-8" in err and "Traceback" not in err
+    assert f.read_bytes() == b"# caf\xe9\n" and not marker.exists()
+    assert sorted(p.name for p in f.parent.iterdir()) == [f.name]
+
+
+@pytest.mark.parametrize("dry", [[], ["--dry-run"]])
+def test_a_config_that_is_a_directory_is_refused(tmp_path: Path, dry: list[str],
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = _containerd_cfg(tmp_path)
+    cfg.mkdir()
+    marker = tmp_path / "restarted"
+    assert main(["enable-nri", "--runtime", "containerd", "--host-root", str(tmp_path),
+                 "--restart-command", f"touch {marker}", *dry]) == 2
+    out, err = capsys.readouterr()
+    assert len(err.splitlines()) == 1 and "not a regular file" in err
+    assert "runs its defaults" not in out + err and not marker.exists()
+    assert cfg.is_dir() and list(cfg.iterdir()) == []
+    assert sorted(p.name for p in cfg.parent.iterdir()) == ["config.toml"]
+
+
+def test_a_missing_host_root_is_refused(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "nohost"
+    marker = tmp_path / "restarted"
+    for runtime in ("containerd", "crio"):
+        assert main(["enable-nri", "--runtime", runtime, "--host-root", str(root),
+                     "--restart-command", f"touch {marker}"]) == 2
+        assert f"no host root {root}" in capsys.readouterr().err
+    assert not root.exists() and not marker.exists()
+
+
+def test_crio_refuses_a_malformed_dropin_of_its_own(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "etc/crio/crio.conf.d/90-nri.conf"
+    f.parent.mkdir(parents=True)
+    f.write_text("[crio.nri\nenable_nri = true\n")
+    assert main(["enable-nri", "--runtime", "crio", "--host-root", str(tmp_path),
+                 "--restart-command", "false"]) == 2
+    assert "not a TOML file" in capsys.readouterr().err
+    assert f.read_text() == "[crio.nri\nenable_nri = true\n"
+
+
+def test_cli_version_1_config_and_by_hand_forms(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = _containerd_cfg(tmp_path)
+    v1_v2table = V1_FILE + '[plugins."io.containerd.nri.v1.nri"]\n  disable = false\n'
+    cfg.write_text(v1_v2table)
+    base = ["enable-nri", "--runtime", "containerd", "--host-root", str(tmp_path),
+            "--restart-command", ""]
+    assert main([*base, "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    assert "nothing to do" not in out and "+[plugins.nri]" in out
+    assert 'ignores [plugins."io.containerd.nri.v1.nri"]' in err
+    dotted = 'version = 2\nplugins."io.containerd.nri.v1.nri".disable = true\n'
+    cfg.write_text(dotted)
+    assert main(base) == 2
+    err = capsys.readouterr().err
+    assert "not a TOML file" not in err and "by hand" in err and cfg.read_text() == dotted
+
+
+@pytest.mark.parametrize("printed, written", [
+    ("containerd github.com/containerd/containerd/v2 2.1.9+unknown", False),
+    ("containerd containerd.io v2.0.0 207ad71", False),
+    ("containerd github.com/containerd/containerd 1.7.24~ds1 1.7.24~ds1-6+deb13u1", True),
+    (None, False),  # the version command failed: unknown, nothing written
+])
+def test_no_config_follows_the_runtimes_defaults(tmp_path: Path, printed: str | None,
+                                                 written: bool,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """No config.toml: containerd's defaults. 2.x has NRI on: nothing to do, nothing
+    restarted; 1.7 has it off: a config.toml with NRI on is written; unknown: status 2."""
+    cfg = _containerd_cfg(tmp_path)
+    marker = tmp_path / "restarted"
+    version = "false" if printed is None else f"echo {printed}"
+    code = main(["enable-nri", "--runtime", "containerd", "--host-root", str(tmp_path),
+                 "--restart-command", f"touch {marker}", "--version-command", version])
+    out, err = capsys.readouterr()
+    assert cfg.exists() == written and marker.exists() == written
+    if written:
+        assert code == 0 and nri_enabled(cfg.read_text()) and "NRI off" in err
+    elif printed is None:
+        assert code == 2 and "version is unknown" in err and "nothing written" in err
+    else:
+        assert code == 0 and "NRI on: nothing to do" in out
