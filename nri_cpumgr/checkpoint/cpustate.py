@@ -60,6 +60,32 @@ def cpu_state_problem(body: dict[str, Any]) -> str | None:
     for key in _MAPPINGS:
         if key in body and not isinstance(body[key], dict):
             return f"{key}: expected a mapping, got {_kind(body[key])}"
+    for key, required, optional in _SECTIONS:
+        for name, doc in body.get(key, {}).items():
+            why = _section_problem(doc, required, optional)
+            if why:
+                return f"{key}.{name}{why}"
+    return None
+
+
+#: the pod-level sections whose values are mappings of cpulists: (key, the cpulist keys
+#: every reader uses, those that may be absent)
+_SECTIONS = (("podPools", ("bubble", "podSharedPool"), ("mems",)),
+             ("resized", ("from", "to", "promised"), ()))
+
+
+def _section_problem(doc: Any, required: tuple[str, ...], optional: tuple[str, ...]
+                     ) -> str | None:
+    if not isinstance(doc, dict):
+        return f": expected a mapping, got {_kind(doc)}"
+    for key in required + optional:
+        if key not in doc:
+            if key in required:
+                return f": {key} is missing"
+            continue
+        why = _cpulist(doc[key])
+        if why:
+            return f".{key}: {why}"
     return None
 
 
