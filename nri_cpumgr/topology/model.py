@@ -86,7 +86,7 @@ def check_topology_doc(doc: Any) -> None:
             table = row.get(key) or {}
             if not isinstance(table, Mapping):
                 raise TopologyError(_wrong(f"{where}.{key}", table, "an object"))
-            for k, v in table.items():
+            for k in table:
                 if not (isinstance(k, str) and k.isascii() and k.isdigit()):
                     raise TopologyError(f"{where}.{key}: key {k!r}: expected a whole number")
                 _whole(f"{where}.{key}", k, table)
