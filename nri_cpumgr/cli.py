@@ -567,6 +567,22 @@ def _print_pod_level(body: dict) -> None:
                   f"(promised {r['promised']})")
 
 
+def _positive_seconds(text: str) -> float:
+    """``--interval``: a finite number of seconds above zero (0 or less would look at the
+    state directory without pause: a CPU spun). Raises argparse.ArgumentTypeError."""
+    import argparse
+    import math
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of seconds") from None
+    if not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of seconds above 0 "
+                                         "(e.g. 1 or 0.5)")
+    return v
+
+
 def _absolute_socket(path: str) -> str:
     """``--socket``: an absolute path, as ``socketPath`` must be (a relative one would be
     looked up from wherever the plugin starts). Raises argparse.ArgumentTypeError."""
@@ -739,7 +755,7 @@ def build_parser(only_run: bool = False) -> argparse.ArgumentParser:
                    help="kubeconfig file (default: in-cluster service account); one that is "
                    "missing, unreadable or malformed stops it at start (exit status 2), an API "
                    "server that cannot be reached is retried with backoff")
-    n.add_argument("--interval", type=float, default=1.0,
+    n.add_argument("--interval", type=_positive_seconds, default=1.0,
                    help="seconds between looks at the state directory (default 1)")
     n.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
     n.set_defaults(func=cmd_nrt_export)

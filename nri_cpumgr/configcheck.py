@@ -128,7 +128,7 @@ def check(config: Config, machine: Machine, source: str | None) -> list[str]:
     try:
         policy = build_policy(config, machine)
         build_topology_manager(config, machine)
-        build_memory_manager(config, machine)
+        memory = build_memory_manager(config, machine)
         checkpoint = Checkpoint(config.state_path(CHECKPOINT_NAME))
         try:
             body = checkpoint.load()
@@ -137,6 +137,8 @@ def check(config: Config, machine: Machine, source: str | None) -> list[str]:
             body = None
         if body is not None:
             restore_state(policy, body, checkpoint.path)  # (another policy's: ConfigError)
+        if memory is not None:
+            notes += _memory_state_notes(memory, config)
         # (the message of the start's probe: runtime.plugin Plugin._setup)
         why = directory_error(Path(config.stateDirectory))
         if why is not None:
@@ -156,3 +158,24 @@ def check(config: Config, machine: Machine, source: str | None) -> list[str]:
         notes.append(f"socketPath {config.socketPath}: no socket there now (is NRI enabled "
                      "in the runtime? `nri-cpumgr enable-nri`); `run` keeps trying to connect")
     return notes
+
+
+def _memory_state_notes(memory: Any, config: Config) -> list[str]:
+    """The Memory Manager's checkpoint as the start reads it (managers.restore_memory_state):
+    a note when it is corrupt or rejected (the start goes on with a fresh memory state)."""
+    from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
+    from nri_cpumgr.cm.memorymanager.state import MemoryState
+    from nri_cpumgr.runtime.plugin import MEMORY_CHECKPOINT_NAME
+
+    checkpoint = Checkpoint(config.state_path(MEMORY_CHECKPOINT_NAME))
+    try:
+        body = checkpoint.load()
+    except CheckpointError as e:
+        return [f"{e}: the plugin would rebuild its memory state from the runtime"]
+    if body:
+        try:
+            memory.start(MemoryState.from_dict(body))
+        except Exception as e:  # noqa: BLE001 - what the start rejects, whatever it is
+            return [f"checkpoint {checkpoint.path}: rejected ({e}): the plugin would start "
+                    "its memory state fresh"]
+    return []

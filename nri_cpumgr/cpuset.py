@@ -209,15 +209,20 @@ def _parse_ids(text: str) -> frozenset[int]:
         if not part:
             raise CPUSetError(f"invalid cpulist {text!r}: empty element")
         lo, sep, hi = part.partition("-")
-        try:
-            a = int(lo)
-            b = int(hi) if sep else a
-        except ValueError:
-            raise CPUSetError(f"invalid cpulist {text!r}: bad element {part!r}") from None
-        if a < 0 or b < a:
+        lo, hi = lo.strip(), hi.strip()
+        # ASCII digits only, as the kubelet's strconv.Atoi (int() also takes other scripts'
+        # digits, "١", and underscores, "1_0")
+        if not (lo.isascii() and lo.isdigit()) or (sep and not (hi.isascii() and hi.isdigit())):
+            raise CPUSetError(f"invalid cpulist {text!r}: bad element {part!r}")
+        for digits in (lo, hi):
+            if len(digits.lstrip("0")) > 5:  # (above MAX_ID: not turned into a number)
+                raise CPUSetError(f"invalid cpulist {text!r}: id {digits} above {MAX_ID}")
+        a = int(lo)
+        b = int(hi) if sep else a
+        if b < a:
             raise CPUSetError(f"invalid cpulist {text!r}: bad range {part!r}")
-        if b > MAX_ID:
-            raise CPUSetError(f"invalid cpulist {text!r}: id {b} above {MAX_ID}")
+        if max(a, b) > MAX_ID:
+            raise CPUSetError(f"invalid cpulist {text!r}: id {max(a, b)} above {MAX_ID}")
         out.update(range(a, b + 1))
     return frozenset(out)
 

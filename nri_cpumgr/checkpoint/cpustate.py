@@ -34,59 +34,86 @@ def cpu_state_problem(body: dict[str, Any]) -> str | None:
     None when its shape is right (the policy still decides whether it fits the machine)."""
     name = body.get("policyName")
     if name is not None and not isinstance(name, str):
-        return f"policyName: expected a string, got {_kind(name)}"
+        return f"policyName: expected a string, got {kind_of(name)}"
     for key in ("defaultCpuSet", "reservedCpuSet"):
         if key in body:
-            why = _cpulist(body[key])
+            why = cpulist_problem(body[key])
             if why:
                 return f"{key}: {why}"
     entries = body.get("entries", {})
     if not isinstance(entries, dict):
-        return f"entries: expected a mapping, got {_kind(entries)}"
+        return f"entries: expected a mapping, got {kind_of(entries)}"
     for uid, conts in entries.items():
         if not isinstance(conts, dict):
-            return f"entries.{uid}: expected a mapping, got {_kind(conts)}"
+            return f"entries.{uid}: expected a mapping, got {kind_of(conts)}"
         for cname, cpus in conts.items():
-            why = _cpulist(cpus)
+            why = cpulist_problem(cpus)
             if why:
                 return f"entries.{uid}.{cname}: {why}"
     rows = body.get("containers", [])
     if not isinstance(rows, list):
-        return f"containers: expected a list, got {_kind(rows)}"
+        return f"containers: expected a list, got {kind_of(rows)}"
     for i, row in enumerate(rows):
         why = _row_problem(row)
         if why:
             return f"containers[{i}]{why}"
     for key in _MAPPINGS:
         if key in body and not isinstance(body[key], dict):
-            return f"{key}: expected a mapping, got {_kind(body[key])}"
+            return f"{key}: expected a mapping, got {kind_of(body[key])}"
+    for key, required, optional in _SECTIONS:
+        for name, doc in body.get(key, {}).items():
+            why = _section_problem(doc, required, optional)
+            if why:
+                return f"{key}.{name}{why}"
+    return None
+
+
+#: the pod-level sections whose values are mappings of cpulists: (key, the cpulist keys
+#: every reader uses, those that may be absent)
+_SECTIONS = (("podPools", ("bubble", "podSharedPool"), ("mems",)),
+             ("resized", ("from", "to", "promised"), ()))
+
+
+def _section_problem(doc: Any, required: tuple[str, ...], optional: tuple[str, ...]
+                     ) -> str | None:
+    if not isinstance(doc, dict):
+        return f": expected a mapping, got {kind_of(doc)}"
+    for key in required + optional:
+        if key not in doc:
+            if key in required:
+                return f": {key} is missing"
+            continue
+        why = cpulist_problem(doc[key])
+        if why:
+            return f".{key}: {why}"
     return None
 
 
 def _row_problem(row: Any) -> str | None:
     if not isinstance(row, dict):
-        return f": expected a mapping, got {_kind(row)}"
+        return f": expected a mapping, got {kind_of(row)}"
     for key, kind in _ROW_REQUIRED.items():
         if key not in row:
             return f": {key} is missing"
         if type(row[key]) is not kind:
-            return f".{key}: expected a {kind.__name__}, got {_kind(row[key])}"
+            return f".{key}: expected a {kind.__name__}, got {kind_of(row[key])}"
     for key, kind in _ROW_OPTIONAL.items():
         if key in row and type(row[key]) is not kind:
-            return f".{key}: expected a {kind.__name__}, got {_kind(row[key])}"
+            return f".{key}: expected a {kind.__name__}, got {kind_of(row[key])}"
     if row["qos"] not in _QOS:
         return f".qos: {row['qos']!r} is not one of {', '.join(_QOS)}"
     for key in _CPULISTS:
         if key in row:
-            why = _cpulist(row[key])
+            why = cpulist_problem(row[key])
             if why:
                 return f".{key}: {why}"
     return None
 
 
-def _cpulist(value: Any) -> str | None:
+def cpulist_problem(value: Any) -> str | None:
+    """Why ``value`` is not a cpulist string (the parser's error), or None."""
     if not isinstance(value, str):
-        return f"expected a cpulist string, got {_kind(value)}"
+        return f"expected a cpulist string, got {kind_of(value)}"
     try:
         CPUSet.parse(value)
     except CPUSetError as e:
@@ -94,7 +121,8 @@ def _cpulist(value: Any) -> str | None:
     return None
 
 
-def _kind(value: Any) -> str:
+def kind_of(value: Any) -> str:
+    """``value``'s JSON kind, for messages (``a number``, ``a mapping``, ``null``)."""
     names = {bool: "a boolean", int: "a number", float: "a number", str: "a string",
              list: "a list", dict: "a mapping", type(None): "null"}
     return names.get(type(value), type(value).__name__)

@@ -53,7 +53,9 @@ KNOWN_FEATURE_GATES = frozenset({
 
 _PLUGIN_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _PLUGIN_INDEX = re.compile(r"[0-9]{2}")
-_ADDRESS = r"[^\s:]*:([0-9]{1,5})"  # (compiled at its first use: metricsAddress is optional)
+# host:port, the host a name, an IPv4 address or a bracketed IPv6 one ("[::1]:9109"); compiled
+# at its first use: metricsAddress is optional
+_ADDRESS = r"(?:[^\s:\[\]]*|\[[0-9A-Fa-f:.]*:[0-9A-Za-z:.%]*\]):([0-9]{1,5})"
 # YAML strings a boolean key takes besides true/false (what the Go/pydantic parsers accept)
 _TRUE = frozenset({"true", "yes", "on", "1", "t", "y"})
 _FALSE = frozenset({"false", "no", "off", "0", "f", "n"})
@@ -315,7 +317,23 @@ def parse_duration(text: str) -> float:
         pos = m.end()
     if not s or pos != len(s):
         raise ValueError(f"invalid duration {text!r} (for example \"500ms\", \"1s\", \"1m30s\")")
+    if total * 1e9 >= _MAX_DURATION_NS / 2 and _duration_ns(s) > _MAX_DURATION_NS:
+        raise ValueError(f"invalid duration {text!r}: out of range (Go's durations end at "
+                         "2562047h47m16.854775807s)")
     return total
+
+
+_MAX_DURATION_NS = 2**63 - 1  # Go's time.Duration: int64 nanoseconds
+_DURATION_NS = {"ns": 1, "us": 1000, "µs": 1000, "ms": 10**6, "s": 10**9, "m": 60 * 10**9,
+                "h": 3600 * 10**9}
+
+
+def _duration_ns(s: str) -> int:
+    """The exact nanoseconds of a duration :func:`parse_duration` read (near the limit)."""
+    from fractions import Fraction
+
+    return sum(int(Fraction(m.group(1)) * _DURATION_NS[m.group(2)])
+               for m in _DURATION_PART.finditer(s))
 
 
 # --- value checks: each takes (key, raw YAML value), returns the value or raises _Invalid ---
@@ -411,6 +429,16 @@ def _state_directory(key: str, v: Any) -> str:
     return v
 
 
+def _kubelet_state_directory(key: str, v: Any) -> str:
+    """``kubeletStateDirectory``: ``""`` (never adopt) or an absolute path, as the other path
+    keys (a relative one would be looked up from wherever the plugin starts)."""
+    v = _string(key, v)
+    if v and not v.startswith("/"):
+        raise _Invalid(key, f"{v!r}: expected an absolute path (the kubelet's state "
+                            "directory, e.g. /var/lib/kubelet) or \"\" (never adopt)")
+    return v
+
+
 def _log_file(key: str, v: Any) -> str | None:
     """``logFile``: empty (``null``, ``""``: no log file) or a path that
     :func:`location_error` accepts."""
@@ -472,8 +500,8 @@ def _metrics_address(key: str, v: Any) -> str:
         return v
     m = re.fullmatch(_ADDRESS, v)
     if m is None:
-        raise _Invalid(key, f"{v!r}: expected host:port (e.g. ':9109' or '127.0.0.1:9109'), "
-                            "or '' for no endpoint")
+        raise _Invalid(key, f"{v!r}: expected host:port (e.g. ':9109', '127.0.0.1:9109' or "
+                            "'[::1]:9109'), or '' for no endpoint")
     if int(m.group(1)) > 65535:
         raise _Invalid(key, f"port of {v!r} out of range (0-65535)")
     return v
@@ -522,8 +550,36 @@ def _quantities(milli: bool, trim: bool = False) -> Callable[[str, Any], dict[st
     return check
 
 
+#: the resources ``kubeReserved``/``systemReserved`` may name (the kubelet's
+#: parseResourceList, cmd/kubelet/app/server.go, v1.37.2: any other is "cannot reserve")
+RESERVABLE = ("cpu", "memory", "ephemeral-storage", "pid")
+
+
+def _reserved(key: str, v: Any) -> dict[str, str]:
+    """``kubeReserved``/``systemReserved``: :func:`_quantities` (milli) of the resources the
+    kubelet reserves (:data:`RESERVABLE`), none negative."""
+    for k in _mapping(key, v):
+        if k not in RESERVABLE:
+            raise _Invalid(key, f"{k}: cannot reserve {k!r} (the kubelet reserves "
+                                f"{', '.join(RESERVABLE)}){did_you_mean(k, RESERVABLE)}")
+    out = _quantities(milli=True)(key, v)
+    for k, s in out.items():
+        if parse_quantity(s, milli=True) < 0:
+            raise _Invalid(key, f"{k}: {s!r} is negative (a reservation cannot be)")
+    return out
+
+
+def _strict_boolean(key: str, v: Any) -> bool:
+    """A YAML boolean only: the kubelet decodes ``featureGates`` as map[string]bool, and a
+    string (``"true"``) or a number there is a decoding error."""
+    if isinstance(v, bool):
+        return v
+    kind = "a string" if isinstance(v, str) else _type_name(v)
+    raise _Invalid(key, f"expected true or false, got {kind} ({v!r}); unquote it")
+
+
 def _feature_gates(key: str, v: Any) -> dict[str, bool]:
-    gates = {k: _boolean(f"{key}.{k}", x) for k, x in _mapping(key, v).items()}
+    gates = {k: _strict_boolean(f"{key}.{k}", x) for k, x in _mapping(key, v).items()}
     unknown = sorted(set(gates) - KNOWN_FEATURE_GATES)
     if unknown:
         raise _Invalid(
@@ -542,6 +598,30 @@ def _string_map(key: str, v: Any) -> dict[str, str]:
     return {k: _string(f"{key}.{k}", x) for k, x in _mapping(key, v).items()}
 
 
+#: the eviction signals the kubelet knows (eviction helpers.go signalToResource, v1.37.2:
+#: any other is "unsupported eviction signal")
+EVICTION_SIGNALS = ("memory.available", "allocatableMemory.available", "nodefs.available",
+                    "nodefs.inodesFree", "imagefs.available", "imagefs.inodesFree",
+                    "containerfs.available", "containerfs.inodesFree", "pid.available")
+
+
+def _eviction_hard(key: str, v: Any) -> dict[str, str]:
+    """``evictionHard``: each signal one the kubelet knows, each value a percentage of 0-100%
+    or a positive quantity, as its ParseThresholdConfig reads them (eviction helpers.go
+    parseThresholdStatement, v1.37.2), whatever the memory manager policy."""
+    out = _string_map(key, v)
+    for signal, value in out.items():
+        if signal not in EVICTION_SIGNALS:
+            raise _Invalid(key, f"{signal}: unsupported eviction signal (known: "
+                                f"{', '.join(EVICTION_SIGNALS)})"
+                                f"{did_you_mean(signal, EVICTION_SIGNALS)}")
+        try:
+            eviction_threshold_check(value)
+        except ValueError as e:
+            raise _Invalid(key, f"{signal}: {e}") from None
+    return out
+
+
 def _reserved_memory(key: str, v: Any) -> list[ReservedMemory]:
     if not isinstance(v, list):
         raise _Invalid(key, f"expected a list, got {_type_name(v)} ({v!r})")
@@ -557,7 +637,7 @@ def _reserved_memory(key: str, v: Any) -> list[ReservedMemory]:
             if required not in entry:
                 raise _Invalid(f"{where}.{required}", "required")
         node = entry["numaNode"]
-        if isinstance(node, str) and node.isdigit():
+        if isinstance(node, str) and re.fullmatch(r"[0-9]+", node):
             node = int(node)
         if not isinstance(node, int) or isinstance(node, bool):
             raise _Invalid(f"{where}.numaNode", f"expected a NUMA node number, got {node!r}")
@@ -598,20 +678,20 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "cpuManagerPolicy": _one_of("none", "static"),
     "cpuManagerPolicyOptions": _options,
     "reservedSystemCPUs": _cpu_list,
-    "kubeReserved": _quantities(milli=True),
-    "systemReserved": _quantities(milli=True),
+    "kubeReserved": _reserved,
+    "systemReserved": _reserved,
     "featureGates": _feature_gates,
     "topologyManagerPolicy": _one_of("none", "best-effort", "restricted", "single-numa-node"),
     "topologyManagerScope": _one_of("container", "pod"),
     "topologyManagerPolicyOptions": _options,
     "memoryManagerPolicy": _one_of("None", "Static"),
     "reservedMemory": _reserved_memory,
-    "evictionHard": _string_map,
+    "evictionHard": _eviction_hard,
     "alignMemoryWithExclusiveCPUs": _boolean,
     "sharedPoolShrinkDelay": _duration,
     "sharedPoolGrowDelay": _duration,
     "sharedPoolUpdateBatchSize": _positive_int,
-    "kubeletStateDirectory": _string,
+    "kubeletStateDirectory": _kubelet_state_directory,
     "explainDecisions": _boolean,
     "sharedPoolUpdateMode": _one_of("auto", "async", "cri", "reply"),
     "containerRuntimeEndpoint": _cri_endpoint,
@@ -731,6 +811,43 @@ def load_config(path: str | Path | None) -> Config:
 _FLOAT = r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 
 
+def eviction_threshold_check(value: str) -> None:
+    """Whether an ``evictionHard`` value is one the kubelet takes: a percentage of 0-100% or
+    a positive quantity (eviction helpers.go parseThresholdStatement, v1.37.2). Raises
+    ValueError (``invalid quantity 'abc'``, ``'-100Mi' must be positive``)."""
+    if value.endswith("%"):
+        if value not in ("0%", "100%"):
+            _eviction_share(value)
+        return
+    if parse_quantity(value) <= 0:
+        raise ValueError(f"{value!r} must be positive (a quantity above zero, or a "
+                         "percentage)")
+
+
+def _eviction_share(value: str) -> float:
+    """The share (0-1) of a percentage ``value`` ("10%"), as the kubelet's float32. Raises
+    ValueError."""
+    import re
+    import struct
+
+    number = value[:-1]
+    if not re.fullmatch(_FLOAT, number):
+        raise ValueError(f"{value!r}: not a percentage")
+
+    def f32(x: float) -> float:
+        return struct.unpack("f", struct.pack("f", x))[0]  # type: ignore[no-any-return]
+
+    try:
+        share = f32(f32(float(number)) / 100)
+    except OverflowError:
+        share = float("inf")
+    if share < 0:
+        raise ValueError(f"{value!r}: must be >= 0%")
+    if share > 1:
+        raise ValueError(f"{value!r}: must be <= 100%")
+    return share
+
+
 def eviction_threshold_bytes(value: str, capacity: int) -> int:
     """The bytes an ``evictionHard`` ``memory.available`` value reserves on a node with
     ``capacity`` bytes of memory: a quantity as it is; a percentage as the kubelet takes
@@ -743,22 +860,8 @@ def eviction_threshold_bytes(value: str, capacity: int) -> int:
         return parse_quantity(value)
     if value in ("0%", "100%"):
         return 0
-    import re
-    import struct
-
-    number = value[:-1]
-    if not re.fullmatch(_FLOAT, number):
-        raise ValueError(f"evictionHard memory.available {value!r}: not a percentage")
-
-    def f32(x: float) -> float:
-        return struct.unpack("f", struct.pack("f", x))[0]  # type: ignore[no-any-return]
-
     try:
-        share = f32(f32(float(number)) / 100)
-    except OverflowError:
-        share = float("inf")
-    if share < 0:
-        raise ValueError(f"evictionHard memory.available {value!r}: must be >= 0%")
-    if share > 1:
-        raise ValueError(f"evictionHard memory.available {value!r}: must be <= 100%")
+        share = _eviction_share(value)
+    except ValueError as e:
+        raise ValueError(f"evictionHard memory.available {e}") from None
     return int(float(capacity) * share)

@@ -68,7 +68,8 @@ KEYS: dict[str, KeyDoc] = {
                 "config file, exit status 2)"),
     "metricsAddress": KeyDoc(
         "The HTTP listen address of `/metrics` (Prometheus), `/healthz` and `/readyz`: "
-        "`host:port`, `:port` for every interface, `\"\"` for none. The DaemonSet's probes use "
+        "`host:port` (an IPv6 host in brackets, `[::1]:9109`), `:port` for every interface, "
+        "`\"\"` for none. The DaemonSet's probes use "
         "`:9109`."),
     "cpuManagerPolicy": KeyDoc(
         "The CPU manager policy: `none` leaves every container on the runtime's cpuset, as "
@@ -101,7 +102,8 @@ KEYS: dict[str, KeyDoc] = {
                 "`strict-cpu-reservation` (otherwise a WARNING)"),
     "kubeReserved": KeyDoc(
         "Resources reserved for Kubernetes system daemons (`cpu`, `memory`, "
-        "`hugepages-<size>`). Their `cpu` plus `systemReserved`'s, rounded up, is the number "
+        "`ephemeral-storage`, `pid`: those the kubelet reserves). Their `cpu` plus "
+        "`systemReserved`'s, rounded up, is the number "
         "of reserved CPUs when `reservedSystemCPUs` is empty; `memory` counts in the Memory "
         "Manager's reservation. Each value is read as the kubelet reads it "
         "(resource.ParseQuantity): blanks around it are refused (`\" 2 \"`), as they are "
@@ -152,7 +154,9 @@ KEYS: dict[str, KeyDoc] = {
         refused="a NUMA node the machine does not have; sums that differ from the "
                 "reservation"),
     "evictionHard": KeyDoc(
-        "Only `memory.available` is read: its threshold counts in the memory the node "
+        "Validated as the kubelet does (its signals, percentages of 0-100%, positive "
+        "quantities), whatever the `memoryManagerPolicy`. Only `memory.available` is read: "
+        "its threshold counts in the memory the node "
         "reserves (for `reservedMemory`). A percentage is that share of the node's memory "
         "(the sum of its NUMA nodes'), computed as the kubelet does (float32); `0%` and "
         "`100%` set no threshold.",
@@ -174,7 +178,7 @@ KEYS: dict[str, KeyDoc] = {
         "calls, so another container operation waits at most one batch)."),
     "kubeletStateDirectory": KeyDoc(
         "With no checkpoint of its own, the plugin adopts the kubelet's `cpu_manager_state` "
-        "and `memory_manager_state` found here; `\"\"` never. See "
+        "and `memory_manager_state` found here (an absolute path); `\"\"` never. See "
         "[adopting a node](../operations/adopting.md)."),
     "explainDecisions": KeyDoc(
         "Record why each container got its CPUs (`nri-cpumgr explain`); also on with `-v`. "
@@ -227,7 +231,8 @@ _REFUSALS: dict[str, str] = {
     "_path": "not a string; an empty string",
     "_optional_string": "not a string",
     "_string": "not a string",
-    "_metrics_address": "not `host:port` or `:port` (or `\"\"`); a port above 65535",
+    "_metrics_address": "not `host:port` or `:port` (or `\"\"`; an IPv6 host in brackets: "
+                        "`[::1]:9109`); a port above 65535",
     "_one_of.<locals>.check": "any other value (the closest accepted one is suggested)",
     "_options": "not a mapping; a value that is a list, a mapping or empty",
     "_cpu_list": "not a CPU list (`0-3,8`)",
@@ -244,8 +249,17 @@ _REFUSALS: dict[str, str] = {
                  "devtmpfs, cgroup, cgroup2, ..., or a mount inside one), unless it is a "
                  "device or a pipe (`/dev/stderr`, `/proc/1/fd/1`); `null` or `\"\"`: no "
                  "log file",
-    "_feature_gates": "not a mapping; a value that is not a boolean; a gate this plugin does "
-                      "not read",
+    "_feature_gates": "not a mapping; a value that is not a boolean (a quoted `\"true\"` "
+                      "too: the kubelet decodes booleans); a gate this plugin does not read",
+    "_reserved": "not a mapping; a resource the kubelet does not reserve (it reserves `cpu`, "
+                 "`memory`, `ephemeral-storage`, `pid`); a value that is not a Kubernetes "
+                 "quantity (`2`, `1500m`, `1Gi`, `1e3`; not `1e3Mi`) or is negative",
+    "_eviction_hard": "not a mapping of strings; a signal the kubelet does not know "
+                      "(`memory.available`, `nodefs.available`, ...); a value that is not a "
+                      "percentage of 0-100% or a positive Kubernetes quantity "
+                      "(`abc`, `1e3Mi`, `-100Mi`, `0`); checked whatever the "
+                      "`memoryManagerPolicy`",
+    "_kubelet_state_directory": "not a string; a relative path (`\"\"`: never adopt)",
     "_string_map": "not a mapping of strings",
     "_reserved_memory": "not a list; an entry without `numaNode` or `limits`, with another "
                         "key, a `numaNode` that is negative or not a number, a limit that is "
@@ -253,7 +267,8 @@ _REFUSALS: dict[str, str] = {
     "_boolean": "anything but a boolean (`true`/`false`; `yes`/`no`, `on`/`off`, `1`/`0` are "
                 "taken)",
     "_duration": "a number without a unit (`1` for `1s`); anything Go's duration parser "
-                 "refuses",
+                 "refuses (a duration above 2562047h47m16.854775807s, Go's int64 "
+                 "nanoseconds, too)",
     "_positive_int": "anything but a whole number of at least 1",
     "_cri_endpoint": "not a string; a relative path, another scheme than `unix://`",
 }
@@ -307,6 +322,7 @@ _CHECK_TYPES = {
     "_quantities.<locals>.check": "mapping of resource name to quantity (`cpu: 500m`, "
                                   "`memory: 1Gi`)",
     "_metrics_address": "listen address (string: `host:port`)",
+    "_reserved": "mapping of resource name to quantity (`cpu: 500m`, `memory: 1Gi`)",
 }
 
 

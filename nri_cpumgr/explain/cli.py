@@ -20,6 +20,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
                            "`explainDecisions: true` in its config (or when run with -v)")
     if body is None:
         return 1
+    from nri_cpumgr.explain.shape import explanations_problem
+
+    why = explanations_problem(body)
+    if why is not None:
+        print(f"nri-cpumgr explain: checkpoint {state_dir / EXPLANATIONS_NAME}: malformed: "
+              f"{why}", file=sys.stderr)
+        return 1
     parts = args.target.split("/")
     if len(parts) >= 3:  # namespace/name/container
         found = find(body, "/".join(parts[:2]), "/".join(parts[2:]))

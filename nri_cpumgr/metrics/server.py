@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,6 +29,12 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     metrics: Exposition
     ready: Callable[[], bool | str]
+
+
+class _Server6(_Server):
+    """An IPv6 host (``[::1]:9109``, given bracketed)."""
+
+    address_family = socket.AF_INET6
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -92,7 +99,7 @@ class MetricsServer:
 
     def __init__(self, metrics: Exposition, address: str, ready: Callable[[], bool | str]) -> None:
         host, port = parse_address(address)
-        self._server = _Server((host, port), _Handler)
+        self._server = (_Server6 if ":" in host else _Server)((host, port), _Handler)
         self._server.metrics = metrics
         self._server.ready = ready
         self.host = host

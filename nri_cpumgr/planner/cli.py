@@ -44,7 +44,7 @@ def load_machine(sysfs_root: str | None, topology_json: str | None) -> Machine:
             raise InputError(f"{machine_source(None, topology_json)}: {e}") from None
         except (ValueError, KeyError, TypeError) as e:
             raise InputError(f"{topology_json}: not the JSON of `nri-cpumgr topology --json`: "
-                             f"{e!r}") from None
+                             f"{e}") from None
     from nri_cpumgr.sysfs import discover
 
     return discover(sysfs_root or "/")

@@ -33,7 +33,13 @@ from nri_cpumgr.managers import (
     restore_state,
 )
 from nri_cpumgr.planner.manifest import PlannedPod, container_infos
-from nri_cpumgr.topology import CPUTopology, Machine, NUMANodeInfo, check_unique_ids
+from nri_cpumgr.topology import (
+    CPUTopology,
+    Machine,
+    NUMANodeInfo,
+    check_topology_doc,
+    check_unique_ids,
+)
 
 
 @dataclass(slots=True)
@@ -100,6 +106,7 @@ def machine_from_json(doc: Mapping[str, Any]) -> Machine:
     the CPU table plus ``numa_nodes`` (memory, hugepages, distances). Raises
     :class:`~nri_cpumgr.topology.TopologyError` for a CPU or NUMA node id given twice,
     ValueError (KeyError, TypeError included) on a document of another shape."""
+    check_topology_doc(doc)
     topo = CPUTopology.from_conformance(doc)
     check_unique_ids(doc.get("numa_nodes", []), "id", "NUMA node", "numa_nodes")
     nodes = {}

@@ -11,8 +11,9 @@ from nri_cpumgr.topology.model import (
     Machine,
     NUMANodeInfo,
     TopologyError,
+    check_topology_doc,
     check_unique_ids,
 )
 
 __all__ = ["CPUInfo", "CPUTopology", "Machine", "NUMANodeInfo", "TopologyError",
-           "check_unique_ids"]
+           "check_topology_doc", "check_unique_ids"]

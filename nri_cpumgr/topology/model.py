@@ -41,6 +41,75 @@ def check_unique_ids(rows: Iterable[Any], key: str, what: str, where: str) -> No
                                 f"{_row_place(rows[j])} and {where}[{i}]{_row_place(r)}")
 
 
+_DECLARED = ("NumCPUs", "NumSockets", "NumCores", "NumNUMANodes", "NumUncoreCache")
+
+
+def check_topology_doc(doc: Any) -> None:
+    """Raises :class:`TopologyError` (one line naming the row and the key: ``cpus[2].numa:
+    expected a whole number >= 0, got -1``) when ``doc`` is not the shape ``nri-cpumgr
+    topology --json`` prints: ``declared`` counts, a non-empty ``cpus`` list of rows with
+    ``cpu``, ``core``, ``socket``, ``numa`` (and optional ``uncore``, ``die``) ids, and
+    optional ``numa_nodes`` rows (``id``, ``memory_bytes``, ``hugepages``, ``distances``).
+    Ids are JSON whole numbers >= 0, as the kernel's are."""
+    if not isinstance(doc, Mapping):
+        raise TopologyError(f"expected a JSON object, got {_json_kind(doc)}")
+    declared = doc.get("declared")
+    if not isinstance(declared, Mapping):
+        raise TopologyError(_wrong("declared", declared, "an object of counts"))
+    for key in _DECLARED:
+        _whole("declared", key, declared)
+    cpus = doc.get("cpus")
+    if not isinstance(cpus, list):
+        raise TopologyError(_wrong("cpus", cpus, "a list of CPU rows"))
+    if not cpus:
+        raise TopologyError("cpus: empty (a machine has at least one CPU)")
+    for i, row in enumerate(cpus):
+        where = f"cpus[{i}]"
+        if not isinstance(row, Mapping):
+            raise TopologyError(_wrong(where, row, "an object"))
+        for key in ("cpu", "core", "socket", "numa"):
+            _whole(where, key, row)
+        for key in ("uncore", "die"):
+            if key in row:
+                _whole(where, key, row)
+    nodes = doc.get("numa_nodes", [])
+    if not isinstance(nodes, list):
+        raise TopologyError(_wrong("numa_nodes", nodes, "a list of NUMA node rows"))
+    for i, row in enumerate(nodes):
+        where = f"numa_nodes[{i}]"
+        if not isinstance(row, Mapping):
+            raise TopologyError(_wrong(where, row, "an object"))
+        _whole(where, "id", row)
+        if "memory_bytes" in row:
+            _whole(where, "memory_bytes", row)
+        for key in ("hugepages", "distances"):
+            table = row.get(key) or {}
+            if not isinstance(table, Mapping):
+                raise TopologyError(_wrong(f"{where}.{key}", table, "an object"))
+            for k in table:
+                if not (isinstance(k, str) and k.isascii() and k.isdigit()):
+                    raise TopologyError(f"{where}.{key}: key {k!r}: expected a whole number")
+                _whole(f"{where}.{key}", k, table)
+
+
+def _whole(where: str, key: str, row: Mapping[str, Any]) -> None:
+    if key not in row:
+        raise TopologyError(f"{where}: {key} is missing")
+    v = row[key]
+    if type(v) is not int or v < 0:
+        raise TopologyError(_wrong(f"{where}.{key}", v, "a whole number >= 0"))
+
+
+def _wrong(where: str, v: Any, want: str) -> str:
+    shown = f" {v!r}" if isinstance(v, int | float | str) and not isinstance(v, bool) else ""
+    return f"{where}: expected {want}, got {_json_kind(v)}{shown}"
+
+
+def _json_kind(v: Any) -> str:
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string",
+            list: "a list", dict: "an object", type(None): "null"}.get(type(v), type(v).__name__)
+
+
 def _row_place(row: Mapping[str, Any]) -> str:
     """`` (socket 0, core 1, NUMA node 0)`` for a CPU row (what of it is there), else ``""``."""
     names = (("socket", "socket"), ("core", "core"), ("numa", "NUMA node"))

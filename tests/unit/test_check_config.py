@@ -187,3 +187,23 @@ def test_what_creating_a_path_would_fail_with(tmp_path):
     assert file_error(tmp_path) == "Is a directory"
     assert file_error(tmp_path / "file" / "x.log") == "File exists"
     assert file_error(tmp_path / "file" / "sub" / "x.log") == "Not a directory"
+
+
+@pytest.mark.parametrize("write, want", [
+    (lambda p: p.write_text("{"), "not JSON"),
+    (lambda p: Checkpoint(p).save({"machine_state": 5, "assignments": {}}), "rejected ("),
+])
+def test_a_corrupt_memory_checkpoint_is_a_note(tmp_path, capsys, write, want):
+    """The Memory Manager's checkpoint, corrupt or rejected, is a note as the CPU one is
+    (the start goes on with a fresh memory state: managers.restore_memory_state)."""
+    (tmp_path / "state").mkdir()
+    write(tmp_path / "state" / "memory_manager_state")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("memoryManagerPolicy: Static\nkubeReserved: {memory: 100Mi}\n"
+                   "evictionHard: {}\nreservedMemory: [{numaNode: 0, limits: {memory: 100Mi}}]\n")
+    assert main(["run", "--check-config", "--config", str(cfg), "--sysfs-root", str(DUAL),
+                 "--state-dir", str(tmp_path / "state")]) == 0
+    out = capsys.readouterr().out
+    note = [line for line in out.splitlines() if "memory_manager_state" in line]
+    assert len(note) == 1 and note[0].startswith("note: checkpoint ") and want in note[0], out
+    assert "memory state" in note[0]

@@ -232,13 +232,23 @@ _ROW = {"id": "c1", "pod": "ns/p", "podUID": "u", "container": "app", "qos": "Gu
      "containers[1].qos: 'Gold' is not one of Guaranteed, Burstable, BestEffort"),
     ({"containers": [{**_ROW, "cpus": "x"}]}, "containers[0].cpus: invalid cpulist 'x'"),
     ({"admittedPods": []}, "admittedPods: expected a mapping, got a list"),
+    ({"podPools": {"uid1": 5}}, "podPools.uid1: expected a mapping, got a number"),
+    ({"podPools": {"uid1": {"cpus": 5}}}, "podPools.uid1: bubble is missing"),
+    ({"podPools": {"uid1": {"bubble": "2", "podSharedPool": 5}}},
+     "podPools.uid1.podSharedPool: expected a cpulist string, got a number"),
+    ({"podPools": {"uid1": {"bubble": "2", "podSharedPool": "", "mems": "z"}}},
+     "podPools.uid1.mems: invalid cpulist 'z'"),
+    ({"resized": {"x": 5}}, "resized.x: expected a mapping, got a number"),
+    ({"resized": {"u/app": {"from": "2", "to": "2"}}}, "resized.u/app: promised is missing"),
 ])
 def test_a_cpu_state_with_a_right_checksum_and_wrong_fields_is_corrupt(tmp_path, change, why):
     """A body whose checksum is right but whose fields are not what the plugin writes is
     refused as a corrupt file is (CheckpointError naming the field), never a crash of its
     reader; the same body with the fields right is read back."""
     good = {"policyName": "static", "defaultCpuSet": "0-1,3", "reservedCpuSet": "0",
-            "entries": {"u": {"app": "2"}}, "containers": [_ROW]}
+            "entries": {"u": {"app": "2"}}, "containers": [_ROW],
+            "podPools": {"u": {"bubble": "2", "podSharedPool": "", "mems": "0"}},
+            "resized": {"u/app": {"from": "2", "to": "2", "promised": "2"}}}
     cp = Checkpoint(tmp_path / "cpu_manager_state")
     cp.save(good)
     assert cp.load() == good

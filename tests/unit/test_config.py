@@ -215,3 +215,68 @@ def test_blanks_in_the_reserved_list_are_refused_as_the_kubelet_refuses_them(tex
     """k8s.io/utils/cpuset Parse reads each element with strconv.Atoi: no blanks."""
     with pytest.raises(ConfigError, match=r"reservedSystemCPUs: .*blanks in a CPU list"):
         parse_config(f"reservedSystemCPUs: {text!r}\n".replace("'", '"'))
+
+
+@pytest.mark.parametrize("text, want", [
+    # evictionHard: checked whatever the memory manager policy, as the kubelet's
+    # ParseThresholdConfig does (eviction helpers.go, v1.37.2)
+    ("evictionHard: {memory.available: abc}",
+     "evictionHard: memory.available: invalid quantity 'abc'"),
+    ("evictionHard: {memory.available: 1e3Mi}",
+     "evictionHard: memory.available: invalid quantity '1e3Mi'"),
+    ("evictionHard: {memory.available: -100Mi}",
+     "evictionHard: memory.available: '-100Mi' must be positive"),
+    ("evictionHard: {nodefs.available: '0'}", "evictionHard: nodefs.available: '0' must be"),
+    ("evictionHard: {memory.availabe: 100Mi}",
+     "evictionHard: memory.availabe: unsupported eviction signal"),
+    ("evictionHard: {memory.available: '101%'}", "evictionHard: memory.available: '101%'"),
+    # kubeReserved/systemReserved: the kubelet's parseResourceList (cmd/kubelet/app/server.go)
+    ("kubeReserved: {cpu: '-500m'}", "kubeReserved: cpu: '-500m' is negative"),
+    ("systemReserved: {memory: '-1'}", "systemReserved: memory: '-1' is negative"),
+    ("kubeReserved: {bogus: 1}", "kubeReserved: bogus: cannot reserve 'bogus'"),
+    ("kubeReserved: {hugepages-2Mi: 1Gi}", "kubeReserved: hugepages-2Mi: cannot reserve"),
+    # featureGates: map[string]bool in the kubelet: a string is a decoding error
+    ("featureGates: {PodLevelResources: 'true'}",
+     "featureGates.PodLevelResources: expected true or false, got a string"),
+    ("featureGates: {PodLevelResources: 1}", "featureGates.PodLevelResources: expected true"),
+    # durations: Go's time.ParseDuration refuses more than int64 nanoseconds
+    ("sharedPoolShrinkDelay: 2562048h", "sharedPoolShrinkDelay: invalid duration '2562048h': "
+                                        "out of range"),
+    ("sharedPoolGrowDelay: 9999999999h", "sharedPoolGrowDelay: invalid duration"),
+    ("podSpecWait: 2562047h47m16.854775808s", "podSpecWait: invalid duration"),
+    # CPU lists and integers: ASCII digits (Go's strconv.Atoi), int64
+    ("reservedSystemCPUs: '١'", "reservedSystemCPUs: invalid cpulist '١'"),
+    ("reservedSystemCPUs: '1_0'", "reservedSystemCPUs: invalid cpulist '1_0'"),
+    ("reservedMemory: [{numaNode: '١', limits: {memory: 1Gi}}]",
+     "reservedMemory.0.numaNode: expected a NUMA node number"),
+    ("kubeletStateDirectory: var/lib/kubelet",
+     "kubeletStateDirectory: 'var/lib/kubelet': expected an absolute path"),
+])
+def test_values_the_kubelet_refuses_are_refused_in_one_line(text, want):
+    with pytest.raises(ConfigError) as ei:
+        parse_config(text + "\n")
+    assert want in str(ei.value) and "\n" not in str(ei.value)
+
+
+@pytest.mark.parametrize("text", [
+    "evictionHard: {memory.available: 100Mi, nodefs.available: '10%', pid.available: '0%'}",
+    "evictionHard: {}", "evictionHard: {imagefs.inodesFree: 5%, memory.available: 1e3}",
+    "kubeReserved: {cpu: 500m, memory: 1Gi, ephemeral-storage: 1Gi, pid: '100'}",
+    "systemReserved: {cpu: '0'}",
+    "featureGates: {PodLevelResources: true, CPUManagerPolicyAlphaOptions: false}",
+    "sharedPoolShrinkDelay: 2562047h47m16.854775807s", "sharedPoolGrowDelay: 2562047h",
+    "kubeletStateDirectory: ''", "kubeletStateDirectory: /var/lib/kubelet",
+    "metricsAddress: '[::1]:9109'", "metricsAddress: '[::]:0'", "metricsAddress: ':9109'",
+    "metricsAddress: '127.0.0.1:9109'", "reservedSystemCPUs: '0-1,08'",
+])
+def test_values_the_kubelet_takes_are_taken(text):
+    parse_config(text + "\n")
+
+
+def test_max_allowable_numa_nodes_beyond_int64_is_refused_as_gos_atoi_refuses_it():
+    from nri_cpumgr.cm.topologymanager.options import parse_go_int
+
+    assert parse_go_int(str(2**63 - 1)) == 2**63 - 1
+    for text in ("99999999999999999999999", str(2**63), "١٢"):
+        with pytest.raises(ValueError, match="out of range|invalid syntax"):
+            parse_go_int(text)

@@ -68,3 +68,13 @@ def test_mask_text_in_runs():
     assert str(CPUSet.from_mask(0b1011_1101)) == "0,2-5,7"
     assert str(CPUSet.from_mask((1 << 256) - 2)) == "1-255"
     assert repr(CPUSet.parse("1-3")) == "CPUSet('1-3')"
+
+
+def test_only_ascii_digits_are_ids_as_in_gos_atoi():
+    """int() takes other scripts' digits and underscores; the kubelet's strconv.Atoi does
+    not: every cpulist (config, checkpoints, sysfs) is read the kubelet's way."""
+    for text in ("١", "0-١", "1_0", "٣-4", "99999999999999999999999"):
+        with pytest.raises(CPUSetError):
+            CPUSet.parse(text)
+    assert CPUSet.parse("0-2,07") == CPUSet({0, 1, 2, 7})
+    assert CPUSet.parse(" 1 - 2 \n") == CPUSet({1, 2})

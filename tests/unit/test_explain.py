@@ -156,3 +156,34 @@ def test_debug_level_turns_explanations_on_and_logs_them(tmp_path, caplog):
              if r.name == "nri_cpumgr.explain" and r.levelno == logging.DEBUG]
     assert any("why: single-numa-node needs one NUMA node with 10 free CPUs" in m
                for m in lines), lines
+
+
+def test_explain_refuses_records_of_the_wrong_type_as_corrupt(tmp_path, capsys):
+    """A checksum-valid explanations file whose fields have the wrong type: one line naming
+    the field, exit 1 (as a corrupt file), never a traceback."""
+    from nri_cpumgr.checkpoint import Checkpoint
+
+    good = {"pod": "ns/g1", "podUID": "u1", "container": "app", "containerID": "c1",
+            "qos": "Guaranteed", "resources": {"cpuRequestMilli": 1000,
+                                               "cpuLimitMilli": 1000, "memoryLimit": None,
+                                               "exclusiveCpusAsked": 1},
+            "free": {"0": "1-3"}, "hints": {"cpu": "no preference"},
+            "decision": "exclusive", "cpus": "1", "reason": "r"}
+    cases = [({"pod": 5}, "containers.c1.pod: expected a string, got a number"),
+             ({"resources": "x"}, "containers.c1.resources: expected a mapping"),
+             ({"hints": [1, 2]}, "containers.c1.hints: expected a mapping"),
+             ({"hints": {"cpu": {"cpu": [1]}}}, "containers.c1.hints.cpu.cpu[0]: expected a"),
+             ({"free": {"0": "zz"}}, "containers.c1.free.0: invalid cpulist 'zz'")]
+    state = tmp_path / "state"
+    Checkpoint(state / "explanations").save({"containers": {"c1": good}, "refusals": []})
+    assert main(["explain", "--state-dir", str(state), "ns/g1"]) == 0
+    capsys.readouterr()
+    for change, want in cases:
+        Checkpoint(state / "explanations").save({"containers": {"c1": {**good, **change}},
+                                                 "refusals": []})
+        assert main(["explain", "--state-dir", str(state), "ns/g1"]) == 1, change
+        err = capsys.readouterr().err
+        assert "malformed: " + want in err and err.count("\n") == 1, (change, err)
+    Checkpoint(state / "explanations").save({"containers": {}, "refusals": 5})
+    assert main(["explain", "--state-dir", str(state), "ns/g1"]) == 1
+    assert "malformed: refusals: expected a list, got a number" in capsys.readouterr().err

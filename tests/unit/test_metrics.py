@@ -207,3 +207,21 @@ def test_readyz_503_carries_the_reason_the_check_gives():
         code, body, _ = _get(srv.port, "/readyz")
         assert code == 503
         assert body == b"config refused: reservedSystemCpus\n"
+
+
+def test_a_bracketed_ipv6_address_is_listened_on():
+    import urllib.request
+
+    from nri_cpumgr.metrics.server import MetricsServer
+
+    class _Expo:
+        def exposition(self, accept: str) -> tuple[bytes, str]:
+            return b"x 1\n", "text/plain"
+
+    s = MetricsServer(_Expo(), "[::1]:0", lambda: True)
+    try:
+        assert s.host == "::1"
+        with urllib.request.urlopen(f"http://[::1]:{s.port}/healthz", timeout=10) as r:
+            assert r.status == 200
+    finally:
+        s.close()

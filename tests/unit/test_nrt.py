@@ -203,3 +203,16 @@ def test_a_server_that_is_down_is_retried(tmp_path: Path, monkeypatch,
                   passes=2) == 0
     assert waits == [1.0, 2.0]  # backed off, twice
     assert sum("not written" in r.message for r in caplog.records) == 1
+
+
+@pytest.mark.parametrize("interval", ["0", "-1", "nan", "inf", "x"])
+def test_an_interval_that_would_spin_is_a_usage_error(interval, capsys):
+    """`nrt-export --interval 0` (or less) would look at the state directory without pause:
+    refused at parsing, exit 2, one error line."""
+    from nri_cpumgr.cli import main
+
+    with pytest.raises(SystemExit) as ei:
+        main(["nrt-export", "--node-name", "n", "--interval", interval])
+    assert ei.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument --interval: '{interval}': expected a number of seconds" in err

@@ -298,3 +298,48 @@ def test_a_scenarios_machine_with_a_cpu_given_twice_is_a_config_error():
     assert got["configError"] == ("CPU 1 is given twice: machine.cpus[1] (socket 0, core 1, "
                                   "NUMA node 0) and machine.cpus[2] (socket 0, core 1, NUMA "
                                   "node 0)")
+
+
+def _set(path: tuple[Any, ...], value: Any):
+    def edit(doc: Any) -> None:
+        *head, last = path
+        for k in head:
+            doc = doc[k]
+        if value is _DROP:
+            del doc[last]
+        else:
+            doc[last] = value
+    return edit
+
+
+_DROP = object()
+
+
+@pytest.mark.parametrize("path, value, want", [
+    (("cpus", 3, "numa"), -1, "cpus[3].numa: expected a whole number >= 0, got a number -1"),
+    (("cpus", 2, "core"), _DROP, "cpus[2]: core is missing"),
+    (("cpus", 1, "socket"), "x", "cpus[1].socket: expected a whole number >= 0, got a "
+                                 "string 'x'"),
+    (("cpus", 0, "uncore"), 1.5, "cpus[0].uncore: expected a whole number >= 0, got a "
+                                 "number 1.5"),
+    (("cpus", 4), 7, "cpus[4]: expected an object, got a number 7"),
+    (("cpus",), [], "cpus: empty (a machine has at least one CPU)"),
+    (("cpus",), None, "cpus: expected a list of CPU rows, got null"),
+    (("declared", "NumCores"), _DROP, "declared: NumCores is missing"),
+    (("numa_nodes", 0, "id"), True, "numa_nodes[0].id: expected a whole number >= 0, got a "
+                                    "boolean"),
+    (("numa_nodes", 1, "distances"), {"0": "far"},
+     "numa_nodes[1].distances.0: expected a whole number >= 0, got a string 'far'"),
+])
+def test_a_topology_of_another_shape_is_one_line_naming_the_row_and_key(tmp_path, path,
+                                                                         value, want):
+    """`plan --topology` on a document `topology --json` would not print: one line naming
+    the file, the row and the key, exit 2 (not `-1-1` in the plan, a Python repr, or
+    "CPU(s) 0 not on this machine (CPUs )")."""
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(CONFIG)
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(f"kind: Pod\nmetadata: {{name: a}}\nspec: {{{C}}}\n")
+    topo = _topology(tmp_path, _set(path, value))
+    rc, out, err = _cli("plan", "--config", str(cfg), "--topology", str(topo), str(pod))
+    assert (rc, out, err) == (2, "", f"nri-cpumgr plan: {topo}: {want}\n")

@@ -131,7 +131,10 @@ def parse_go_int(value: str) -> int:
     """Go strconv.Atoi (decimal, optional sign, no spaces or underscores); ValueError else."""
     if not re.match(_GO_INT, value):
         raise ValueError(f"parsing {_q(value)}: invalid syntax")
-    return int(value)
+    n = int(value)
+    if not -2**63 <= n < 2**63:  # (Go's int is 64 bits)
+        raise ValueError(f"parsing {_q(value)}: value out of range")
+    return n
 
 
 def new_policy_options(
