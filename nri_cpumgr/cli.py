@@ -194,11 +194,11 @@ def _register_early(config: Config):
     if boot is not None:
         taken = boot.take(config.pluginName, config.pluginIndex, config.socketPath)
         if taken is not None:
-            import socket
+            import _socket  # (socket.py, ~12 M instructions, comes with asyncio later)
 
             fd, sid = taken
             return wire.EarlyRegistration(
-                socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=fd), sid)
+                _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM, fileno=fd), sid)
         if boot.skipped is not None:
             log.debug("registration not sent at launch: %s", boot.skipped)
     try:

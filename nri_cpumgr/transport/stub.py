@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-import socket
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, TypeVar
@@ -484,8 +483,12 @@ class Stub:
 
     async def _connect(self, mux: Mux) -> None:
         loop = asyncio.get_running_loop()
+        import socket  # (with asyncio: not before the first requests are answered)
+
         if self._early is not None:
             sock, self._early = self._early.sock, None
+            if not isinstance(sock, socket.socket):  # (a bare _socket.socket, cli's)
+                sock = socket.socket(sock.family, sock.type, fileno=sock.detach())
             sock.setblocking(False)
             await loop.create_unix_connection(lambda: mux, sock=sock)
         elif self._fd is not None:
