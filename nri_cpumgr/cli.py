@@ -222,7 +222,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     the session over (the same connection, what was read and not consumed, the work the
     handlers left for a loop); anything else first (another request, a refused
     registration, EOF, a runtime silent for a second) hands over at once (issue 9: launch ->
-    registered <= 150 ms; issue 34: launch -> synchronized). SIGTERM or SIGINT before the
+    registered <= 150 ms; issue 34: launch -> synchronized). With ``podSpecSource:
+    apiServer`` the pod spec watch starts as soon as the config is loaded
+    (:func:`nri_cpumgr.podsource.start_early`: the Synchronize answer waits for its first
+    LIST, which so runs alongside Configure and the build). SIGTERM or SIGINT before the
     event loop runs stop the plugin once it does. Errors of that build end
     the command with the status they had before (ConfigError: exit 2), also when no runtime
     listens (after the first failed attempt). Launched by the runtime (``NRI_PLUGIN_SOCKET``),
@@ -247,6 +250,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         raise with_source(e, source) from None
     built: dict[str, object] = {}  # plugin, server: what build() made, for the cleanup
+    if not launched and config.podSpecSource == "apiServer":
+        # the pod spec watch's first LIST runs while Configure is answered and the managers
+        # are built (the Synchronize answer waits for it); the build takes the watch
+        from nri_cpumgr.podsource import start_early
+
+        start_early(config.apiServerURL, config.nodeName)
     try:
 
         def build():
@@ -375,6 +384,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ConfigError as e:  # the machine-dependent checks: name the file as load_config does
         raise with_source(e, source) from None
     finally:
+        podsource = sys.modules.get("nri_cpumgr.podsource")
+        if podsource is not None:  # (a watch started early that no build took)
+            podsource.stop_early()
         log_handler.flush_pending()  # what the stopped event loop did not write
     return 0
 
