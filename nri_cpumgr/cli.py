@@ -15,7 +15,6 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import signal
 import sys
 from typing import TYPE_CHECKING
 
@@ -330,20 +329,23 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         if launched:
             stub.build_now()
-        early_signals: list[signal.Signals] = []
+        early_signals: list[int] = []
         if not launched and early is not None:
             # the runtime's Configure and Synchronize answered on the blocking socket, the
             # build right after Configure's answer; the event loop continues the session.
             # SIGTERM or SIGINT until the loop's handlers: stop as they would, once it runs
+            # (_signal: signal.py's enum conversions, ~4 M instructions, come with asyncio)
+            import _signal
 
             def early_signal(signum: int, frame: object) -> None:
-                early_signals.append(signal.Signals(signum))
+                early_signals.append(signum)
                 stub.stop()
 
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, early_signal)
+            for signum in (_signal.SIGTERM, _signal.SIGINT):
+                _signal.signal(signum, early_signal)
             stub.serve_first_requests()
         asyncio = _asyncio()
+        import signal
 
         async def main() -> None:
             loop = asyncio.get_running_loop()
@@ -353,8 +355,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, on_signal, sig)
-            for sig in early_signals:  # (received before the event loop ran)
-                on_signal(sig)
+            for signum in early_signals:  # (received before the event loop ran)
+                on_signal(signal.Signals(signum))
             watch = None
             if source is not None and not (launched and args.config is None):
                 # a config change at runtime: SIGHUP, or the file changed (a ConfigMap's

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, TypeVar
@@ -187,7 +186,7 @@ class Stub:
         backoff_max: float = 5.0,
         stable_after: float = 10.0,
     ) -> None:
-        if not re.fullmatch(r"[0-9]{2}", idx):
+        if not (len(idx) == 2 and idx.isascii() and idx.isdigit()):  # [0-9]{2}
             raise ValueError(f"plugin index must be exactly two digits, got {idx!r}")
         if fd is not None:
             socket_path = None
