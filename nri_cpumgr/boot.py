@@ -211,9 +211,11 @@ def main(argv: list[str] | None = None) -> int:
             _gc_held = True
         if not launched:
             _register(argv)
-        from nri_cpumgr import dataclass_cache
+        from nri_cpumgr import dataclass_cache, standin
 
         dataclass_cache.install()  # (until the build's release_gc)
+        # traceback's source lines and exception-group indentation, when first needed
+        standin.import_with("logging", ("linecache", "textwrap"))
     try:
         from nri_cpumgr.cli import main as cli_main
 
