@@ -34,7 +34,8 @@ same alternating rounds: a before/after of the plugin's own CPU time on a shared
 
 ``--pod-spec-pods N`` adds a third subject, nri-cpumgr with ``podSpecSource: apiServer``
 watching a loopback fake API server (tests/e2e/harness/fakeapi.py) that holds N pods of this
-node (the watch's cost: its imports, its thread, N pods' facts).
+node (the watch's cost: its imports, its thread, N pods' facts); with ``--compare``, each
+compared tree with the watch too.
 
     .venv/bin/python benchmarks/footprint.py [--rounds 5] [--go-peer .runtime/go-peer]
 """
@@ -52,6 +53,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 TOP = Path(__file__).resolve().parent.parent
 if str(TOP) not in sys.path:
@@ -105,6 +107,23 @@ def sync_objects(n: int) -> tuple[list[nri_pb2.PodSandbox], list[nri_pb2.Contain
     return pods, ctrs
 
 
+def fake_api_server(n: int) -> tuple[Any, str]:
+    """A loopback fake API server (tests/e2e/harness/fakeapi.py, entered: ``close()`` it)
+    holding ``n`` pods of node ``fp-node`` (every other one with pod-level resources, two
+    containers each), and the config lines that watch it (``podSpecSource: apiServer``)."""
+    from tests.e2e.harness.fakeapi import FakeAPIServer
+
+    api = FakeAPIServer("fp-node").__enter__()
+    for i in range(n):
+        res = {"requests": {"cpu": "250m", "memory": "256Mi"},
+               "limits": {"cpu": "1", "memory": "256Mi"}}
+        api.add({"metadata": {"uid": f"fp-{i}", "name": f"p{i}", "namespace": "ns"},
+                 "spec": {"resources": res if i % 2 else None, "containers": [
+                     {"name": "app", "resources": res},
+                     {"name": "side", "resources": {}}]}})
+    return api, f"podSpecSource: apiServer\napiServerURL: {api.url}\nnodeName: fp-node\n"
+
+
 def vm_status(pid: int) -> dict[str, float]:
     """VmRSS and VmHWM of ``pid`` in MiB."""
     out: dict[str, float] = {}
@@ -150,8 +169,13 @@ def sched_ms(pid: int) -> tuple[float, float]:
 
 
 async def launch(subject: Subject, n: int, settle: float, keep: bool = True,
-                 keep_work: list[Path] | None = None) -> None:
-    """One launch of ``subject`` with a Synchronize of ``n`` containers."""
+                 keep_work: list[Path] | None = None,
+                 marks: dict[str, float] | None = None) -> None:
+    """One launch of ``subject`` with a Synchronize of ``n`` containers. ``marks``: gets
+    the ``time.perf_counter()`` at which the runtime had the plugin's ``registered``,
+    ``configured`` and ``synchronized`` answers."""
+    if marks is None:
+        marks = {}
     work = Path(tempfile.mkdtemp(prefix="fp-", dir="/tmp"))
     if keep_work is not None:
         keep_work.append(work)
@@ -168,18 +192,21 @@ async def launch(subject: Subject, n: int, settle: float, keep: bool = True,
                 stdout=logf, stderr=logf, env=subject.env)
             conn = await rt.next_conn(timeout=30)
             await asyncio.wait_for(asyncio.shield(conn.registered), 30)
-            reg_ms = (time.perf_counter() - t0) * 1000
+            marks["registered"] = time.perf_counter()
+            reg_ms = (marks["registered"] - t0) * 1000
             cpu_ms, wait_ms = sched_ms(proc.pid)
             await conn.call("Configure", nri_pb2.ConfigureRequest(
                 runtime_name=RUNTIME_NAME, runtime_version=RUNTIME_VERSION),
                 nri_pb2.ConfigureResponse, timeout=30)
+            marks["configured"] = time.perf_counter()
             req = nri_pb2.SynchronizeRequest(pods=pods, containers=ctrs)
             # the Go stub reads a frame into a 4 KiB buffer (ttrpc bufio; ENOMEM if larger):
             # full frames of FRAME_CHUNK, the remainder (< FRAME_CHUNK + ttrpc header) last
             frames = [FRAME_CHUNK] * (len(req.SerializeToString()) // FRAME_CHUNK)
             await conn.call("Synchronize", req, nri_pb2.SynchronizeResponse, sizes=frames,
                             timeout=60)
-            synced_ms = (time.perf_counter() - t0) * 1000
+            marks["synchronized"] = time.perf_counter()
+            synced_ms = (marks["synchronized"] - t0) * 1000
             synced_cpu_ms, _ = sched_ms(proc.pid)
             await asyncio.sleep(settle)
             if proc.returncode is not None:
@@ -247,20 +274,11 @@ async def main_async(args: argparse.Namespace) -> int:
             *plugin, "run", "--config", str(cfg),
             "--socket", "{socket}", "--state-dir", "{work}/state"], env)]
         api = None
+        cfg2 = None
         if args.pod_spec_pods:
-            from tests.e2e.harness.fakeapi import FakeAPIServer
-
-            api = FakeAPIServer("fp-node").__enter__()
-            for i in range(args.pod_spec_pods):
-                res = {"requests": {"cpu": "250m", "memory": "256Mi"},
-                       "limits": {"cpu": "1", "memory": "256Mi"}}
-                api.add({"metadata": {"uid": f"fp-{i}", "name": f"p{i}", "namespace": "ns"},
-                         "spec": {"resources": res if i % 2 else None, "containers": [
-                             {"name": "app", "resources": res},
-                             {"name": "side", "resources": {}}]}})
+            api, extra = fake_api_server(args.pod_spec_pods)
             cfg2 = tmp / "config-podspec.yaml"
-            cfg2.write_text(CONFIG + f"podSpecSource: apiServer\napiServerURL: {api.url}\n"
-                            "nodeName: fp-node\n")
+            cfg2.write_text(CONFIG + extra)
             subjects.append(Subject("nri-cpumgr+podspec", [
                 *plugin, "run", "--config", str(cfg2),
                 "--socket", "{socket}", "--state-dir", "{work}/state"], env))
@@ -272,6 +290,10 @@ async def main_async(args: argparse.Namespace) -> int:
             subjects.append(Subject(f"nri-cpumgr@{tree}", [
                 sys.executable, "-c", BOOT, "run", "--config", str(cfg),
                 "--socket", "{socket}", "--state-dir", "{work}/state"], env2))
+            if cfg2 is not None:  # (and its watch, against the same fake API server)
+                subjects.append(Subject(f"nri-cpumgr+podspec@{tree}", [
+                    sys.executable, "-c", BOOT, "run", "--config", str(cfg2),
+                    "--socket", "{socket}", "--state-dir", "{work}/state"], env2))
         go = Path(args.go_peer)
         if go.is_file():
             subjects.append(Subject("go-peer", [str(go), "-socket", "{socket}",

@@ -13,11 +13,20 @@ space up to each answer; kernel time (page faults, system calls) is not in them.
 per tree and size gives the same counts to within a fraction of a percent; on this project's
 2-CPU VM a million instructions of the start take ~0.2 ms on a CPU when the machine is quiet.
 
+``--pod-spec-pods N``: the config watches a loopback fake API server holding N pods of the
+node (``podSpecSource: apiServer``, as footprint.py's option). The watch thread's
+instructions are counted with the main thread's (callgrind runs one thread at a time) and
+its HTTP requests cut parts too: the parts of the requests the server received before the
+runtime had an answer are added to that answer's figure (under valgrind a request and an
+answer are milliseconds apart). This shows the watch's CPU, not whether its LIST overlaps
+the start (footprint.py's wall clock does).
+
 ``--compare TREE`` (repeatable) adds the ``nri_cpumgr`` of another tree, as footprint.py's
 option does (``git archive REV nri_cpumgr | tar -x -C TREE``). Needs ``valgrind`` (Debian's
 package). Asserts nothing.
 
-    .venv/bin/python benchmarks/start_instructions.py [--sizes 0 1000] [--compare TREE]
+    .venv/bin/python benchmarks/start_instructions.py [--sizes 0 1000] [--pod-spec-pods N]
+        [--compare TREE]
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -39,22 +49,37 @@ import benchmarks.footprint as fp  # noqa: E402
 PARTS = ("registered", "configured", "synchronized")
 
 
-def counts(work: Path) -> list[int]:
+def part_counts(work: Path) -> list[int]:
     """Ir of the callgrind parts 1.. in ``work`` (``cg.out.1``, ``cg.out.2``, ...)."""
     out = []
-    for i in range(1, len(PARTS) + 1):
-        f = work / f"cg.out.{i}"
-        if not f.is_file():
-            break
+    i = 1
+    while (f := work / f"cg.out.{i}").is_file():
         for line in f.read_text().splitlines():
             if line.startswith("summary:"):
                 out.append(int(line.split()[1]))
                 break
+        i += 1
+    return out
+
+
+def totals(parts: list[int], marks: dict[str, float], requests: list[float]) -> list[int]:
+    """Ir up to each of :data:`PARTS`: the parts up to the plugin's k-th NRI answer, plus
+    one part per request the fake API server received before the runtime had that answer
+    (the watch thread's ``send``: callgrind cuts a part there too, and counts that
+    thread's instructions in the parts with the main thread's)."""
+    out = []
+    for k, name in enumerate(PARTS, 1):
+        if name not in marks:
+            break
+        k += sum(1 for t in requests if t < marks[name])
+        if k > len(parts):
+            break
+        out.append(sum(parts[:k]))
     return out
 
 
 async def measure(name: str, tree: Path | None, n: int, cfg: Path, env: dict[str, str],
-                  valgrind: str) -> list[int]:
+                  valgrind: str, requests: list[float]) -> list[int]:
     code = [sys.executable, "-c", fp.BOOT]
     sub_env = dict(env)
     if tree is not None:
@@ -64,9 +89,11 @@ async def measure(name: str, tree: Path | None, n: int, cfg: Path, env: dict[str
             "--callgrind-out-file={work}/cg.out", *code, "run", "--config", str(cfg),
             "--socket", "{socket}", "--state-dir", "{work}/state"]
     subject = fp.Subject(name, argv, sub_env)
+    marks: dict[str, float] = {}
+    requests.clear()
     try:
-        await fp.launch(subject, n, 0.2, keep=False, keep_work=kept)
-        return counts(kept[0])
+        await fp.launch(subject, n, 0.2, keep=False, keep_work=kept, marks=marks)
+        return totals(part_counts(kept[0]), marks, requests)
     finally:
         for w in kept:
             shutil.rmtree(w, ignore_errors=True)
@@ -78,9 +105,22 @@ async def main_async(args: argparse.Namespace) -> int:
         print("no valgrind on PATH (Debian: apt-get install valgrind)", file=sys.stderr)
         return 2
     tmp = Path(tempfile.mkdtemp(prefix="ir-cfg-", dir="/tmp"))
+    api = None
     try:
         cfg = tmp / "config.yaml"
-        cfg.write_text(fp.CONFIG)
+        config = fp.CONFIG
+        requests: list[float] = []  # when the fake API server got each request
+        if args.pod_spec_pods:
+            api, extra = fp.fake_api_server(args.pod_spec_pods)
+            config += extra
+            serve = api._serve
+
+            def counted(h: object) -> None:
+                requests.append(time.perf_counter())
+                serve(h)
+
+            api._serve = counted
+        cfg.write_text(config)
         env = dict(os.environ)
         env.pop("NRI_PLUGIN_SOCKET", None)
         env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -88,20 +128,19 @@ async def main_async(args: argparse.Namespace) -> int:
         trees: list[tuple[str, Path | None]] = [("nri-cpumgr", HERE.parent)]
         trees += [(f"nri-cpumgr@{t}", Path(t)) for t in args.compare]
         for name, tree in trees:  # warm-up: the bytecode of each tree
-            await measure(name, tree, 0, cfg, env, valgrind)
+            await measure(name, tree, 0, cfg, env, valgrind, requests)
         print("start_instructions: instructions (Ir, millions) up to each answer; config: "
-              + fp.CONFIG.strip().replace("\n", ", ")
+              + config.strip().replace("\n", ", ")
               + f"; runtime {fp.RUNTIME_NAME} {fp.RUNTIME_VERSION}")
         for n in args.sizes:
             for name, tree in trees:
-                ir = await measure(name, tree, n, cfg, env, valgrind)
-                total = 0
-                cells = []
-                for part, value in zip(PARTS, ir, strict=False):
-                    total += value
-                    cells.append(f"{part} {total / 1e6:6.1f}")
+                ir = await measure(name, tree, n, cfg, env, valgrind, requests)
+                cells = [f"{part} {value / 1e6:6.1f}"
+                         for part, value in zip(PARTS, ir, strict=False)]
                 print(f"  {name:<40} {n:>5} containers: " + "   ".join(cells))
     finally:
+        if api is not None:
+            api.close()
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
@@ -112,6 +151,8 @@ def main() -> int:
                     help="containers in the Synchronize (one launch each)")
     ap.add_argument("--compare", action="append", default=[], metavar="TREE",
                     help="also measure the nri_cpumgr of TREE (a checkout or an export)")
+    ap.add_argument("--pod-spec-pods", type=int, default=0, metavar="N",
+                    help="watch a fake API server holding N pods (podSpecSource apiServer)")
     args = ap.parse_args()
     args.compare = [str(Path(t).resolve()) for t in args.compare]
     os.chdir(tempfile.gettempdir())  # (a `-c` launch puts its working directory on sys.path)

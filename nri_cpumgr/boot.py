@@ -24,7 +24,9 @@ The garbage collector is off from here to the end of the plugin's build
 (:func:`release_gc`, called by the build after ``gc.freeze()``): the start allocates
 long-lived objects only (modules, classes, the topology), which the collections would scan
 again and again. Until then too, the start's dataclasses take their generated methods from
-the committed code (:mod:`nri_cpumgr.dataclass_cache`) instead of compiling them.
+the committed code (:mod:`nri_cpumgr.dataclass_cache`) instead of compiling them, and
+``logging`` comes without the modules ``traceback`` needs only to format a traceback
+(:mod:`nri_cpumgr.standin`).
 """
 
 from __future__ import annotations
@@ -211,9 +213,11 @@ def main(argv: list[str] | None = None) -> int:
             _gc_held = True
         if not launched:
             _register(argv)
-        from nri_cpumgr import dataclass_cache
+        from nri_cpumgr import dataclass_cache, standin
 
         dataclass_cache.install()  # (until the build's release_gc)
+        # traceback's source lines and exception-group indentation, when first needed
+        standin.import_with("logging", ("linecache", "textwrap"))
     try:
         from nri_cpumgr.cli import main as cli_main
 

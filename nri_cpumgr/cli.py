@@ -15,7 +15,6 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import signal
 import sys
 from typing import TYPE_CHECKING
 
@@ -194,11 +193,11 @@ def _register_early(config: Config):
     if boot is not None:
         taken = boot.take(config.pluginName, config.pluginIndex, config.socketPath)
         if taken is not None:
-            import socket
+            import _socket  # (socket.py, ~12 M instructions, comes with asyncio later)
 
             fd, sid = taken
             return wire.EarlyRegistration(
-                socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=fd), sid)
+                _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM, fileno=fd), sid)
         if boot.skipped is not None:
             log.debug("registration not sent at launch: %s", boot.skipped)
     try:
@@ -222,7 +221,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     the session over (the same connection, what was read and not consumed, the work the
     handlers left for a loop); anything else first (another request, a refused
     registration, EOF, a runtime silent for a second) hands over at once (issue 9: launch ->
-    registered <= 150 ms; issue 34: launch -> synchronized). SIGTERM or SIGINT before the
+    registered <= 150 ms; issue 34: launch -> synchronized). With ``podSpecSource:
+    apiServer`` the pod spec watch starts as soon as the config is loaded
+    (:func:`nri_cpumgr.podsource.start_early`: the Synchronize answer waits for its first
+    LIST, which so runs alongside Configure and the build). SIGTERM or SIGINT before the
     event loop runs stop the plugin once it does. Errors of that build end
     the command with the status they had before (ConfigError: exit 2), also when no runtime
     listens (after the first failed attempt). Launched by the runtime (``NRI_PLUGIN_SOCKET``),
@@ -247,6 +249,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         raise with_source(e, source) from None
     built: dict[str, object] = {}  # plugin, server: what build() made, for the cleanup
+    if not launched and config.podSpecSource == "apiServer":
+        # the pod spec watch's first LIST runs while Configure is answered and the managers
+        # are built (the Synchronize answer waits for it); the build takes the watch
+        from nri_cpumgr.podsource import start_early
+
+        start_early(config.apiServerURL, config.nodeName)
     try:
 
         def build():
@@ -321,20 +329,23 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         if launched:
             stub.build_now()
-        early_signals: list[signal.Signals] = []
+        early_signals: list[int] = []
         if not launched and early is not None:
             # the runtime's Configure and Synchronize answered on the blocking socket, the
             # build right after Configure's answer; the event loop continues the session.
             # SIGTERM or SIGINT until the loop's handlers: stop as they would, once it runs
+            # (_signal: signal.py's enum conversions, ~4 M instructions, come with asyncio)
+            import _signal
 
             def early_signal(signum: int, frame: object) -> None:
-                early_signals.append(signal.Signals(signum))
+                early_signals.append(signum)
                 stub.stop()
 
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, early_signal)
+            for signum in (_signal.SIGTERM, _signal.SIGINT):
+                _signal.signal(signum, early_signal)
             stub.serve_first_requests()
         asyncio = _asyncio()
+        import signal
 
         async def main() -> None:
             loop = asyncio.get_running_loop()
@@ -344,8 +355,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, on_signal, sig)
-            for sig in early_signals:  # (received before the event loop ran)
-                on_signal(sig)
+            for signum in early_signals:  # (received before the event loop ran)
+                on_signal(signal.Signals(signum))
             watch = None
             if source is not None and not (launched and args.config is None):
                 # a config change at runtime: SIGHUP, or the file changed (a ConfigMap's
@@ -375,6 +386,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ConfigError as e:  # the machine-dependent checks: name the file as load_config does
         raise with_source(e, source) from None
     finally:
+        podsource = sys.modules.get("nri_cpumgr.podsource")
+        if podsource is not None:  # (a watch started early that no build took)
+            podsource.stop_early()
         log_handler.flush_pending()  # what the stopped event loop did not write
     return 0
 

@@ -20,6 +20,17 @@ extension alone:
 * ``symbol_database.Default()``: the stock symbol database, imported when first used; the
   classes built here are registered in it then (the stock builder registers each at once).
 
+The first message class upb makes imports ``google.protobuf.internal.well_known_types``
+(upb takes its ``WKTBASES``, the Python bases of ``Any``, ``Timestamp``, ``Duration``,
+``FieldMask``, ``Struct``...: once, it keeps that dict) and with it ``datetime``, ``calendar``
+and ``locale``: ~15 M instructions, ~3 ms, before the plugin can answer Configure, for types
+this package's schemas do not use. So the first class is made with a stand-in module whose
+``WKTBASES`` is a dict of our own, empty (:func:`_hold_well_known_types`), and a meta path
+finder fills that dict from the real module before any module that can make a well-known
+type's class is imported (a ``google.protobuf.*_pb2`` module, ``message_factory``,
+``json_format``, ``well_known_types`` itself: :func:`complete_well_known_types`): their
+classes get their bases as with the stock import.
+
 With the pure-Python or another runtime this module hands out the stock modules. Should
 upb's internals differ in a later protobuf (an AttributeError or TypeError while building),
 the stock builder builds that file instead. Raises what the stock calls raise
@@ -28,6 +39,8 @@ the stock builder builds that file instead. Raises what the stock calls raise
 
 from __future__ import annotations
 
+import sys
+import types
 from typing import Any
 
 from google.protobuf import descriptor, runtime_version
@@ -47,6 +60,57 @@ else:
 
     #: classes built here, registered in the stock symbol database when it is first used
     _built: list[type] = []
+
+    _WKT = "google.protobuf.internal.well_known_types"
+    #: the ``WKTBASES`` upb took from the stand-in (module doc); None: no stand-in given
+    _wkt_bases: dict[str, Any] | None = None
+
+    def _needs_well_known_types(name: str) -> bool:
+        """Whether importing module ``name`` may make a well-known type's class."""
+        return name in (_WKT, "google.protobuf.message_factory",
+                        "google.protobuf.json_format") or (
+            name.startswith("google.protobuf.") and name.endswith("_pb2"))
+
+    class _WellKnownTypesFinder:
+        """On ``sys.meta_path`` while :data:`_wkt_bases` is the stand-in's empty dict: finds
+        nothing, but completes it before a module that may need it is imported."""
+
+        @staticmethod
+        def find_spec(name: str, path: Any = None, target: Any = None) -> None:
+            if _needs_well_known_types(name):
+                complete_well_known_types()
+
+    def _hold_well_known_types() -> None:
+        """Put the stand-in for ``well_known_types`` in ``sys.modules`` for the first class
+        upb makes (module doc); :func:`_release_well_known_types` takes it out."""
+        global _wkt_bases
+        if _wkt_bases is not None or _WKT in sys.modules:
+            return
+        _wkt_bases = {}
+        stand_in = types.ModuleType(_WKT)
+        stand_in.WKTBASES = _wkt_bases  # type: ignore[attr-defined]
+        sys.modules[_WKT] = stand_in
+        sys.meta_path.insert(0, _WellKnownTypesFinder)  # type: ignore[arg-type]
+
+    def _release_well_known_types() -> None:
+        stand_in = sys.modules.get(_WKT)
+        if stand_in is not None and getattr(stand_in, "__spec__", True) is None:
+            del sys.modules[_WKT]  # (the stand-in: no spec, unlike an imported module)
+
+    def complete_well_known_types() -> None:
+        """Give upb the real bases of the well-known types if it holds the stand-in's dict
+        (imports ``well_known_types``); no-op otherwise. Raises what that import raises."""
+        global _wkt_bases
+        if _wkt_bases is None or _wkt_bases:
+            return
+        try:
+            sys.meta_path.remove(_WellKnownTypesFinder)  # type: ignore[arg-type]
+        except ValueError:
+            pass
+        _release_well_known_types()
+        from google.protobuf.internal import well_known_types
+
+        _wkt_bases.update(well_known_types.WKTBASES)
 
     class _Pool:
         """``descriptor_pool`` on upb: ``Default()`` is upb's default pool."""
@@ -121,12 +185,16 @@ else:
         ) -> None:
             """Top-level enums (descriptor, wrapper, values), extensions, services and the
             message classes."""
+            _hold_well_known_types()
             try:
                 _Builder._top(file, module_name, module)
             except (AttributeError, TypeError):  # a protobuf whose upb differs: the stock
+                complete_well_known_types()
                 from google.protobuf.internal import builder as stock
 
                 stock.BuildTopDescriptorsAndMessages(file, module_name, module)
+            finally:
+                _release_well_known_types()
 
         @staticmethod
         def _top(file: Any, module_name: str, module: dict[str, Any]) -> None:

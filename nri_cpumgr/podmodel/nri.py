@@ -46,8 +46,10 @@ ANNOTATION_RESTART_COUNT = "io.kubernetes.container.restartCount"
 MIN_SHARES = 2
 SHARES_PER_CPU = 1024
 
-_CGROUPFS = re.compile(r"(?:^|/)kubepods(?:/(burstable|besteffort))?/pod[0-9A-Za-z_-]+/?$")
-_SYSTEMD = re.compile(r"kubepods(?:-(burstable|besteffort))?-pod[0-9A-Za-z_]+\.slice/?$")
+# (the systemd driver's pattern and the full search: compiled at their first use, through
+# re's cache, not at every start: ~1 M instructions each, issue 34)
+_CGROUPFS = r"(?:^|/)kubepods(?:/(burstable|besteffort))?/pod[0-9A-Za-z_-]+/?$"
+_SYSTEMD = r"kubepods(?:-(burstable|besteffort))?-pod[0-9A-Za-z_]+\.slice/?$"
 # the same two patterns matched where the last "kubepods" of the parent starts: a search
 # tries every position of the string (1 us a container, 1,000 containers per Synchronize)
 _CGROUPFS_AT = re.compile(r"kubepods(?:/(burstable|besteffort))?/pod[0-9A-Za-z_-]+/?$")
@@ -65,9 +67,10 @@ def qos_from_cgroup_parent(parent: str) -> QOSClass | None:
         return None
     m = _CGROUPFS_AT.match(parent, i) if i == 0 or parent[i - 1] == "/" else None
     if m is None:
-        m = _SYSTEMD.match(parent, i)
+        systemd = re.compile(_SYSTEMD)
+        m = systemd.match(parent, i)
         if m is None:  # "kubepods" again inside the pod's own name: the full search decides
-            m = _CGROUPFS.search(parent) or _SYSTEMD.search(parent)
+            m = re.compile(_CGROUPFS).search(parent) or systemd.search(parent)
             if m is None:
                 return None
     return _QOS_OF_GROUP[m.group(1)]

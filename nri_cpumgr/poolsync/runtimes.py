@@ -60,7 +60,8 @@ DEFAULT_CRI_ENDPOINTS = {
 
 # "1.7.24", "v2.1.9", "2.1.9+unknown", "1.7.24~ds1", "v2.4.0-rc.1", "v2.4.0-12-gabcdef0"
 _VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(.*)")
-_PRERELEASE = re.compile(r"[-~.]?(alpha|beta|rc|pre|dev)", re.IGNORECASE)
+# (IGNORECASE; compiled at its first use, a version with a suffix: not at every start)
+_PRERELEASE = r"[-~.]?(alpha|beta|rc|pre|dev)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +108,8 @@ def parse_version(text: str) -> tuple[int, int, int, bool] | None:
     rest = m.group(4)
     if rest and rest[0] not in "-~+_ ":
         return None  # "2.1.9x": not a version we can read
-    pre = bool(rest) and not rest.startswith("+") and _PRERELEASE.match(rest) is not None
+    pre = bool(rest) and not rest.startswith("+") and re.match(
+        _PRERELEASE, rest, re.IGNORECASE) is not None
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0), pre
 
 

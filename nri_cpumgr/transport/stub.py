@@ -36,8 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
-import socket
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, TypeVar
@@ -188,7 +186,7 @@ class Stub:
         backoff_max: float = 5.0,
         stable_after: float = 10.0,
     ) -> None:
-        if not re.fullmatch(r"[0-9]{2}", idx):
+        if not (len(idx) == 2 and idx.isascii() and idx.isdigit()):  # [0-9]{2}
             raise ValueError(f"plugin index must be exactly two digits, got {idx!r}")
         if fd is not None:
             socket_path = None
@@ -484,8 +482,12 @@ class Stub:
 
     async def _connect(self, mux: Mux) -> None:
         loop = asyncio.get_running_loop()
+        import socket  # (with asyncio: not before the first requests are answered)
+
         if self._early is not None:
             sock, self._early = self._early.sock, None
+            if not isinstance(sock, socket.socket):  # (a bare _socket.socket, cli's)
+                sock = socket.socket(sock.family, sock.type, fileno=sock.detach())
             sock.setblocking(False)
             await loop.create_unix_connection(lambda: mux, sock=sock)
         elif self._fd is not None:

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from nri_cpumgr.transport.early import (  # noqa: F401 - re-exported
     RUNTIME_SERVICE,
@@ -233,9 +233,11 @@ class UnaryServer:
 @dataclass
 class EarlyRegistration:
     """A connection on which RegisterPlugin was sent and not yet answered: ``sock`` (blocking,
-    connected) and the ttrpc stream id of the request on the Runtime service conn."""
+    connected: a :class:`socket.socket`, or the bare ``_socket.socket`` it is built on, which
+    the event loop's transport wraps) and the ttrpc stream id of the request on the Runtime
+    service conn."""
 
-    sock: socket.socket
+    sock: Any
     sid: int
 
 
@@ -254,6 +256,8 @@ def register_early(name: str, idx: str, *, socket_path: str | None = None,
     """
     if (socket_path is None) == (fd is None):
         raise ValueError("need exactly one of socket_path and fd")
+    import socket  # (not at the top: ~12 M instructions, asyncio imports it later anyway)
+
     if fd is not None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=fd)
     else:

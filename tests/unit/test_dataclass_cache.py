@@ -206,3 +206,31 @@ def test_not_installed_without_the_committed_code(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setitem(sys.modules, "nri_cpumgr._dataclass_code", None)  # (import fails)
     dataclass_cache.install()
     assert dataclasses._create_fn is original and dataclass_cache._original is None
+
+
+def test_dataclasses_come_without_inspect_until_a_class_needs_it() -> None:
+    """Imported first by this module, ``dataclasses`` has a stand-in for ``inspect``: the
+    start's classes (each with a docstring) never load it; a class without a docstring
+    does, and gets the signature as its doc as before; ``import inspect`` elsewhere gets the
+    real module."""
+    res = _python("""
+        import sys
+        from nri_cpumgr import dataclass_cache
+        import dataclasses
+        assert "inspect" not in sys.modules and "ast" not in sys.modules
+        @dataclasses.dataclass
+        class Documented:
+            '''Has a doc.'''
+            a: int
+        print("inspect" in sys.modules, Documented.__doc__)
+        @dataclasses.dataclass
+        class Bare:
+            a: int
+            b: str = "x"
+        import inspect
+        print("inspect" in sys.modules, Bare.__doc__, dataclasses.inspect is inspect,
+              type(inspect).__name__)
+    """)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == ["False Has a doc.",
+                                       "True Bare(a: int, b: str = 'x') True module"]

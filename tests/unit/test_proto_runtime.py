@@ -80,6 +80,28 @@ def test_plugin_start_does_not_load_the_python_runtime() -> None:
     assert out.strip() == "[]"
 
 
+@upb
+@pytest.mark.parametrize("later", [
+    "from google.protobuf import timestamp_pb2, any_pb2",
+    "import google.protobuf.internal.well_known_types; "
+    "from google.protobuf import timestamp_pb2, any_pb2",
+])
+def test_well_known_types_deferred_yet_whole(later: str) -> None:
+    """The plugin's schemas load without well_known_types (datetime, calendar, locale); a
+    well-known type imported afterwards still gets its Python methods."""
+    code = ("import sys; import nri_cpumgr.api.nri_pb2, nri_cpumgr.api.ttrpc_pb2; "
+            "print(sorted(m for m in ('google.protobuf.internal.well_known_types', "
+            "'datetime', 'calendar', 'locale') if m in sys.modules)); "
+            f"{later}; t = timestamp_pb2.Timestamp(); t.FromSeconds(86400); "
+            "print(t.ToJsonString()); a = any_pb2.Any(); a.Pack(t); print(a.TypeName()); "
+            "print(type(sys.modules['google.protobuf.internal.well_known_types']"
+            ".WKTBASES['google.protobuf.Duration']).__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=TOP, check=True).stdout
+    assert out.splitlines() == ["[]", "1970-01-02T00:00:00Z", "google.protobuf.Timestamp",
+                                "type"]
+
+
 def test_pure_python_runtime_uses_the_stock_modules() -> None:
     code = ("from nri_cpumgr.api import _protobuf, nri_pb2; "
             "from google.protobuf.internal import builder; "
