@@ -239,7 +239,20 @@ def _multmodp(a: int, b: int) -> int:
 
 
 def _x8nmodp(n: int) -> int:
-    """x^(8n) modulo the polynomial: the operator that moves a CRC-32 over ``n`` bytes."""
+    """x^(8n) modulo the polynomial: the operator that moves a CRC-32 over ``n`` bytes (kept
+    by ``n``: the shared rows' text keeps its length while the pool's cpulist does)."""
+    op = _OPS.get(n)
+    if op is None:
+        if len(_OPS) >= 64:
+            _OPS.clear()
+        op = _OPS[n] = _x8nmodp_new(n)
+    return op
+
+
+_OPS: dict[int, int] = {}
+
+
+def _x8nmodp_new(n: int) -> int:
     if not _X2N:
         p = 1 << 30  # x^1
         for _ in range(32):
