@@ -236,7 +236,7 @@ class PoolPlanner:
         """``(batch, None)``: send it now; ``(None, t)``: nothing before time ``t``;
         ``(None, None)``: nothing to do until the next event."""
         target = self.target
-        stale = [cpus for cpus in self.groups if cpus != target]
+        stale = [cpus for cpus in self.groups if cpus is not target and cpus != target]
         if not stale:
             if self.in_pass:
                 self._end_pass(now)

@@ -262,3 +262,112 @@ def test_other_bodies_are_not_held_to_the_cpu_state_shape(tmp_path):
     cp = Checkpoint(tmp_path / "memory_manager_state")
     cp.save({"policyName": "Static", "entries": 5})
     assert cp.load() == {"policyName": "Static", "entries": 5}
+
+
+def test_the_crc_of_pieces_keeps_long_pieces_and_equals_zlibs(monkeypatch):
+    """crc32_pieces is zlib's CRC-32 of the joined pieces; a long piece seen again (the same
+    object) is not read again: its CRC is combined, and a changed piece is read anew."""
+    import os
+    import zlib
+
+    from nri_cpumgr.checkpoint import store
+
+    long1 = os.urandom(store.KEEP_CRC_OF + 123)
+    long2 = os.urandom(3 * store.KEEP_CRC_OF)
+    read: list[int] = []
+    real = zlib.crc32
+    monkeypatch.setattr(zlib, "crc32", lambda data, crc=0: (read.append(len(data)),
+                                                             real(data, crc))[1])
+    for pieces in ([b'{"containers":[', b"x" * 7, long1, b"]}"], [long1], [b"", long2, b"a"],
+                   [long2, long1], [], [b"abc"]):
+        assert store.crc32_pieces(pieces) == real(b"".join(pieces))
+    assert read.count(len(long1)) == 1 and read.count(len(long2)) == 1
+    other = bytearray(long1)
+    other[-1] ^= 1
+    assert store.crc32_pieces([b"p", bytes(other)]) == real(b"p" + bytes(other))
+    assert read.count(len(long1)) == 2
+    # the operator over n bytes is x^(8n) mod P: combining with it is crc32_combine
+    for n in (0, 1, 5, 4096, 130_000):
+        a, b = os.urandom(17), os.urandom(n)
+        assert store._multmodp(store._x8nmodp(n), real(a)) ^ real(b) == real(a + b)
+
+
+def test_a_write_that_is_not_durable_swaps_the_new_file_in(tmp_path, monkeypatch):
+    """durable=False: the temp file (the previous checkpoint, kept under that name) written
+    over in place, cut to its new length and exchanged with the checkpoint (renameat2); a
+    rename where there is no file yet or no exchange; a durable write renames as before."""
+    from nri_cpumgr.checkpoint import store
+
+    cp = Checkpoint(tmp_path / "state")
+    calls: list[tuple[str, str]] = []
+    real = store._exchange
+    monkeypatch.setattr(store, "_exchange", lambda a, b: (calls.append((a, b)), real(a, b))[1])
+    replaced: list[str] = []
+    real_replace = store.os.replace
+    monkeypatch.setattr(store.os, "replace",
+                        lambda a, b: (replaced.append(a), real_replace(a, b))[1])
+    long_body = {"n": 1, "pad": "x" * 5000}
+    cp.save(long_body, durable=False)  # no file yet: the exchange fails, a rename
+    assert replaced == [cp._tmp] and calls == [(cp._tmp, cp.file)]
+    first = cp.path.stat().st_ino
+    cp.save({"n": 2}, durable=False)
+    assert cp.load() == {"n": 2} and replaced == [cp._tmp] and len(calls) == 2
+    second = cp.path.stat().st_ino
+    assert second != first
+    tmp = tmp_path / ".state.tmp"
+    assert tmp.stat().st_ino == first and json.loads(tmp.read_bytes())["data"] == long_body
+    cp.save({"n": 3}, durable=False)  # written over the first file, shorter than it was
+    assert cp.load() == {"n": 3} and cp.path.stat().st_ino == first
+    assert cp.path.stat().st_size < 1000 and tmp.stat().st_ino == second
+    tmp.write_bytes(b"torn" * 3000)  # a dead process's half-written temp file
+    cp.save({"n": 4}, durable=False)
+    assert cp.load() == {"n": 4} and len(replaced) == 1
+    cp.save({"n": 5})  # durable: temp file, fsync, rename
+    assert cp.load() == {"n": 5} and len(replaced) == 2 and not tmp.exists()
+    monkeypatch.setattr(store, "_renameat2", False)  # (no renameat2 here)
+    cp.save({"n": 6}, durable=False)
+    assert cp.load() == {"n": 6} and len(replaced) == 3 and not tmp.exists()
+
+
+def test_the_exchange_swaps_or_says_it_did_not(tmp_path, monkeypatch):
+    """renameat2 RENAME_EXCHANGE swaps two paths; a missing one or another error is False
+    (the caller's rename then raises what is wrong), and an exchange refused as unsupported
+    is not tried again."""
+    from nri_cpumgr.checkpoint import store
+
+    (tmp_path / "a").write_text("a")
+    (tmp_path / "b").write_text("b")
+    assert store._exchange(str(tmp_path / "a"), str(tmp_path / "b")) is True
+    assert (tmp_path / "a").read_text() == "b" and (tmp_path / "b").read_text() == "a"
+    assert store._exchange(str(tmp_path / "x"), str(tmp_path / "b")) is False  # ENOENT
+    assert store._exchange(str(tmp_path / "a"), str(tmp_path / "a" / "b")) is False  # ENOTDIR
+    assert store._renameat2 not in (None, False)  # (still tried)
+    calls: list[bytes] = []
+
+    def refused(*args: object) -> int:  # a seccomp profile without renameat2: EPERM
+        import ctypes
+
+        calls.append(args[1])  # type: ignore[arg-type]
+        ctypes.set_errno(1)
+        return -1
+
+    monkeypatch.setattr(store, "_renameat2", refused)
+    assert store._exchange(str(tmp_path / "a"), str(tmp_path / "b")) is False
+    assert store._renameat2 is False and len(calls) == 1
+    cp = Checkpoint(tmp_path / "state")
+    cp.save({"n": 1}, durable=False)
+    cp.save({"n": 2}, durable=False)
+    assert cp.load() == {"n": 2} and len(calls) == 1
+
+
+def test_a_short_write_in_place_is_completed(tmp_path, monkeypatch):
+    from nri_cpumgr.checkpoint import store
+
+    cp = Checkpoint(tmp_path / "state")
+    cp.save({"n": 1, "pad": "y" * 300}, durable=False)
+    cp.save({"n": 2}, durable=False)
+    real = store.os.pwritev
+    monkeypatch.setattr(store.os, "pwritev", lambda fd, parts, off: real(fd, [parts[0][:5]], off))
+    body = {"policyName": "static", "defaultCpuSet": "0-3", "entries": {"u": {"c": "1"}}}
+    cp.save(body, durable=False)
+    assert cp.load() == body
