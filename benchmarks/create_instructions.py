@@ -41,6 +41,7 @@ if str(TOP) not in sys.path:
     sys.path.insert(0, str(TOP))
 
 import benchmarks.fake_runtime as fr  # noqa: E402
+from benchmarks.report import find_valgrind  # noqa: E402
 from nri_cpumgr.api import nri_pb2  # noqa: E402
 from tests.unit.nri_peer import FakeRuntime, PeerConn  # noqa: E402
 
@@ -138,9 +139,8 @@ def self_ir(out: Path) -> dict[str, int]:
 
 
 async def main_async(args: argparse.Namespace) -> int:
-    valgrind = shutil.which("valgrind")
+    valgrind = find_valgrind()
     if valgrind is None:
-        print("no valgrind on PATH (Debian: apt-get install valgrind)", file=sys.stderr)
         return 2
     tmp = Path(tempfile.mkdtemp(prefix="ir-create-", dir="/tmp"))
     try:

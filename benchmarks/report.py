@@ -27,3 +27,14 @@ def print_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
     print("|" + "---|" * len(header))
     for row in rows:
         print("| " + " | ".join(row) + " |")
+
+
+def find_valgrind() -> str | None:
+    """The path of ``valgrind`` on PATH, or None after saying on stderr how to get it (the
+    instruction-count benchmarks: start_instructions.py, create_instructions.py)."""
+    import shutil
+
+    path = shutil.which("valgrind")
+    if path is None:
+        print("no valgrind on PATH (Debian: apt-get install valgrind)", file=sys.stderr)
+    return path

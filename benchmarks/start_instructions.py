@@ -45,6 +45,7 @@ if str(HERE.parent) not in sys.path:
     sys.path.insert(0, str(HERE.parent))
 
 import benchmarks.footprint as fp  # noqa: E402
+from benchmarks.report import find_valgrind  # noqa: E402
 
 PARTS = ("registered", "configured", "synchronized")
 
@@ -100,9 +101,8 @@ async def measure(name: str, tree: Path | None, n: int, cfg: Path, env: dict[str
 
 
 async def main_async(args: argparse.Namespace) -> int:
-    valgrind = shutil.which("valgrind")
+    valgrind = find_valgrind()
     if valgrind is None:
-        print("no valgrind on PATH (Debian: apt-get install valgrind)", file=sys.stderr)
         return 2
     tmp = Path(tempfile.mkdtemp(prefix="ir-cfg-", dir="/tmp"))
     api = None
