@@ -37,6 +37,10 @@ watching a loopback fake API server (tests/e2e/harness/fakeapi.py) that holds N 
 node (the watch's cost: its imports, its thread, N pods' facts); with ``--compare``, each
 compared tree with the watch too.
 
+``--restart``: each subject's launches after its first keep the state directory of its
+previous launch (a restart, as a DaemonSet rollout or a crash: the checkpoint of the previous
+run; the Guaranteed container is known to it unless that run synchronized 0 containers).
+
     .venv/bin/python benchmarks/footprint.py [--rounds 5] [--go-peer .runtime/go-peer]
 """
 
@@ -148,9 +152,12 @@ class Subject:
         self.reg_cpu_ms: list[float] = []
         self.reg_wait_ms: list[float] = []
         self.rss: dict[int, list[float]] = {n: [] for n in SIZES}
+        #: the state directory every launch keeps (``--restart``), else None: a fresh one
+        self.state_dir: Path | None = None
 
     def command(self, sock: Path, work: Path) -> list[str]:
-        return [a.format(socket=sock, work=work) for a in self.argv]
+        state = self.state_dir if self.state_dir is not None else work / "state"
+        return [a.format(socket=sock, work=work, state=state) for a in self.argv]
 
 
 def sched_ms(pid: int) -> tuple[float, float]:
@@ -272,7 +279,7 @@ async def main_async(args: argparse.Namespace) -> int:
         print(f"nri-cpumgr launched as: {' '.join(plugin)}")
         subjects = [Subject("nri-cpumgr", [
             *plugin, "run", "--config", str(cfg),
-            "--socket", "{socket}", "--state-dir", "{work}/state"], env)]
+            "--socket", "{socket}", "--state-dir", "{state}"], env)]
         api = None
         cfg2 = None
         if args.pod_spec_pods:
@@ -281,7 +288,7 @@ async def main_async(args: argparse.Namespace) -> int:
             cfg2.write_text(CONFIG + extra)
             subjects.append(Subject("nri-cpumgr+podspec", [
                 *plugin, "run", "--config", str(cfg2),
-                "--socket", "{socket}", "--state-dir", "{work}/state"], env))
+                "--socket", "{socket}", "--state-dir", "{state}"], env))
         for tree in args.compare:  # another checkout or export, launched as the image does
             root = Path(tree)
             if not (root / "nri_cpumgr" / "boot.py").is_file():
@@ -289,11 +296,11 @@ async def main_async(args: argparse.Namespace) -> int:
             env2 = dict(env, PYTHONPATH=str(root))
             subjects.append(Subject(f"nri-cpumgr@{tree}", [
                 sys.executable, "-c", BOOT, "run", "--config", str(cfg),
-                "--socket", "{socket}", "--state-dir", "{work}/state"], env2))
+                "--socket", "{socket}", "--state-dir", "{state}"], env2))
             if cfg2 is not None:  # (and its watch, against the same fake API server)
                 subjects.append(Subject(f"nri-cpumgr+podspec@{tree}", [
                     sys.executable, "-c", BOOT, "run", "--config", str(cfg2),
-                    "--socket", "{socket}", "--state-dir", "{work}/state"], env2))
+                    "--socket", "{socket}", "--state-dir", "{state}"], env2))
         go = Path(args.go_peer)
         if go.is_file():
             subjects.append(Subject("go-peer", [str(go), "-socket", "{socket}",
@@ -302,6 +309,9 @@ async def main_async(args: argparse.Namespace) -> int:
             print(f"(no {go}: nri-cpumgr alone; the Go column is skipped: build it with "
                   f"`OUT={go} bash ../shared/tools/go-peer/build.sh` (in ../shared, beside the "
                   "project's steering repo, not in a plain clone), or set GO_PEER=PATH)")
+        if args.restart:
+            for k, s in enumerate(subjects):
+                s.state_dir = tmp / f"state-{k}"
         for s in subjects:  # warm-up: bytecode, page cache
             await launch(s, 0, 0.0, keep=False)
         load = [os.getloadavg()]
@@ -313,7 +323,9 @@ async def main_async(args: argparse.Namespace) -> int:
         load.append(os.getloadavg())
         print(f"footprint: {args.rounds} rounds, {os.cpu_count()} CPUs, settle {args.settle}s, "
               f"bytecode {'none' if args.cold_bytecode else 'cached'}; config: "
-              + CONFIG.strip().replace("\n", ", ") + f"; runtime {RUNTIME_NAME} {RUNTIME_VERSION}")
+              + CONFIG.strip().replace("\n", ", ") + f"; runtime {RUNTIME_NAME} {RUNTIME_VERSION}"
+              + ("; restarts: each launch keeps the state directory (checkpoint) of the "
+                 "subject's previous launch" if args.restart else "; fresh state per launch"))
         print("load average (1, 5, 15 min) before / after: "
               + " / ".join(" ".join(f"{x:.1f}" for x in la) for la in load))
         for s in subjects:
@@ -345,6 +357,9 @@ def main() -> int:
     ap.add_argument("--pod-spec-pods", type=int, default=0,
                     help="also run with podSpecSource apiServer over a fake API server "
                          "holding this many pods")
+    ap.add_argument("--restart", action="store_true",
+                    help="each launch of a subject after its first keeps the state directory "
+                         "of its previous launch (a restart with its checkpoint)")
     ap.add_argument("--python-m", action="store_true",
                     help="launch the plugin as `python -m nri_cpumgr` (before: what the "
                          "benchmark did until 2026-12-06), not the image's `nri-cpumgr` command")

@@ -57,7 +57,7 @@ from nri_cpumgr.cpuset import CPUSet, format_mask, ids_to_mask
 from nri_cpumgr.jsontext import RawJSON, encode
 from nri_cpumgr.podmodel import Pod, QOSClass
 from nri_cpumgr.podmodel.nri import ContainerInfo, Resources
-from nri_cpumgr.podmodel.spec import qualifies_for_slice
+from nri_cpumgr.podmodel.spec import PodSpecFacts, qualifies_for_slice
 
 if TYPE_CHECKING:  # (imported only when configured: the Memory Manager, pod-level managers)
     from nri_cpumgr.cm.memorymanager.manager import MemoryManager
@@ -734,6 +734,42 @@ class ContainerManager:
         for i in infos:
             self.track(i.id, Tracked(i, False, None))
 
+    def needs_pod_specs(self, infos: Iterable[ContainerInfo]) -> bool:
+        """Whether a :meth:`synchronize` of ``infos`` (the live containers, before it) may
+        decide one of them differently with its pod's spec facts: a Guaranteed container
+        the state holds no CPUs or memory for (it is adopted or admitted, where the facts
+        count: pod-level pods, whole-pod admission). A container the state knows gets its
+        assignment back whatever the facts (:meth:`_restore_assignments`, a runtime resize
+        included); the whole-pod admission records and the pod-level bubbles are read
+        without them. Pure (no I/O); False when not managed."""
+        if not self.managed:
+            return False
+        guaranteed = QOSClass.GUARANTEED
+        return any(i.qos is guaranteed and not self._restorable(i) for i in infos)
+
+    def attach_pod_specs(self, facts: Callable[[str], PodSpecFacts | None]) -> int:
+        """Give the tracked Guaranteed containers without pod spec facts those of their
+        pod (``facts``: pod uid -> facts or None), as a Synchronize with the facts would
+        have tracked them (a later reconfiguration plans with them). Returns how many got
+        them; decides nothing."""
+        n = 0
+        guaranteed = QOSClass.GUARANTEED
+        for t in self.containers.values():
+            i = t.info
+            if i.qos is guaranteed and i.pod_spec is None:
+                f = facts(i.pod_uid)
+                if f is not None:
+                    t.info = dataclasses.replace(i, pod_spec=f)
+                    n += 1
+        return n
+
+    def _restorable(self, i: ContainerInfo) -> bool:
+        """The state holds CPUs or memory for ``i``'s (pod, name): :meth:`synchronize`
+        gives them back (``i`` is not ``pending`` in :meth:`_restore_assignments`)."""
+        if self.state.assignments.get(i.pod_uid, {}).get(i.name) is not None:
+            return True
+        return self.memory is not None and self.memory.get_memory(*i.key) is not None
+
     def synchronize(
         self,
         infos: Iterable[ContainerInfo],
@@ -877,6 +913,7 @@ class ContainerManager:
                     self._release_stopped_of_pod(uid, keep=i.name)
                 self.track(i.id, Tracked(i, False, None))
                 continue
+            # (what _restorable says, the values kept: needs_pod_specs relies on it)
             assigned = assignments.get(uid, {}).get(i.name)
             mems = None
             if memory is not None and memory.get_memory(*i.key) is not None:

@@ -152,6 +152,9 @@ class Plugin:
         self._pod_source: Any = None
         self._spec_wait = 0.0
         self._said_no_spec: set[str] = set()
+        #: a Synchronize did not wait for the pod spec source: its records get the facts
+        #: later (attach_owed_pod_specs)
+        self._specs_owed = False
         #: a reconfiguration a dead instance left unfinished (nri_cpumgr.runtime.reconfig),
         #: completed after the runtime's Synchronize
         self.resume: Any = None
@@ -380,6 +383,8 @@ class Plugin:
         connected watch has not shown yet; without them the container is decided from NRI
         alone, container by container (said once per pod)."""
         store = self.pod_specs
+        if self._specs_owed:
+            self.attach_owed_pod_specs()
         if store is None or info.qos is not QOSClass.GUARANTEED or not self.manager.managed:
             return info
         facts = store.wait(info.pod_uid, self._spec_wait)
@@ -395,6 +400,18 @@ class Plugin:
                         f"not shown within {self.config.podSpecWait}")
         return info
 
+    def attach_owed_pod_specs(self) -> None:
+        """After a Synchronize that did not wait for the pod spec source (see
+        :meth:`_with_pod_specs`): once its first LIST is in, the tracked Guaranteed
+        containers get their pods' facts (a later reconfiguration plans with them)."""
+        store = self.pod_specs
+        if not self._specs_owed or store is None or store.synced_at is None:
+            return
+        self._specs_owed = False
+        n = self.manager.attach_pod_specs(store.get)
+        log.debug("pod spec source: facts attached to %d containers of the last "
+                  "synchronize", n)
+
     def _with_pod_specs(self, infos: list[ContainerInfo]) -> list[ContainerInfo]:
         """A Synchronize's Guaranteed containers with their pods' spec facts (the watch's
         first LIST awaited at most ``podSpecWait`` or :data:`SYNC_SPEC_WAIT`), so that a
@@ -403,6 +420,14 @@ class Plugin:
         store = self.pod_specs
         if not self.manager.static or not any(
                 i.qos is QOSClass.GUARANTEED for i in infos):
+            return infos
+        if self.adoption is None and store.synced_at is None \
+                and not self.manager.needs_pod_specs(infos):
+            # a restart: the checkpoint gives every Guaranteed container its assignment
+            # back, which no fact changes; the records get the facts after the first LIST
+            log.debug("synchronize: the state knows every Guaranteed container; not waiting "
+                      "for the %s source's first LIST", self.config.podSpecSource)
+            self._specs_owed = True
             return infos
         if not store.wait_synced(max(self._spec_wait, SYNC_SPEC_WAIT)):
             log.warning("synchronize: no pod spec from the %s source yet; deciding from NRI "

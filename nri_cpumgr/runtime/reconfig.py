@@ -190,6 +190,7 @@ def _switch(plugin: Plugin, config: Config, plan: ReconfigurationPlan) -> None:
 
 def _plan(plugin: Plugin, new: Config,
           containers: Mapping[str, Any] | None = None) -> ReconfigurationPlan:
+    plugin.attach_owed_pod_specs()  # (the running pods as a Synchronize with facts saw them)
     m = plugin.manager
     return plan_reconfiguration(
         plugin.machine, plugin.config, new, m.containers if containers is None else containers,
