@@ -223,8 +223,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     registration, EOF, a runtime silent for a second) hands over at once (issue 9: launch ->
     registered <= 150 ms; issue 34: launch -> synchronized). With ``podSpecSource:
     apiServer`` the pod spec watch starts as soon as the config is loaded
-    (:func:`nri_cpumgr.podsource.start_early`: the Synchronize answer waits for its first
-    LIST, which so runs alongside Configure and the build). SIGTERM or SIGINT before the
+    (:func:`nri_cpumgr.podsource.start_early`; its first LIST once a Synchronize needs it or
+    the first Synchronize was answered). SIGTERM or SIGINT before the
     event loop runs stop the plugin once it does. Errors of that build end
     the command with the status they had before (ConfigError: exit 2), also when no runtime
     listens (after the first failed attempt). Launched by the runtime (``NRI_PLUGIN_SOCKET``),
@@ -250,8 +250,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise with_source(e, source) from None
     built: dict[str, object] = {}  # plugin, server: what build() made, for the cleanup
     if not launched and config.podSpecSource == "apiServer":
-        # the pod spec watch's first LIST runs while Configure is answered and the managers
-        # are built (the Synchronize answer waits for it); the build takes the watch
+        # the pod spec watch's thread, ready for a Synchronize that needs its first LIST
+        # (the LIST waits until then, or that answer is out); the build takes the watch
         from nri_cpumgr.podsource import start_early
 
         start_early(config.apiServerURL, config.nodeName)

@@ -40,19 +40,28 @@ WATCH_SECONDS = 290  # the server closes a watch after this (timeoutSeconds)
 PAGE = 500
 BACKOFF_MIN, BACKOFF_MAX = 0.5, 30.0
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+#: The longest the watch's first LIST waits for facts to be needed (seconds, PodSpecStore)
+START_GATE = 2.0
 
 
 class PodSpecStore:
     """Pod UID -> :class:`PodSpecFacts`, written by the watch thread, read by the handlers.
 
-    ``connected``: the last LIST or WATCH succeeded and the stream is open (only then does
-    :meth:`wait` wait). Thread-safe: writers hold the condition; a read is one dict lookup.
+    ``connected``: the last LIST or WATCH succeeded and the stream is open; ``starting``:
+    the watch was started and its first LIST has neither come nor failed yet (only in
+    these two does :meth:`wait` wait). ``needed``: set once anything asks for facts, or the
+    plugin's first Synchronize was answered; the watch makes its first LIST only then (or
+    after :data:`START_GATE` seconds), so that a restarted plugin's start does not share the
+    GIL with the watch's imports and LIST (issue 34). Thread-safe: writers hold the
+    condition; a read is one dict lookup.
     """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._by_uid: dict[str, PodSpecFacts] = {}
         self.connected = False
+        self.starting = False
+        self.needed = threading.Event()
         self.synced_at: float | None = None  # monotonic time of the last full LIST
         self.waits = 0  # lookups that had to wait
         self.misses = 0  # lookups that found nothing (fallback to NRI alone)
@@ -69,10 +78,13 @@ class PodSpecStore:
         f = self._by_uid.get(uid)
         if f is not None:
             return f
-        if self.connected and timeout > 0:
+        if (self.connected or self.starting) and timeout > 0:
+            self.needed.set()
             self.waits += 1
             with self._cond:
-                self._cond.wait_for(lambda: uid in self._by_uid or not self.connected, timeout)
+                self._cond.wait_for(
+                    lambda: uid in self._by_uid or not (self.connected or self.starting),
+                    timeout)
             f = self._by_uid.get(uid)
         if f is None:
             self.misses += 1
@@ -81,6 +93,7 @@ class PodSpecStore:
     def wait_synced(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the first full LIST; True once it is in."""
         if self.synced_at is None and timeout > 0:
+            self.needed.set()
             with self._cond:
                 self._cond.wait_for(lambda: self.synced_at is not None, timeout)
         return self.synced_at is not None
@@ -97,6 +110,7 @@ class PodSpecStore:
             for f in facts:
                 self._index(f)
             self.connected = True
+            self.starting = False
             self.synced_at = time.monotonic()
             self._cond.notify_all()
 
@@ -113,6 +127,8 @@ class PodSpecStore:
     def set_connected(self, on: bool) -> None:
         with self._cond:
             self.connected = on
+            if not on:
+                self.starting = False
             self._cond.notify_all()
 
 
@@ -122,10 +138,11 @@ _early: tuple[tuple[str, str], PodSpecStore, APIServerPodSource] | None = None
 
 def start_early(url: str, node: str) -> bool:
     """Start the watch of ``podSpecSource: apiServer`` (``url``, ``node``: the config's
-    ``apiServerURL`` and ``nodeName``) as soon as the config is loaded, so that its first
-    LIST runs while the runtime's Configure is answered and the managers are built, rather
-    than from the build on, with the Synchronize answer waiting for it (issue 34). The
-    build takes it (:func:`take_early`). Returns whether it started; never raises: a source
+    ``apiServerURL`` and ``nodeName``) as soon as the config is loaded (issue 34): its
+    thread is there before the Synchronize, whose answer may need the first LIST (a
+    Guaranteed container the checkpoint does not know); the LIST itself waits until facts
+    are needed or that answer is out (:class:`PodSpecStore`). The build takes it
+    (:func:`take_early`). Returns whether it started; never raises: a source
     that cannot be set up (no URL or node name) is left to the build, which refuses the
     config as before."""
     global _early
@@ -212,11 +229,15 @@ class APIServerPodSource:
         self._thread = threading.Thread(target=self._run, name="pod-spec-watch", daemon=True)
 
     def start(self) -> None:
+        """Start the thread; its first LIST waits for the store's ``needed`` (at most
+        :data:`START_GATE` seconds, see :class:`PodSpecStore`)."""
+        self.store.starting = True
         self._thread.start()
 
     def stop(self, timeout: float = 1.0) -> None:
         """Stop the thread (closes an open stream); waits up to ``timeout`` seconds."""
         self._stop.set()
+        self.store.needed.set()  # (a thread still before its first LIST)
         conn = self._conn
         if conn is not None:
             try:
@@ -329,6 +350,7 @@ class APIServerPodSource:
             self._conn = None
 
     def _run(self) -> None:
+        self.store.needed.wait(START_GATE)
         backoff = BACKOFF_MIN
         rv = ""
         while not self._stop.is_set():

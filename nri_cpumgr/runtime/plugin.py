@@ -577,6 +577,9 @@ class Plugin:
             return []
         t0 = time.perf_counter()
         self._plain_rest = None  # (a Synchronize replaces the state, and what was pending)
+        if self.pod_specs is not None and not self.pod_specs.needed.is_set():
+            # the watch's first LIST once this answer is out (unless a wait asks sooner)
+            self._defer(self.pod_specs.needed.set)
         by_id = {p.id: p for p in pods}
         infos, stopped = [], []
         # the containers that can only be shared (most of a node) are decided from four

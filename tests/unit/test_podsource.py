@@ -50,8 +50,12 @@ def api():
         yield a
 
 
-def start(api, **kw):
+def start(api, *, needed: bool = True, **kw):
+    """A started source and its store; ``needed``: facts asked for at once (the first LIST
+    does not wait for its gate)."""
     store = PodSpecStore()
+    if needed:
+        store.needed.set()
     src = APIServerPodSource(store, api.url, NODE, token_file="/nonexistent", **kw)
     src.start()
     return store, src
@@ -262,3 +266,45 @@ def test_an_early_watch_no_build_took_is_stopped(api):
     _, _, source = podsource._early
     podsource.stop_early()
     assert podsource._early is None and not source._thread.is_alive()
+
+
+def test_the_first_list_waits_until_facts_are_needed(api):
+    api.add(pod("u1", pod_res=G4))
+    store, src = start(api, needed=False)
+    try:
+        time.sleep(0.4)
+        assert api.requests == [] and store.starting and not store.connected
+        store.needed.set()  # (what the plugin does once its first Synchronize is answered)
+        assert until(lambda: store.connected)
+        assert store.get("u1").pod_level and not store.starting
+    finally:
+        src.stop()
+
+
+def test_a_wait_before_the_first_list_asks_for_it_and_waits(api):
+    api.add(pod("u1", pod_res=G4))
+    store, src = start(api, needed=False)
+    try:
+        t0 = time.monotonic()
+        f = store.wait("u1", 1.5)  # (before the 2 s gate would open by itself)
+        assert f is not None and f.pod_level
+        assert time.monotonic() - t0 < 1.5 and store.waits == 1 and store.misses == 0
+    finally:
+        src.stop()
+
+
+def test_the_gate_opens_by_itself_and_stop_ends_a_gated_thread(api, monkeypatch):
+    import nri_cpumgr.podsource as podsource
+
+    store, src = start(api, needed=False)
+    t0 = time.monotonic()
+    src.stop(timeout=1.0)  # before its first LIST: no request, the thread ends at once
+    assert not src._thread.is_alive() and time.monotonic() - t0 < 0.5
+    assert api.requests == []
+    monkeypatch.setattr(podsource, "START_GATE", 0.2)
+    store, src = start(api, needed=False)
+    try:
+        assert until(lambda: store.connected, 2.0) and not store.needed.is_set()
+    finally:
+        src.stop()
+

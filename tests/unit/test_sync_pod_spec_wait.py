@@ -61,6 +61,8 @@ def test_restart_with_every_guaranteed_container_known_does_not_wait(workdir):
         _, sync = await conn.handshake(pods=[pod("g")], containers=[ctr("g", 1000, "0-1")])
         assert cpus_of(sync.update) == {"c-g": "1"}
         assert store.waits == 0
+        # the watch's first LIST was asked for once the answer was out, not before it
+        assert store.needed.is_set()
         assert plugin.manager.state.assignments == {"g": {"app": {1}}}
         # the first LIST comes later: the record gets the facts at the next event
         assert plugin.manager.containers["c-g"].info.pod_spec is None
