@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -172,6 +173,11 @@ def run_guest(topo: Topology, *, containerd: list[str], drivers: list[str],
 #: guest kernel now and then during its own start-up (an ``Oops: int3`` at 2.6 s of uptime,
 #: before the job runs; docs/development/qemu-guests.md), each crash said on stderr
 GUEST_BOOTS = 3
+#: QEMU's exit statuses of a crash of the emulator itself (SIGSEGV, SIGBUS, SIGABRT, SIGILL),
+#: booted again like a guest kernel's crash: multi-threaded TCG (QEMU 7.2) was seen to
+#: segfault 5 s into a boot, before the guest ran anything of ours (CI run of 2026-12-07)
+QEMU_CRASHES = frozenset(-s for s in (signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT,
+                                      signal.SIGILL))
 
 
 class _GuestCrashed(GuestError):
@@ -249,6 +255,9 @@ def _run_guest_once(topo: Topology, *, containerd: list[str], drivers: list[str]
         if not res.exists() and NO_JOB_SHARE in console:
             raise _GuestCrashed(f"the job share was not there to mount ({NO_JOB_SHARE})",
                                 console)
+        if not res.exists() and proc.returncode in QEMU_CRASHES:
+            raise _GuestCrashed(f"QEMU itself died of signal {-proc.returncode} after "
+                                f"{seconds} s", console)
         if not res.exists():
             tail = (job / "guest.log").read_text()[-3000:] if (job / "guest.log").exists() \
                 else console[-3000:]
