@@ -222,9 +222,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     handlers left for a loop); anything else first (another request, a refused
     registration, EOF, a runtime silent for a second) hands over at once (issue 9: launch ->
     registered <= 150 ms; issue 34: launch -> synchronized). With ``podSpecSource:
-    apiServer`` the pod spec watch starts as soon as the config is loaded
-    (:func:`nri_cpumgr.podsource.start_early`; its first LIST once a Synchronize needs it or
-    the first Synchronize was answered). SIGTERM or SIGINT before the
+    apiServer`` the build starts the pod spec watch (its first LIST once a Synchronize needs
+    it or the first Synchronize was answered). SIGTERM or SIGINT before the
     event loop runs stop the plugin once it does. Errors of that build end
     the command with the status they had before (ConfigError: exit 2), also when no runtime
     listens (after the first failed attempt). Launched by the runtime (``NRI_PLUGIN_SOCKET``),
@@ -249,12 +248,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         raise with_source(e, source) from None
     built: dict[str, object] = {}  # plugin, server: what build() made, for the cleanup
-    if not launched and config.podSpecSource == "apiServer":
-        # the pod spec watch's thread, ready for a Synchronize that needs its first LIST
-        # (the LIST waits until then, or that answer is out); the build takes the watch
-        from nri_cpumgr.podsource import start_early
-
-        start_early(config.apiServerURL, config.nodeName)
     try:
 
         def build():
@@ -386,9 +379,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ConfigError as e:  # the machine-dependent checks: name the file as load_config does
         raise with_source(e, source) from None
     finally:
-        podsource = sys.modules.get("nri_cpumgr.podsource")
-        if podsource is not None:  # (a watch started early that no build took)
-            podsource.stop_early()
         log_handler.flush_pending()  # what the stopped event loop did not write
     return 0
 

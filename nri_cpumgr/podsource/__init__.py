@@ -132,54 +132,6 @@ class PodSpecStore:
             self._cond.notify_all()
 
 
-#: The watch started at the config's load (:func:`start_early`): ((url, node), store, source).
-_early: tuple[tuple[str, str], PodSpecStore, APIServerPodSource] | None = None
-
-
-def start_early(url: str, node: str) -> bool:
-    """Start the watch of ``podSpecSource: apiServer`` (``url``, ``node``: the config's
-    ``apiServerURL`` and ``nodeName``) as soon as the config is loaded (issue 34): its
-    thread is there before the Synchronize, whose answer may need the first LIST (a
-    Guaranteed container the checkpoint does not know); the LIST itself waits until facts
-    are needed or that answer is out (:class:`PodSpecStore`). The build takes it
-    (:func:`take_early`). Returns whether it started; never raises: a source
-    that cannot be set up (no URL or node name) is left to the build, which refuses the
-    config as before."""
-    global _early
-    if _early is not None:
-        return False
-    store = PodSpecStore()
-    try:
-        source = APIServerPodSource(store, url, node)
-    except ValueError:
-        return False
-    source.start()
-    _early = ((url, node), store, source)
-    return True
-
-
-def take_early(url: str, node: str) -> tuple[PodSpecStore, APIServerPodSource] | None:
-    """The watch :func:`start_early` started, (store, source), when it was started for this
-    ``url`` and ``node``; None when none was (a watch started for other values is stopped).
-    Once: the watch belongs to the caller."""
-    global _early
-    early, _early = _early, None
-    if early is None:
-        return None
-    key, store, source = early
-    if key != (url, node):
-        source.stop()
-        return None
-    return store, source
-
-
-def stop_early() -> None:
-    """Stop a watch :func:`start_early` started that nothing took (a start that failed)."""
-    got = take_early(*_early[0]) if _early is not None else None
-    if got is not None:
-        got[1].stop()
-
-
 def _facts(obj: Any) -> PodSpecFacts | None:
     try:
         return facts_from_pod(obj)

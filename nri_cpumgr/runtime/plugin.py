@@ -355,18 +355,14 @@ class Plugin:
         self._spec_wait = config.duration("podSpecWait")
         if config.podSpecSource != "apiServer":
             return
-        from nri_cpumgr.podsource import APIServerPodSource, PodSpecStore, take_early
+        from nri_cpumgr.podsource import APIServerPodSource, PodSpecStore
 
-        early = take_early(config.apiServerURL, config.nodeName)  # (started at the load)
-        if early is not None:
-            store, source = early
-        else:
-            store = PodSpecStore()
-            try:
-                source = APIServerPodSource(store, config.apiServerURL, config.nodeName)
-            except ValueError as e:
-                raise ConfigError(f"invalid config: {e}") from None
-            source.start()
+        store = PodSpecStore()
+        try:
+            source = APIServerPodSource(store, config.apiServerURL, config.nodeName)
+        except ValueError as e:
+            raise ConfigError(f"invalid config: {e}") from None
+        source.start()
         self.pod_specs, self._pod_source = store, source
         log.info("pod spec source: watching the pods of node %s at %s (wait up to %s)",
                  source.node, source.url.geturl(), config.podSpecWait)

@@ -215,59 +215,6 @@ def test_https_with_the_service_account_ca_and_token(tmp_path):
             src.stop()
 
 
-def test_a_watch_started_at_the_config_load_is_the_one_the_plugin_takes(api, workdir):
-    """start_early (cli, at the config's load) runs the LIST before the build; the
-    plugin's setup takes that very watch for the same URL and node, and starts its own for
-    others (the early one stopped)."""
-    from nri_cpumgr import podsource
-    from nri_cpumgr.config import parse_config
-    from nri_cpumgr.runtime.plugin import Plugin
-    from tests.unit.test_runtime_plugin import MACHINE, STATIC
-
-    api.add(pod("early", pod_res=G4))
-    assert podsource.start_early(api.url, NODE)
-    assert not podsource.start_early(api.url, NODE)  # one at a time
-    _, store, source = podsource._early
-    assert until(lambda: store.get("early") is not None)  # listed before any build
-    cfg = parse_config(STATIC + f"stateDirectory: {workdir}\npodSpecSource: apiServer\n"
-                       f"apiServerURL: {api.url}\nnodeName: {NODE}\n")
-    plugin = Plugin(cfg, MACHINE)
-    try:
-        assert plugin.pod_specs is store and plugin._pod_source is source
-        assert podsource._early is None
-    finally:
-        plugin.close()
-    assert not source._thread.is_alive()
-
-    assert podsource.start_early(api.url, "another-node")
-    _, _, other = podsource._early
-    plugin = Plugin(cfg, MACHINE)
-    try:
-        assert not other._thread.is_alive()  # started for other values: stopped
-        assert plugin.pod_specs is not None and plugin._pod_source is not other
-        assert until(lambda: plugin.pod_specs.get("early") is not None)
-    finally:
-        plugin.close()
-
-
-def test_an_early_watch_that_cannot_be_set_up_is_left_to_the_build(monkeypatch):
-    from nri_cpumgr import podsource
-
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    assert not podsource.start_early("", NODE)  # (the build refuses the config, as before)
-    assert podsource._early is None
-    podsource.stop_early()  # nothing to stop
-
-
-def test_an_early_watch_no_build_took_is_stopped(api):
-    from nri_cpumgr import podsource
-
-    assert podsource.start_early(api.url, NODE)
-    _, _, source = podsource._early
-    podsource.stop_early()
-    assert podsource._early is None and not source._thread.is_alive()
-
-
 def test_the_first_list_waits_until_facts_are_needed(api):
     api.add(pod("u1", pod_res=G4))
     store, src = start(api, needed=False)
