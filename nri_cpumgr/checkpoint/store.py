@@ -109,7 +109,10 @@ class Checkpoint:
             doc = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as e:
             raise CheckpointError(f"checkpoint {self.file}: not JSON: {e}") from None
-        if isinstance(doc, dict) and "policyName" in doc and "data" not in doc:
+        # the kubelet's: policyName at the top, no data (v1-v3) or its data as a JSON string
+        # (v4, kubelet 1.37: data + dataChecksum); ours keeps its data as an object
+        if (isinstance(doc, dict) and "policyName" in doc
+                and not isinstance(doc.get("data"), dict)):
             raise CheckpointError(
                 f"checkpoint {self.file}: the kubelet's own checkpoint (policyName "
                 f"{doc['policyName']!r}), not one of the plugin's; the plugin adopts the "

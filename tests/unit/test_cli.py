@@ -466,6 +466,22 @@ def test_status_on_a_kubelet_checkpoint_says_what_it_is(tmp_path, capsys):
     assert "adopts" in err
 
 
+def test_status_on_a_kubelet_1_37_checkpoint_says_what_it_is(tmp_path, capsys):
+    """The kubelet 1.37 (v4) file carries its data as a JSON string with a dataChecksum: it is
+    the kubelet's too, not a plugin checkpoint of an unknown version (was: "unknown version
+    None"). Written by kubelet-checkpoint v1.37.2 (docs/operations/adopting.md)."""
+    data = ('{"policyName":"static","defaultCpuSet":"0","entries":{"uid-a":{"app":"1"}},'
+            '"baselines":{"uid-a":{"app":{"baseline":"1"}}}}')
+    (tmp_path / "cpu_manager_state").write_text(json.dumps({
+        "policyName": "static", "defaultCpuSet": "0", "entries": {"uid-a": {"app": "1"}},
+        "checksum": 927919868, "data": data, "dataChecksum": 1448966848},
+        separators=(",", ":")))
+    assert main(["status", "--state-dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "the kubelet's own checkpoint (policyName 'static')" in err
+    assert "unknown version" not in err
+
+
 def test_static_memory_manager_without_reserved_memory_names_the_keys(tmp_path, capsys):
     assert _run(tmp_path, 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n'
                 "memoryManagerPolicy: Static\nevictionHard: {memory.available: 100Mi}\n") == 2
