@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
+from nri_cpumgr.checkpoint import Checkpoint, CheckpointError, KubeletCheckpointFound
 
 if TYPE_CHECKING:
     from nri_cpumgr.planner.manifest import PlannedPod
@@ -69,13 +69,18 @@ def against_machine(e: Exception, config_file: str | None, machine: str) -> Inpu
 def load_state(path: str | None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """``(cpu body, memory body)`` from the plugin's state directory (checkpoints verified),
     a checkpoint file, the output of ``nri-cpumgr status --json``, or the kubelet's own
-    ``cpu_manager_state`` (v2, checksum verified: a node the kubelet still manages)."""
+    ``cpu_manager_state`` (v2 to v4, checksums verified: a node the kubelet still manages),
+    given as the file or as its directory (``/var/lib/kubelet``, or the copy
+    docs/operations/adopting.md makes). Raises :class:`InputError` naming the file."""
     if not path:
         return None, None
     p = Path(path)
     try:
         if p.is_dir():
-            cpu = Checkpoint(p / CPU_STATE).load()
+            try:
+                cpu = Checkpoint(p / CPU_STATE).load()
+            except KubeletCheckpointFound:  # a kubelet's directory: its file, as given alone
+                return load_state(str(p / CPU_STATE))
             if cpu is None:
                 raise InputError(f"{p}: no {CPU_STATE} in this directory")
             return cpu, Checkpoint(p / MEMORY_STATE).load()
@@ -303,7 +308,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--state", metavar="DIR|FILE",
                    help="the node's current state: the plugin's state directory, the "
                    "output of `nri-cpumgr status --json`, or the kubelet's cpu_manager_state "
-                   "(default: an empty node)")
+                   "(the file or its directory) (default: an empty node)")
     p.add_argument("--reconfigure", metavar="NEW.yaml",
                    help="the plan from the node's config (--config) and state (--state, "
                    "default: its stateDirectory) to the config NEW.yaml: what moves, what "

@@ -184,9 +184,17 @@ def test_plan_on_the_kubelets_checkpoint(tmp_path, capsys):
     assert main(argv) == 0
     c = json.loads(capsys.readouterr().out)["pods"][0]["containers"][0]
     assert (c["decision"], c["cpus"]) == ("exclusive", "3,11")
+    # its directory (/var/lib/kubelet, or adopting.md's copy) is read as the file is (was:
+    # "the kubelet's own checkpoint, not one of the plugin's", status 2)
+    in_dir = [*argv[:-2], str(tmp_path), str(pods)]
+    assert main(in_dir) == 0
+    c = json.loads(capsys.readouterr().out)["pods"][0]["containers"][0]
+    assert (c["decision"], c["cpus"]) == ("exclusive", "3,11")
     k.write_text(json.dumps({**body, "checksum": cpu_checksum(body) ^ 1}))
     assert main(argv) == 2
     assert "checksum mismatch" in capsys.readouterr().err
+    assert main(in_dir) == 2
+    assert f"kubelet checkpoint {k}: checksum mismatch" in capsys.readouterr().err
 
 
 def test_plan_on_a_kubelet_137_checkpoint(tmp_path, capsys):
