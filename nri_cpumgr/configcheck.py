@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -107,11 +108,36 @@ def check_log_file(config: Config, source: str | None) -> None:
                 f"logFile: cannot write the log file {config.logFile}: {why}"), source)
 
 
+class _Notes(logging.Handler):
+    """Collects the WARNING records the start's own code logs while :func:`check` runs it
+    (all CPUs reserved, a checkpoint the policy rejects and the start rebuilds), as notes:
+    without it they reached stderr through logging's last resort, unlabelled and before
+    ``config OK``."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
 def check(config: Config, machine: Machine, source: str | None) -> list[str]:
     """Check ``config`` (validated, with the command line's overrides) against ``machine`` as
     the start of ``run`` does (module doc). Returns notes, one line each (what the start
-    would log as a warning or do differently; not errors). Raises
+    would log as a warning or do differently, those warnings included; not errors). Raises
     :class:`~nri_cpumgr.config.ConfigError` naming the key and ``source``."""
+    logger = logging.getLogger("nri_cpumgr")
+    handler = _Notes()
+    logger.addHandler(handler)
+    try:
+        notes = _check(config, machine, source)
+    finally:
+        logger.removeHandler(handler)
+    return handler.lines + notes
+
+
+def _check(config: Config, machine: Machine, source: str | None) -> list[str]:
     from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
     from nri_cpumgr.managers import (
         build_memory_manager,
