@@ -121,7 +121,44 @@ def load_state(path: str | None) -> tuple[dict[str, Any] | None, dict[str, Any] 
     if "defaultCpuSet" not in doc:
         raise InputError(f"{path}: not a checkpoint or `status --json` output "
                          "(no defaultCpuSet)")
+    why = status_shape_error(doc)
+    if why is not None:  # (no checksum guards it: it may have been edited by hand)
+        raise InputError(f"{path}: {why}")
     return doc, None
+
+
+def status_shape_error(doc: dict[str, Any]) -> str | None:
+    """What is wrong with the fields the planner reads of a ``nri-cpumgr status --json``
+    document (``policyName`` a string; ``defaultCpuSet`` a CPU list; ``entries``: pod uid ->
+    container name -> CPU list), as ``<field>: <why>``, or None when they fit. Other fields
+    (``containers``, ``reservedCpuSet``) are not read."""
+    from nri_cpumgr.cpuset import CPUSet, CPUSetError
+    from nri_cpumgr.shown import shown
+
+    def cpus(field: str, v: Any) -> str | None:
+        if not isinstance(v, str):
+            return f"{field}: expected a CPU list (a string), got {shown(v)}"
+        try:
+            CPUSet.parse(v)
+        except CPUSetError as e:
+            return f"{field}: {e}"
+        return None
+
+    if "policyName" in doc and not isinstance(doc["policyName"], str):
+        return f"policyName: expected a string, got {shown(doc['policyName'])}"
+    if (why := cpus("defaultCpuSet", doc["defaultCpuSet"])) is not None:
+        return why
+    entries = doc.get("entries", {})
+    if not isinstance(entries, dict):
+        return f"entries: expected a mapping of pod uid to containers, got {shown(entries)}"
+    for uid, containers in entries.items():
+        if not isinstance(containers, dict):
+            return (f"entries.{uid}: expected a mapping of container name to CPUs, got "
+                    f"{shown(containers)}")
+        for name, v in containers.items():
+            if (why := cpus(f"entries.{uid}.{name}", v)) is not None:
+                return why
+    return None
 
 
 def _read(path: str) -> str:

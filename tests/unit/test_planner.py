@@ -167,6 +167,45 @@ def _cpus(text: str) -> list[int]:
     return list(CPUSet.parse(text))
 
 
+STATUS = {"policyName": "static", "defaultCpuSet": "0,3-8,11-15", "reservedCpuSet": "0",
+          "entries": {"u1": {"x": "1-2,9-10"}}, "containers": []}
+
+
+@pytest.mark.parametrize("edit, why", [
+    ({}, None),
+    ({"entries": [1]}, "entries: expected a mapping of pod uid to containers, got [1]"),
+    ({"entries": {"u1": "1"}},
+     "entries.u1: expected a mapping of container name to CPUs, got '1'"),
+    ({"entries": {"u1": {"x": 5}}}, "entries.u1.x: expected a CPU list (a string), got 5"),
+    ({"entries": {"u1": {"x": "1-x"}}},
+     "entries.u1.x: invalid cpulist '1-x': bad element '1-x'"),
+    ({"defaultCpuSet": 7}, "defaultCpuSet: expected a CPU list (a string), got 7"),
+    ({"policyName": ["static"]}, "policyName: expected a string, got ['static']"),
+])
+def test_plan_on_an_edited_status_json(tmp_path, capsys, edit, why):
+    """`status --json` output carries no checksum: a field of the wrong shape is one line
+    naming the file and the field, status 2 (was an AttributeError or CPUSetError traceback
+    from the managers' restore)."""
+    f = tmp_path / "status.json"
+    f.write_text(json.dumps({**STATUS, **edit}))
+    pods = tmp_path / "p.yaml"
+    pods.write_text("kind: Pod\nmetadata: {name: two}\nspec:\n  containers:\n"
+                    "  - {name: c, resources: {limits: {cpu: '2', memory: 1G}}}\n")
+    code = main(["plan", "--json", "--config", str(_cfg(tmp_path)), "--sysfs-root", str(DUAL),
+                 "--state", str(f), str(pods)])
+    got = capsys.readouterr()
+    if why is None:
+        assert code == 0 and json.loads(got.out)["sharedPoolBefore"] == "0,3-8,11-15"
+    else:
+        assert code == 2 and got.err == f"nri-cpumgr plan: {f}: {why}\n"
+
+
+def _cfg(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("cpuManagerPolicy: static\nreservedSystemCPUs: '0'\n")
+    return cfg
+
+
 def test_plan_on_the_kubelets_checkpoint(tmp_path, capsys):
     from nri_cpumgr.adopt.kubelet import cpu_checksum
 
