@@ -295,3 +295,19 @@ def test_node_preparation_is_opt_in(helm: Path) -> None:
     r = _run(helm, "template", "nri-cpumgr", str(CHART), "--namespace", NS,
              "--set", "nodePreparation.enabled=true", "--set", "nodePreparation.runtime=docker")
     assert r.returncode != 0 and "containerd or crio, not docker" in r.stderr
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("image.tag=", "image.tag must be set: the tag of the image you pushed"),
+    ("image.tag=null", "image.tag must be set"),
+    ("image.repository=", "image.repository must be set: the registry and name of the image"),
+])
+def test_an_empty_image_is_refused_at_render(helm: Path, value: str, message: str) -> None:
+    """An empty image tag or repository fails ``helm template`` naming the value (an empty
+    tag rendered ``image: nri-cpumgr:``, which helm refused as 'mapping values are not
+    allowed in this context'; an empty repository rendered the image ``:dev``)."""
+    r = _run(helm, "template", "x", str(CHART), "--set", value)
+    assert r.returncode != 0 and message in r.stderr, r.stderr
+    (image,) = {c["image"] for c in _ds(render(helm, "image.tag=v1"))["spec"]["template"]
+                ["spec"]["containers"]}
+    assert image == "nri-cpumgr:v1"
