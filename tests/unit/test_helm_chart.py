@@ -216,6 +216,11 @@ def test_paths_and_port_follow_the_config(helm: Path) -> None:
     assert "tolerations" not in spec
     r = _run(helm, "template", "x", str(CHART), "--set", "config.metricsAddress=nonsense")
     assert r.returncode != 0 and "expected host:port" in r.stderr
+    # a bare port (a number to --set) rendered, and the plugin then refused it at every start
+    # ("metricsAddress: expected a string, got a number (9109)"): refused here instead
+    r = _run(helm, "template", "x", str(CHART), "--set", "config.metricsAddress=9109")
+    assert r.returncode != 0 and 'config.metricsAddress "9109": expected host:port, e.g. ' \
+        '":9109"' in r.stderr, r.stderr
     r = _run(helm, "template", "x", str(CHART), "--set", "config.metricsAddress=")
     assert r.returncode != 0 and "config.metricsAddress must be set" in r.stderr
 
