@@ -64,8 +64,15 @@ def _writable_dir(path: Path) -> bool:
 def directory_error(path: Path) -> str | None:
     """What creating the directory ``path`` (``mkdir -p``) and a file in it would fail with,
     as the start's probe of the state directory says it (``it is not a directory``, or the
-    error's text: ``Not a directory``, ``Permission denied``); None when it would work.
-    Looked at, nothing created."""
+    error's text: ``Not a directory``, ``Permission denied``, also for a parent it may not
+    search); None when it would work. Looked at, nothing created."""
+    try:
+        return _directory_error(path)
+    except OSError as e:
+        return e.strerror or str(e)
+
+
+def _directory_error(path: Path) -> str | None:
     if path.exists():
         if not path.is_dir():
             return "it is not a directory"
@@ -83,8 +90,16 @@ def _missing_dir_error(path: Path) -> str | None:
 
 def file_error(path: Path) -> str | None:
     """What creating the directory of the file ``path`` and opening it for appending would
-    fail with (the error's text, as the start's log file says it); None when it would work.
-    Looked at, nothing created."""
+    fail with (the error's text, as the start's log file says it, also for a parent it may
+    not search: ``Permission denied``); None when it would work. Looked at, nothing
+    created."""
+    try:
+        return _file_error(path)
+    except OSError as e:
+        return e.strerror or str(e)
+
+
+def _file_error(path: Path) -> str | None:
     if path.is_dir():
         return "Is a directory"
     if path.exists():

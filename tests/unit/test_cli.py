@@ -488,3 +488,45 @@ def test_static_memory_manager_without_reserved_memory_names_the_keys(tmp_path, 
     err = capsys.readouterr().err
     assert 'determined by Node Allocatable feature; set reservedMemory' in err
     assert "104857600" in err
+
+
+def _unsearchable(monkeypatch, top):
+    """What the kernel answers a non-root user under a directory ``top`` it may not search
+    (mode 0700 of another user): EACCES for every path below it, from stat, open and mkdir."""
+    import builtins
+    import os
+
+    def guard(f):
+        def call(path, *a, **kw):
+            p = os.fspath(path)
+            if isinstance(p, str) and p.startswith(str(top) + "/"):
+                raise PermissionError(13, "Permission denied", p)
+            return f(path, *a, **kw)
+        return call
+
+    for name in ("stat", "open", "mkdir", "makedirs"):
+        monkeypatch.setattr(os, name, guard(getattr(os, name)))
+    monkeypatch.setattr(builtins, "open", guard(builtins.open))
+
+
+@pytest.mark.parametrize("check", [False, True], ids=["run", "check-config"])
+def test_a_state_directory_under_one_it_may_not_search(tmp_path, capsys, monkeypatch, check):
+    """stateDirectory (or logFile) below a directory the user may not search: the start's one
+    line and status 2, from run and run --check-config (were PermissionError tracebacks from
+    a stat: of reconfiguration_plan in run, of the path in --check-config)."""
+    cfg = tmp_path / "c.yaml"
+    state = tmp_path / "priv" / "sub" / "st"
+    cfg.write_text(f"stateDirectory: {state}\n")
+    argv = ["run", "--config", str(cfg), "--sysfs-root", str(FIXTURES / "this-machine"),
+            "--socket", str(tmp_path / "none.sock"), *(["--check-config"] if check else [])]
+    _unsearchable(monkeypatch, tmp_path / "priv")
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        f"invalid config: stateDirectory {state}: cannot write cpu_manager_state: Permission "
+        f"denied ({cfg})")
+    if check:
+        cfg.write_text(f"logFile: {tmp_path / 'priv' / 'x.log'}\n")
+        assert main([*argv, "--state-dir", str(tmp_path / "ok")]) == 2
+        assert capsys.readouterr().err.strip() == (
+            f"nri-cpumgr: logFile: cannot write the log file {tmp_path / 'priv' / 'x.log'}: "
+            f"Permission denied ({cfg})")
