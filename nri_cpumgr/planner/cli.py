@@ -89,6 +89,8 @@ def load_state(path: str | None) -> tuple[dict[str, Any] | None, dict[str, Any] 
         raise InputError(str(e)) from None
     except ValueError as e:
         raise InputError(f"{path}: not JSON: {e}") from None
+    except OSError as e:  # (is_dir: a parent it may not search)
+        raise InputError(f"{path}: {e.strerror or e}") from None
     if not isinstance(doc, dict):
         raise InputError(f"{path}: not a checkpoint or `status --json` output")
     # the kubelet's: a checksum and no data (v1-v3), or its data as a JSON string (v4,

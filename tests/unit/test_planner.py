@@ -467,3 +467,24 @@ def test_cli_plan_huge_cpu_is_refused_not_a_crash(tmp_path, capsys):
     assert main(["plan", "--config", str(cfg), "--sysfs-root", str(DUAL), str(f)]) == 0
     out = capsys.readouterr().out
     assert "default/huge" in out and "refused" in out, out
+
+
+def test_plan_state_below_a_directory_it_may_not_search(tmp_path, capsys, monkeypatch):
+    """`--state DIR` below a directory the user may not search (stat answers EACCES): one
+    line naming it, status 2 (was a PermissionError traceback from Path.is_dir)."""
+    import os
+
+    real = os.stat
+    top = str(tmp_path / "priv") + "/"
+
+    def stat(path, *a, **kw):
+        if os.fspath(path).startswith(top):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real(path, *a, **kw)
+
+    pods = tmp_path / "p.yaml"
+    pods.write_text("kind: Pod\nmetadata: {name: one}\nspec:\n  containers: [{name: c}]\n")
+    monkeypatch.setattr(os, "stat", stat)
+    assert main(["plan", "--config", str(_cfg(tmp_path)), "--sysfs-root", str(DUAL),
+                 "--state", str(tmp_path / "priv" / "st"), str(pods)]) == 2
+    assert capsys.readouterr().err == f"nri-cpumgr plan: {tmp_path}/priv/st: Permission denied\n"
