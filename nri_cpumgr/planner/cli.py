@@ -237,7 +237,9 @@ def cmd_reconfigure(args: argparse.Namespace) -> int:
         config_file = config_path(args.config)
         config = load_config(config_file)
         if not Path(args.reconfigure).is_file():
-            raise InputError(f"{args.reconfigure}: no such file")
+            raise InputError(f"{args.reconfigure}: " + (
+                "not a file (a directory?)" if Path(args.reconfigure).exists()
+                else "no such file"))
         new = load_config(args.reconfigure)
         machine = load_machine(args.sysfs_root, args.topology)
         where = args.state or config.stateDirectory
