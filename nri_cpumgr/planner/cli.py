@@ -111,6 +111,11 @@ def load_state(path: str | None) -> tuple[dict[str, Any] | None, dict[str, Any] 
         except KubeletCheckpointError as e:
             raise InputError(str(e)) from None
         assert k is not None
+        if k.policy == "none":  # as adoption: no exclusive CPUs, the node is empty
+            return None, None
+        if k.policy != "static":
+            raise InputError(f"kubelet checkpoint {path}: written by cpuManagerPolicy "
+                             f"{k.policy!r}, which this plugin does not adopt (only static)")
         if k.version == 1:
             raise InputError(f"{path}: a v1 kubelet checkpoint (keyed by container id) "
                              "cannot be planned on")

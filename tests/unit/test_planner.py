@@ -488,3 +488,29 @@ def test_plan_state_below_a_directory_it_may_not_search(tmp_path, capsys, monkey
     assert main(["plan", "--config", str(_cfg(tmp_path)), "--sysfs-root", str(DUAL),
                  "--state", str(tmp_path / "priv" / "st"), str(pods)]) == 2
     assert capsys.readouterr().err == f"nri-cpumgr plan: {tmp_path}/priv/st: Permission denied\n"
+
+
+@pytest.mark.parametrize("policy, code, err", [
+    ("none", 0, ""),
+    ("dynamic", 2, "written by cpuManagerPolicy 'dynamic', which this plugin does not adopt "
+                   "(only static)"),
+])
+def test_plan_on_a_kubelet_checkpoint_of_another_policy(tmp_path, capsys, policy, code, err):
+    """The kubelet's checkpoint of another policy, as adoption reads it: `none` holds no
+    exclusive CPUs (an empty node), any other is not adopted (was: 'checkpoint ... was written
+    by cpuManagerPolicy ...: start it with the checkpoint's policy and change the policy in
+    its config file while it runs ...', the advice for the plugin's own checkpoint)."""
+    from nri_cpumgr.adopt.kubelet import cpu_checksum
+
+    body = {"policyName": policy, "defaultCpuSet": "", "entries": {}}
+    k = tmp_path / "cpu_manager_state"
+    k.write_text(json.dumps({**body, "checksum": cpu_checksum(body)}))
+    pods = tmp_path / "p.yaml"
+    pods.write_text("kind: Pod\nmetadata: {name: two}\nspec:\n  containers:\n"
+                    "  - {name: c, resources: {limits: {cpu: '2', memory: 1G}}}\n")
+    assert main(["plan", "--json", "--config", str(_cfg(tmp_path)), "--sysfs-root", str(DUAL),
+                 "--state", str(k), str(pods)]) == code
+    got = capsys.readouterr()
+    assert err in got.err and "start it with" not in got.err
+    if code == 0:
+        assert json.loads(got.out)["sharedPoolBefore"] == "0-15"
