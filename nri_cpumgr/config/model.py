@@ -628,9 +628,14 @@ def _eviction_hard(key: str, v: Any) -> dict[str, str]:
 
 
 def _reserved_memory(key: str, v: Any) -> list[ReservedMemory]:
+    """``reservedMemory``: a list of ``{numaNode, limits}``, whatever the
+    ``memoryManagerPolicy``, with the kubelet's own checks of it (validateReservedMemory-
+    Configuration, pkg/kubelet/apis/config/validation, v1.37.2): each limit ``memory`` or
+    ``hugepages-<size>``, none zero, and one entry per NUMA node and resource."""
     if not isinstance(v, list):
         raise _Invalid(key, f"expected a list, got {_type_name(v)} ({shown(v)})")
     out = []
+    seen: set[tuple[int, str]] = set()
     for i, entry in enumerate(v):
         where = f"{key}.{i}"
         entry = _mapping(where, entry)
@@ -649,6 +654,19 @@ def _reserved_memory(key: str, v: Any) -> list[ReservedMemory]:
         if node < 0:
             raise _Invalid(f"{where}.numaNode", f"{node} is negative")
         limits = _quantities(milli=False, trim=True)(f"{where}.limits", entry["limits"])
+        for name, q in limits.items():
+            at = f"{where}.limits.{name}"
+            if name != "memory" and not name.startswith("hugepages-"):
+                raise _Invalid(at, f"the limit type {name!r} for NUMA node {node} is not "
+                                   "supported (the kubelet takes only memory and "
+                                   "hugepages-<size>)")
+            if parse_quantity(q.strip()) == 0:
+                raise _Invalid(at, f"reserved memory may not be zero for NUMA node {node}, "
+                                   "as the kubelet says (leave it out)")
+            if (node, name) in seen:
+                raise _Invalid(at, f"a second value for NUMA node {node} and {name!r} (the "
+                                   "kubelet refuses a duplicate: one per node and resource)")
+            seen.add((node, name))
         out.append(ReservedMemory(node, limits))
     return out
 
