@@ -98,6 +98,9 @@ def cmd_enable_nri(args: argparse.Namespace) -> int:
         return 2
     path = config_file(args.config or default_path, args.host_root)
     try:
+        if args.runtime == "containerd":  # (CRI-O's drop-in: its directory's siblings count)
+            path = follow_links(path, args.host_root if (args.config or default_path)
+                                .startswith("/") else "/")
         old = _read(path)
         if args.runtime == "containerd":
             if old is None:
@@ -226,6 +229,32 @@ def config_file(given: str, host_root: str) -> Path:
     return Path(host_root) / given.lstrip("/")
 
 
+def follow_links(path: Path, root: str) -> Path:
+    """``path`` with its symbolic links followed as the host follows them: an absolute
+    target is the host's, looked up under ``root`` (``--host-root``: the init container's
+    ``/host``), a relative one beside the link. The file the runtime reads, so the one to
+    read and edit: writing over the link would replace it with a file and leave the file it
+    names as it was; and an absolute target read in the container names the container's
+    file, not the host's. :class:`NodePrepError` after 40 links (the kernel's limit), and
+    for a link whose file is not there (outside the host's directories the container
+    mounts, or dangling): never taken for "no config.toml", whose defaults it would write."""
+    import os
+
+    from . import NodePrepError
+
+    link = path
+    for _ in range(40):
+        if not path.is_symlink():
+            if path != link and not path.exists():
+                raise NodePrepError(f"a symbolic link to {path}, which is not there: nothing "
+                                    "written (edit the file it names by hand)")
+            return path
+        target = os.readlink(path)
+        path = Path(root) / target.lstrip("/") if target.startswith("/") else \
+            path.parent / target
+    raise NodePrepError("more than 40 symbolic links: nothing written")
+
+
 def _read(path: Path) -> str | None:
     """``path``'s text, None when there is no such file; :class:`NodePrepError` when it is
     not a regular file or not UTF-8 text (TOML is UTF-8) or cannot be read."""
@@ -234,7 +263,9 @@ def _read(path: Path) -> str | None:
     if not path.exists() and not path.is_symlink():
         return None
     if not path.is_file():
-        raise NodePrepError("not a regular file (a directory?): nothing written")
+        what = "a symbolic link to nothing" if path.is_symlink() else \
+            "not a regular file (a directory?)"
+        raise NodePrepError(f"{what}: nothing written")
     try:
         return path.read_bytes().decode()
     except UnicodeDecodeError as e:

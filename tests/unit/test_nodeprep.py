@@ -521,3 +521,38 @@ def test_cli_a_directory_it_cannot_write_in_is_refused(
     err = capsys.readouterr().err
     assert f"{cfg}: cannot write it: Permission denied: nothing written" in err
     assert cfg.read_text() == V2_OFF and not marker.exists()
+
+
+def test_a_config_that_is_a_symbolic_link_is_edited_where_it_points(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """/etc/containerd/config.toml as a link (config management): the file it names is
+    edited and the link kept (the link was replaced by a file, the file it names left as it
+    was); an absolute target is the host's, under --host-root (read in the container it
+    named the container's file); a link to a file that is not there writes nothing (a
+    missing config.toml would get containerd 1.7's defaults written)."""
+    etc = tmp_path / "etc/containerd"
+    etc.mkdir(parents=True)
+    real = etc / "real.toml"
+    real.write_text(V2_OFF)
+    link = etc / "config.toml"
+    link.symlink_to("/etc/containerd/real.toml")
+    args = ["enable-nri", "--runtime", "containerd", "--host-root", str(tmp_path),
+            "--restart-command", "", "--version-command", "echo containerd x 1.7.24"]
+    assert main(args) == 0
+    assert link.is_symlink() and nri_enabled(real.read_text())
+    assert f"wrote {real}" in capsys.readouterr().out
+    # a relative --config (the working directory's) through a relative link
+    (tmp_path / "rel.toml").symlink_to("etc/containerd/real.toml")
+    real.write_text(V2_OFF)
+    monkeypatch.chdir(tmp_path)
+    assert main([*args, "--config", "rel.toml"]) == 0
+    assert (tmp_path / "rel.toml").is_symlink() and nri_enabled(real.read_text())
+    capsys.readouterr()
+    link.unlink()
+    link.symlink_to("/opt/conf/containerd.toml")
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"{link}: a symbolic link to {tmp_path}/opt/conf/containerd.toml, which is not " \
+        "there: nothing written" in err
+    assert link.is_symlink() and not (tmp_path / "opt").exists()
