@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -63,8 +64,15 @@ def _writable_dir(path: Path) -> bool:
 def directory_error(path: Path) -> str | None:
     """What creating the directory ``path`` (``mkdir -p``) and a file in it would fail with,
     as the start's probe of the state directory says it (``it is not a directory``, or the
-    error's text: ``Not a directory``, ``Permission denied``); None when it would work.
-    Looked at, nothing created."""
+    error's text: ``Not a directory``, ``Permission denied``, also for a parent it may not
+    search); None when it would work. Looked at, nothing created."""
+    try:
+        return _directory_error(path)
+    except OSError as e:
+        return e.strerror or str(e)
+
+
+def _directory_error(path: Path) -> str | None:
     if path.exists():
         if not path.is_dir():
             return "it is not a directory"
@@ -82,8 +90,16 @@ def _missing_dir_error(path: Path) -> str | None:
 
 def file_error(path: Path) -> str | None:
     """What creating the directory of the file ``path`` and opening it for appending would
-    fail with (the error's text, as the start's log file says it); None when it would work.
-    Looked at, nothing created."""
+    fail with (the error's text, as the start's log file says it, also for a parent it may
+    not search: ``Permission denied``); None when it would work. Looked at, nothing
+    created."""
+    try:
+        return _file_error(path)
+    except OSError as e:
+        return e.strerror or str(e)
+
+
+def _file_error(path: Path) -> str | None:
     if path.is_dir():
         return "Is a directory"
     if path.exists():
@@ -107,11 +123,36 @@ def check_log_file(config: Config, source: str | None) -> None:
                 f"logFile: cannot write the log file {config.logFile}: {why}"), source)
 
 
+class _Notes(logging.Handler):
+    """Collects the WARNING records the start's own code logs while :func:`check` runs it
+    (all CPUs reserved, a checkpoint the policy rejects and the start rebuilds), as notes:
+    without it they reached stderr through logging's last resort, unlabelled and before
+    ``config OK``."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
 def check(config: Config, machine: Machine, source: str | None) -> list[str]:
     """Check ``config`` (validated, with the command line's overrides) against ``machine`` as
     the start of ``run`` does (module doc). Returns notes, one line each (what the start
-    would log as a warning or do differently; not errors). Raises
+    would log as a warning or do differently, those warnings included; not errors). Raises
     :class:`~nri_cpumgr.config.ConfigError` naming the key and ``source``."""
+    logger = logging.getLogger("nri_cpumgr")
+    handler = _Notes()
+    logger.addHandler(handler)
+    try:
+        notes = _check(config, machine, source)
+    finally:
+        logger.removeHandler(handler)
+    return handler.lines + notes
+
+
+def _check(config: Config, machine: Machine, source: str | None) -> list[str]:
     from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
     from nri_cpumgr.managers import (
         build_memory_manager,

@@ -200,7 +200,8 @@ def restore_state(
     except Exception as e:
         if strict:
             raise ConfigError(f"state {path} does not fit this machine and config: {e}") from None
-        log.warning("checkpoint state rejected by the policy (%s): rebuilding from the runtime", e)
+        log.warning("checkpoint %s: state rejected by the policy (%s): rebuilding from the "
+                    "runtime", path, e)
         state = CPUManagerState(assignments={}, default_set=CPUSet())
         policy.start(state)
     return state

@@ -294,12 +294,12 @@ def load_cpu_state(path: str | Path) -> KubeletCPUState | None:
             _cpus(path, data["defaultCpuSet"], "defaultCpuSet"),
             entries={uid: {n: _cpus(path, c, f"entries.{uid}.{n}")
                            for n, c in (conts or {}).items()}
-                     for uid, conts in data["entries"].items()},
+                     for uid, conts in (data["entries"] or {}).items()},
             pod_entries=_pod_cpus(path, data),
             baselines={uid: {n: _cpus(path, (b or {}).get("baseline"),
                                       f"baselines.{uid}.{n}")
                              for n, b in (conts or {}).items()}
-                       for uid, conts in data["baselines"].items()})
+                       for uid, conts in (data["baselines"] or {}).items()})
     entries = doc.get("entries")
     if entries is None:
         entries = next((v for k, v in doc.items() if k.lower() == "entries"), None)

@@ -41,6 +41,12 @@ class CheckpointError(Exception):
     unknown version). The message names the file and the reason."""
 
 
+class KubeletCheckpointFound(CheckpointError):
+    """The file is the kubelet's own ``cpu_manager_state`` (any of its formats, v1 to the v4
+    of kubelet 1.37), not a checkpoint of the plugin: read by adoption
+    (:mod:`nri_cpumgr.adopt.kubelet`), never as the plugin's state."""
+
+
 def checksum(body: dict[str, Any], version: int = VERSION) -> int | str:
     """The checksum of ``body`` in format ``version``: the CRC-32 (an int) of its canonical
     JSON (sorted keys, no blanks) for 2, the sha256 hex digest of it for 1. Raises
@@ -109,8 +115,11 @@ class Checkpoint:
             doc = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as e:
             raise CheckpointError(f"checkpoint {self.file}: not JSON: {e}") from None
-        if isinstance(doc, dict) and "policyName" in doc and "data" not in doc:
-            raise CheckpointError(
+        # the kubelet's: policyName at the top, no data (v1-v3) or its data as a JSON string
+        # (v4, kubelet 1.37: data + dataChecksum); ours keeps its data as an object
+        if (isinstance(doc, dict) and "policyName" in doc
+                and not isinstance(doc.get("data"), dict)):
+            raise KubeletCheckpointFound(
                 f"checkpoint {self.file}: the kubelet's own checkpoint (policyName "
                 f"{doc['policyName']!r}), not one of the plugin's; the plugin adopts the "
                 "kubelet's cpu_manager_state and memory_manager_state at its first start "

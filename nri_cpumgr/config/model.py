@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from nri_cpumgr.cpuset import CPUSet, CPUSetError
 from nri_cpumgr.paths import normal
+from nri_cpumgr.shown import shown
 
 TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing)
 if TYPE_CHECKING:  # (typing is not loaded before the plugin registers)
@@ -346,7 +347,7 @@ def _type_name(v: Any) -> str:
 
 def _string(key: str, v: Any) -> str:
     if not isinstance(v, str):
-        raise _Invalid(key, f"expected a string, got {_type_name(v)} ({v!r}); quote it")
+        raise _Invalid(key, f"expected a string, got {_type_name(v)} ({shown(v)}); quote it")
     return v
 
 
@@ -356,7 +357,7 @@ def _cri_endpoint(key: str, v: Any) -> str:
     v = _string(key, v)
     path = v.strip().removeprefix("unix://")
     if v.strip() and not path.startswith("/"):
-        raise _Invalid(key, f"expected \"\", an absolute path or unix:///path, got {v!r}")
+        raise _Invalid(key, f"expected \"\", an absolute path or unix:///path, got {shown(v)}")
     return v
 
 
@@ -458,7 +459,7 @@ def _boolean(key: str, v: Any) -> bool:
         return bool(v)
     if isinstance(v, str) and v.lower() in _TRUE | _FALSE:
         return v.lower() in _TRUE
-    raise _Invalid(key, f"expected true or false, got {v!r}")
+    raise _Invalid(key, f"expected true or false, got {shown(v)}")
 
 
 def _one_of(*allowed: str) -> Callable[[str, Any], str]:
@@ -466,7 +467,7 @@ def _one_of(*allowed: str) -> Callable[[str, Any], str]:
         if v not in allowed:
             hint = did_you_mean(v, allowed) if isinstance(v, str) else ""
             raise _Invalid(
-                key, f"{v!r} is not one of {', '.join(repr(a) for a in allowed)}{hint}")
+                key, f"{shown(v)} is not one of {', '.join(repr(a) for a in allowed)}{hint}")
         return v
     check.allowed = allowed  # type: ignore[attr-defined]  # read by config.reference
     return check
@@ -474,7 +475,7 @@ def _one_of(*allowed: str) -> Callable[[str, Any], str]:
 
 def _mapping(key: str, v: Any) -> dict[Any, Any]:
     if not isinstance(v, dict):
-        raise _Invalid(key, f"expected a mapping, got {_type_name(v)} ({v!r})")
+        raise _Invalid(key, f"expected a mapping, got {_type_name(v)} ({shown(v)})")
     for k in v:
         if not isinstance(k, str):
             raise _Invalid(f"{key}.{k}", "expected a string key")
@@ -541,6 +542,9 @@ def _quantities(milli: bool, trim: bool = False) -> Callable[[str, Any], dict[st
     def check(key: str, v: Any) -> dict[str, str]:
         out = {}
         for k, x in _mapping(key, v).items():
+            if isinstance(x, dict | list):  # (never str()'d: its text may be huge)
+                raise _Invalid(key, f"{k}: expected a quantity, got {_type_name(x)} "
+                                    f"({shown(x)})")
             s = str(x)
             try:
                 parse_quantity(s.strip() if trim else s, milli=milli)
@@ -576,7 +580,7 @@ def _strict_boolean(key: str, v: Any) -> bool:
     if isinstance(v, bool):
         return v
     kind = "a string" if isinstance(v, str) else _type_name(v)
-    raise _Invalid(key, f"expected true or false, got {kind} ({v!r}); unquote it")
+    raise _Invalid(key, f"expected true or false, got {kind} ({shown(v)}); unquote it")
 
 
 def _feature_gates(key: str, v: Any) -> dict[str, bool]:
@@ -624,9 +628,14 @@ def _eviction_hard(key: str, v: Any) -> dict[str, str]:
 
 
 def _reserved_memory(key: str, v: Any) -> list[ReservedMemory]:
+    """``reservedMemory``: a list of ``{numaNode, limits}``, whatever the
+    ``memoryManagerPolicy``, with the kubelet's own checks of it (validateReservedMemory-
+    Configuration, pkg/kubelet/apis/config/validation, v1.37.2): each limit ``memory`` or
+    ``hugepages-<size>``, none zero, and one entry per NUMA node and resource."""
     if not isinstance(v, list):
-        raise _Invalid(key, f"expected a list, got {_type_name(v)} ({v!r})")
+        raise _Invalid(key, f"expected a list, got {_type_name(v)} ({shown(v)})")
     out = []
+    seen: set[tuple[int, str]] = set()
     for i, entry in enumerate(v):
         where = f"{key}.{i}"
         entry = _mapping(where, entry)
@@ -641,10 +650,23 @@ def _reserved_memory(key: str, v: Any) -> list[ReservedMemory]:
         if isinstance(node, str) and re.fullmatch(r"[0-9]+", node):
             node = int(node)
         if not isinstance(node, int) or isinstance(node, bool):
-            raise _Invalid(f"{where}.numaNode", f"expected a NUMA node number, got {node!r}")
+            raise _Invalid(f"{where}.numaNode", f"expected a NUMA node number, got {shown(node)}")
         if node < 0:
             raise _Invalid(f"{where}.numaNode", f"{node} is negative")
         limits = _quantities(milli=False, trim=True)(f"{where}.limits", entry["limits"])
+        for name, q in limits.items():
+            at = f"{where}.limits.{name}"
+            if name != "memory" and not name.startswith("hugepages-"):
+                raise _Invalid(at, f"the limit type {name!r} for NUMA node {node} is not "
+                                   "supported (the kubelet takes only memory and "
+                                   "hugepages-<size>)")
+            if parse_quantity(q.strip()) == 0:
+                raise _Invalid(at, f"reserved memory may not be zero for NUMA node {node}, "
+                                   "as the kubelet says (leave it out)")
+            if (node, name) in seen:
+                raise _Invalid(at, f"a second value for NUMA node {node} and {name!r} (the "
+                                   "kubelet refuses a duplicate: one per node and resource)")
+            seen.add((node, name))
         out.append(ReservedMemory(node, limits))
     return out
 
@@ -665,7 +687,7 @@ def _duration(key: str, v: Any) -> str:
 
 def _positive_int(key: str, v: Any) -> int:
     if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        raise _Invalid(key, f"expected a whole number >= 1, got {v!r}")
+        raise _Invalid(key, f"expected a whole number >= 1, got {shown(v)}")
     return v
 
 

@@ -152,7 +152,9 @@ KEYS: dict[str, KeyDoc] = {
         "`memory.available` threshold, as in the kubelet.",
         kubelet="reservedMemory",
         refused="a NUMA node the machine does not have; sums that differ from the "
-                "reservation"),
+                "reservation; whatever the policy, as the kubelet's validation: a limit other "
+                "than `memory` and `hugepages-<size>`, a zero limit, a second entry for one "
+                "NUMA node and resource"),
     "evictionHard": KeyDoc(
         "Validated as the kubelet does (its signals, percentages of 0-100%, positive "
         "quantities), whatever the `memoryManagerPolicy`. Only `memory.available` is read: "

@@ -10,10 +10,12 @@ file is the runtime's default or ``--config``: an absolute path is the host's, r
 NRI socket (containerd's ``socket_path``, CRI-O's ``nri_listen``) is not the plugin's
 ``--socket-path``, a warning line on stderr names both (the exit status stays as it is).
 
-Exit status: 0 (NRI on, changed or not), 2 (the configuration cannot be read or edited:
-not TOML, not UTF-8, not a regular file, a form the edit cannot change, a later CRI-O drop-in
-that turns NRI off; or no ``--host-root``: nothing written, nothing restarted), 3 (the restart
-failed)."""
+Exit status: 0 (NRI on, changed or not), 2 (the configuration cannot be read, edited or
+written: not TOML, not UTF-8, not a regular file, a form the edit cannot change, a later CRI-O
+drop-in that turns NRI off, a directory it cannot write in; or no ``--host-root``, or a
+``--restart-command``/``--version-command`` that is no command line, an unclosed quote: nothing
+written, nothing restarted), 3 (the file was written but the restart failed or could not be
+run: restart the runtime by hand)."""
 
 from __future__ import annotations
 
@@ -62,7 +64,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def cmd_enable_nri(args: argparse.Namespace) -> int:
-    import shlex
     import subprocess
 
     from . import (
@@ -85,8 +86,21 @@ def cmd_enable_nri(args: argparse.Namespace) -> int:
         print(f"nri-cpumgr enable-nri: no host root {args.host_root} (not a directory): "
               f"nothing written, nothing restarted", file=sys.stderr)
         return 2
+    restart = args.restart_command
+    if restart is None:
+        restart = "nsenter -t 1 -m -u -i -n -p -- " + default_restart
+    try:  # both parsed before anything is written: a typo must not leave a file behind
+        restart_argv = _split_command("--restart-command", restart)
+        _split_command("--version-command", args.version_command or "")
+    except NodePrepError as e:
+        print(f"nri-cpumgr enable-nri: {e}: nothing written, nothing restarted",
+              file=sys.stderr)
+        return 2
     path = config_file(args.config or default_path, args.host_root)
     try:
+        if args.runtime == "containerd":  # (CRI-O's drop-in: its directory's siblings count)
+            path = follow_links(path, args.host_root if (args.config or default_path)
+                                .startswith("/") else "/")
         old = _read(path)
         if args.runtime == "containerd":
             if old is None:
@@ -141,14 +155,21 @@ def cmd_enable_nri(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(f"enable-nri: dry run: {path} not changed, {args.runtime} not restarted")
         return 0
-    _write_atomically(path, new)
-    restart = args.restart_command
-    if restart is None:
-        restart = "nsenter -t 1 -m -u -i -n -p -- " + default_restart
-    if not restart:
+    try:
+        _write_atomically(path, new)
+    except OSError as e:
+        print(f"nri-cpumgr enable-nri: {path}: cannot write it: {e.strerror or e}: nothing "
+              f"written, nothing restarted", file=sys.stderr)
+        return 2
+    if not restart_argv:
         print(f"enable-nri: wrote {path}; not restarting {args.runtime} (empty command)")
         return 0
-    r = subprocess.run(shlex.split(restart), capture_output=True, text=True)
+    try:
+        r = subprocess.run(restart_argv, capture_output=True, text=True)
+    except OSError as e:
+        print(f"nri-cpumgr enable-nri: wrote {path}, but {restart!r} could not run: "
+              f"{e.strerror or e}; restart {args.runtime} by hand", file=sys.stderr)
+        return 3
     if r.returncode != 0:
         print(f"nri-cpumgr enable-nri: {restart!r} failed ({r.returncode}): "
               f"{(r.stderr or r.stdout).strip()}", file=sys.stderr)
@@ -172,7 +193,7 @@ def _containerd_version(command: str | None) -> str | None:
         return "--version-command is empty"
     try:
         r = subprocess.run(shlex.split(command), capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as e:
+    except (OSError, ValueError, subprocess.TimeoutExpired) as e:
         return f"{command!r}: {e}"
     if r.returncode != 0:
         return f"{command!r} failed ({r.returncode})"
@@ -181,6 +202,20 @@ def _containerd_version(command: str | None) -> str | None:
         if m:
             return m.group(1)
     return f"{command!r} printed {r.stdout.strip()[:80]!r}"
+
+
+def _split_command(option: str, command: str) -> list[str]:
+    """``command`` split as a shell splits it (``shlex.split``; ``""`` gives ``[]``), or
+    :class:`NodePrepError` naming ``option`` when it is no command line (an unclosed quote,
+    a trailing backslash), so that the command is refused before a file is written."""
+    import shlex
+
+    from . import NodePrepError
+
+    try:
+        return shlex.split(command)
+    except ValueError as e:
+        raise NodePrepError(f"{option} {command!r} is not a command line ({e})") from None
 
 
 def config_file(given: str, host_root: str) -> Path:
@@ -194,6 +229,32 @@ def config_file(given: str, host_root: str) -> Path:
     return Path(host_root) / given.lstrip("/")
 
 
+def follow_links(path: Path, root: str) -> Path:
+    """``path`` with its symbolic links followed as the host follows them: an absolute
+    target is the host's, looked up under ``root`` (``--host-root``: the init container's
+    ``/host``), a relative one beside the link. The file the runtime reads, so the one to
+    read and edit: writing over the link would replace it with a file and leave the file it
+    names as it was; and an absolute target read in the container names the container's
+    file, not the host's. :class:`NodePrepError` after 40 links (the kernel's limit), and
+    for a link whose file is not there (outside the host's directories the container
+    mounts, or dangling): never taken for "no config.toml", whose defaults it would write."""
+    import os
+
+    from . import NodePrepError
+
+    link = path
+    for _ in range(40):
+        if not path.is_symlink():
+            if path != link and not path.exists():
+                raise NodePrepError(f"a symbolic link to {path}, which is not there: nothing "
+                                    "written (edit the file it names by hand)")
+            return path
+        target = os.readlink(path)
+        path = Path(root) / target.lstrip("/") if target.startswith("/") else \
+            path.parent / target
+    raise NodePrepError("more than 40 symbolic links: nothing written")
+
+
 def _read(path: Path) -> str | None:
     """``path``'s text, None when there is no such file; :class:`NodePrepError` when it is
     not a regular file or not UTF-8 text (TOML is UTF-8) or cannot be read."""
@@ -202,7 +263,9 @@ def _read(path: Path) -> str | None:
     if not path.exists() and not path.is_symlink():
         return None
     if not path.is_file():
-        raise NodePrepError("not a regular file (a directory?): nothing written")
+        what = "a symbolic link to nothing" if path.is_symlink() else \
+            "not a regular file (a directory?)"
+        raise NodePrepError(f"{what}: nothing written")
     try:
         return path.read_bytes().decode()
     except UnicodeDecodeError as e:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
+from nri_cpumgr.checkpoint import Checkpoint, CheckpointError, KubeletCheckpointFound
 
 if TYPE_CHECKING:
     from nri_cpumgr.planner.manifest import PlannedPod
@@ -69,13 +69,18 @@ def against_machine(e: Exception, config_file: str | None, machine: str) -> Inpu
 def load_state(path: str | None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """``(cpu body, memory body)`` from the plugin's state directory (checkpoints verified),
     a checkpoint file, the output of ``nri-cpumgr status --json``, or the kubelet's own
-    ``cpu_manager_state`` (v2, checksum verified: a node the kubelet still manages)."""
+    ``cpu_manager_state`` (v2 to v4, checksums verified: a node the kubelet still manages),
+    given as the file or as its directory (``/var/lib/kubelet``, or the copy
+    docs/operations/adopting.md makes). Raises :class:`InputError` naming the file."""
     if not path:
         return None, None
     p = Path(path)
     try:
         if p.is_dir():
-            cpu = Checkpoint(p / CPU_STATE).load()
+            try:
+                cpu = Checkpoint(p / CPU_STATE).load()
+            except KubeletCheckpointFound:  # a kubelet's directory: its file, as given alone
+                return load_state(str(p / CPU_STATE))
             if cpu is None:
                 raise InputError(f"{p}: no {CPU_STATE} in this directory")
             return cpu, Checkpoint(p / MEMORY_STATE).load()
@@ -84,6 +89,8 @@ def load_state(path: str | None) -> tuple[dict[str, Any] | None, dict[str, Any] 
         raise InputError(str(e)) from None
     except ValueError as e:
         raise InputError(f"{path}: not JSON: {e}") from None
+    except OSError as e:  # (is_dir: a parent it may not search)
+        raise InputError(f"{path}: {e.strerror or e}") from None
     if not isinstance(doc, dict):
         raise InputError(f"{path}: not a checkpoint or `status --json` output")
     # the kubelet's: a checksum and no data (v1-v3), or its data as a JSON string (v4,
@@ -104,6 +111,11 @@ def load_state(path: str | None) -> tuple[dict[str, Any] | None, dict[str, Any] 
         except KubeletCheckpointError as e:
             raise InputError(str(e)) from None
         assert k is not None
+        if k.policy == "none":  # as adoption: no exclusive CPUs, the node is empty
+            return None, None
+        if k.policy != "static":
+            raise InputError(f"kubelet checkpoint {path}: written by cpuManagerPolicy "
+                             f"{k.policy!r}, which this plugin does not adopt (only static)")
         if k.version == 1:
             raise InputError(f"{path}: a v1 kubelet checkpoint (keyed by container id) "
                              "cannot be planned on")
@@ -116,7 +128,44 @@ def load_state(path: str | None) -> tuple[dict[str, Any] | None, dict[str, Any] 
     if "defaultCpuSet" not in doc:
         raise InputError(f"{path}: not a checkpoint or `status --json` output "
                          "(no defaultCpuSet)")
+    why = status_shape_error(doc)
+    if why is not None:  # (no checksum guards it: it may have been edited by hand)
+        raise InputError(f"{path}: {why}")
     return doc, None
+
+
+def status_shape_error(doc: dict[str, Any]) -> str | None:
+    """What is wrong with the fields the planner reads of a ``nri-cpumgr status --json``
+    document (``policyName`` a string; ``defaultCpuSet`` a CPU list; ``entries``: pod uid ->
+    container name -> CPU list), as ``<field>: <why>``, or None when they fit. Other fields
+    (``containers``, ``reservedCpuSet``) are not read."""
+    from nri_cpumgr.cpuset import CPUSet, CPUSetError
+    from nri_cpumgr.shown import shown
+
+    def cpus(field: str, v: Any) -> str | None:
+        if not isinstance(v, str):
+            return f"{field}: expected a CPU list (a string), got {shown(v)}"
+        try:
+            CPUSet.parse(v)
+        except CPUSetError as e:
+            return f"{field}: {e}"
+        return None
+
+    if "policyName" in doc and not isinstance(doc["policyName"], str):
+        return f"policyName: expected a string, got {shown(doc['policyName'])}"
+    if (why := cpus("defaultCpuSet", doc["defaultCpuSet"])) is not None:
+        return why
+    entries = doc.get("entries", {})
+    if not isinstance(entries, dict):
+        return f"entries: expected a mapping of pod uid to containers, got {shown(entries)}"
+    for uid, containers in entries.items():
+        if not isinstance(containers, dict):
+            return (f"entries.{uid}: expected a mapping of container name to CPUs, got "
+                    f"{shown(containers)}")
+        for name, v in containers.items():
+            if (why := cpus(f"entries.{uid}.{name}", v)) is not None:
+                return why
+    return None
 
 
 def _read(path: str) -> str:
@@ -193,7 +242,9 @@ def cmd_reconfigure(args: argparse.Namespace) -> int:
         config_file = config_path(args.config)
         config = load_config(config_file)
         if not Path(args.reconfigure).is_file():
-            raise InputError(f"{args.reconfigure}: no such file")
+            raise InputError(f"{args.reconfigure}: " + (
+                "not a file (a directory?)" if Path(args.reconfigure).exists()
+                else "no such file"))
         new = load_config(args.reconfigure)
         machine = load_machine(args.sysfs_root, args.topology)
         where = args.state or config.stateDirectory
@@ -303,7 +354,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--state", metavar="DIR|FILE",
                    help="the node's current state: the plugin's state directory, the "
                    "output of `nri-cpumgr status --json`, or the kubelet's cpu_manager_state "
-                   "(default: an empty node)")
+                   "(the file or its directory) (default: an empty node)")
     p.add_argument("--reconfigure", metavar="NEW.yaml",
                    help="the plan from the node's config (--config) and state (--state, "
                    "default: its stateDirectory) to the config NEW.yaml: what moves, what "

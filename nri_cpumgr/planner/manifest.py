@@ -51,6 +51,7 @@ from nri_cpumgr.podmodel.nri import (
     container_info,
 )
 from nri_cpumgr.podmodel.spec import PodSpecFacts, facts_from_pod
+from nri_cpumgr.shown import shown
 
 MIN_SHARES = 2
 MAX_SHARES = 262144  # kubelet cm.MaxShares: the shares of a request above 256 CPUs
@@ -132,8 +133,7 @@ def _describe(value: Any) -> str:
     # timestamp, binary, ..., by its Python type's name)
     kind = next((name for t, name in _KINDS if isinstance(value, t)),
                 f"a {type(value).__name__}")
-    text = repr(value)
-    return f"{kind} ({text if len(text) <= 40 else text[:37] + '...'})"
+    return f"{kind} ({shown(value, 40)})"
 
 
 def _shaped(value: Any, shape: str, where: str, path: str) -> Any:
@@ -233,7 +233,7 @@ def _pods_of(doc: Any, where: str) -> list[PlannedPod]:
             return [pod_from_spec(tmeta, tmpl.get("spec"), what, path=at)]
         replicas = spec["replicas"]
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
-            raise ManifestError(f"{where}: spec.replicas {replicas!r} is not a count")
+            raise ManifestError(f"{where}: spec.replicas {shown(replicas)} is not a count")
         if replicas > MAX_PODS:
             raise ManifestError(f"{where}: spec.replicas {replicas} is more than {MAX_PODS} "
                                 "pods: a plan is for one node (the kubelet's maxPods "
@@ -360,7 +360,7 @@ def _quantities(m: Any, where: str) -> dict[str, int]:
             raise ManifestError(f"{where}: expected a mapping, got {_describe(m)}") from None
         if isinstance(e.value, str):  # (the parser's message: why, for some)
             raise ManifestError(f"{where}.{e.key}: {e}") from None
-        raise ManifestError(f"{where}.{e.key}: invalid quantity {e.value!r}") from None
+        raise ManifestError(f"{where}.{e.key}: invalid quantity {shown(e.value)}") from None
 
 
 # ------------------------------------------------------------------ to NRI

@@ -267,6 +267,8 @@ def parse_resource_list(doc: Any) -> dict[str, int]:
         raise ResourceListError(f"expected a mapping, got {type(doc).__name__}", None, doc)
     out: dict[str, int] = {}
     for k, v in doc.items():
+        if isinstance(v, (Mapping, list)):  # (never str()'d: its text may be huge)
+            raise ResourceListError("not a quantity", str(k), v)
         try:
             out[str(k)] = parse_quantity(str(v).strip(_JSON_SPACE), milli=(k == "cpu"))
         except ValueError as e:

@@ -185,7 +185,11 @@ class Plugin:
             except CheckpointError as e:
                 corrupt = e  # said once the setup is known to go on (not before a fatal exit)
         self.resume = None
-        if not provisional and exists(config.state_file(RECONFIGURATION_PLAN_NAME)):
+        try:
+            recorded = not provisional and exists(config.state_file(RECONFIGURATION_PLAN_NAME))
+        except OSError:  # (a state directory it cannot search: the probe below says so)
+            recorded = False
+        if recorded:
             from nri_cpumgr.runtime.reconfig import resume_state
 
             self.resume = resume_state(config)
@@ -244,7 +248,11 @@ class Plugin:
             _probe_writable(self.checkpoint)
         except OSError as e:
             where = self.checkpoint.path.parent
-            reason = "it is not a directory" if where.exists() and not where.is_dir() else \
+            try:
+                not_dir = where.exists() and not where.is_dir()
+            except OSError:  # (one it cannot search: the write's error says it)
+                not_dir = False
+            reason = "it is not a directory" if not_dir else \
                 f"cannot write {self.checkpoint.path.name}: {e.strerror or e}"
             raise ConfigError(
                 f"invalid config: stateDirectory {config.stateDirectory}: {reason}"

@@ -99,7 +99,8 @@ def read_text(path: Path | str) -> str:
 def _read_optional(path: Path | str) -> str | None:
     """Content of a sysfs attribute, stripped, or None when it does not exist (one open and
     one read: a large machine's discovery reads thousands of them). Raises
-    :class:`SysfsError` when it exists but cannot be read."""
+    :class:`SysfsError` when it exists but cannot be read or is not text (a sysfs attribute
+    is ASCII; a copied tree may hold anything)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as e:
@@ -117,7 +118,12 @@ def _read_optional(path: Path | str) -> str | None:
         raise SysfsError(path, f"cannot read: {e.strerror or e}") from None
     finally:
         os.close(fd)
-    return data.decode().replace("\r\n", "\n").replace("\r", "\n").strip()
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as e:
+        raise SysfsError(path, f"not text (byte {data[e.start]:#04x} at offset "
+                               f"{e.start})") from None
+    return text.replace("\r\n", "\n").replace("\r", "\n").strip()
 
 
 _READ_SIZE = 65536

@@ -264,6 +264,24 @@ def test_v4_data_that_its_checksum_covers_but_cannot_be_read(tmp_path, data, nee
     assert str(f) in str(ei.value) and "\n" not in str(ei.value)
 
 
+@pytest.mark.parametrize("field", ["entries", "baselines"])
+def test_v4_data_with_a_null_map_is_an_empty_one(tmp_path, field):
+    """``"entries": null`` (or baselines) in v4 data is a nil map to Go's json, as the
+    kubelet reads it: no assignments (was an AttributeError, out of adoption's one-line
+    refusal: the plugin's start crashed)."""
+    from nri_cpumgr.adopt.kubelet import data_checksum
+
+    data = ('{"policyName":"static","defaultCpuSet":"0-3","entries":{"u":{"c":"4"}},'
+            f'"{field}":null}}')
+    f = tmp_path / "cpu_manager_state"
+    f.write_text(json.dumps({"policyName": "static", "defaultCpuSet": "0-3", "checksum": 0,
+                             "data": data, "dataChecksum": data_checksum(data)}))
+    st = load_cpu_state(f)
+    assert st is not None and st.version == 4 and str(st.default_set) == "0-3"
+    assert {u: {n: str(c) for n, c in cs.items()} for u, cs in st.entries.items()} == (
+        {} if field == "entries" else {"u": {"c": "4"}})
+
+
 def test_v4_with_empty_data_and_no_data_checksum_is_read_as_v2(tmp_path):
     """The kubelet falls back to the older formats only when data is empty and
     dataChecksum 0 (state_checkpoint.go loadAndMigrateCheckpointV4)."""

@@ -207,3 +207,39 @@ def test_a_corrupt_memory_checkpoint_is_a_note(tmp_path, capsys, write, want):
     note = [line for line in out.splitlines() if "memory_manager_state" in line]
     assert len(note) == 1 and note[0].startswith("note: checkpoint ") and want in note[0], out
     assert "memory state" in note[0]
+
+
+def test_what_the_start_warns_of_is_a_note(tmp_path, capsys, monkeypatch):
+    """The start's own warnings are notes, after ``config OK``, not unlabelled stderr lines
+    before it: a checkpoint the policy rejects (CPU 1 reserved now, held by a container in it:
+    the start rebuilds from the runtime), every CPU reserved."""
+    import logging
+
+    # as in a fresh `nri-cpumgr run --check-config` process: no handler of `run`'s (the
+    # `run` of the tests above leaves its root handler, on a closed capture stream)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [h for h in root.handlers
+                                           if type(h).__module__.startswith("_pytest")])
+    state = tmp_path / "state"
+    Checkpoint(state / "cpu_manager_state").save(
+        {"policyName": "static", "defaultCpuSet": "0,2-15", "entries": {"u": {"c": "1"}}})
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("cpuManagerPolicy: static\nreservedSystemCPUs: '0-1'\n")
+    argv = ["run", "--check-config", "--config", str(cfg), "--sysfs-root", str(DUAL),
+            "--state-dir", str(state)]
+    assert main(argv) == 0
+    got = capsys.readouterr()
+    assert got.err == ""
+    lines = got.out.splitlines()
+    assert lines[0].startswith("config OK")
+    assert lines[1] == (
+        f"note: checkpoint {state}/cpu_manager_state: state rejected by the policy (not all "
+        "reserved cpus: \"0-1\" are present in defaultCpuSet: \"0,2-15\"): rebuilding from "
+        "the runtime")
+    cfg.write_text("cpuManagerPolicy: static\nreservedSystemCPUs: '0-15'\n")
+    assert main(argv) == 0
+    got = capsys.readouterr()
+    assert got.err == "" and got.out.splitlines()[1] == (
+        "note: reservedSystemCPUs/kubeReserved/systemReserved reserve all 16 CPUs: every "
+        "container runs on them and every container asking for exclusive CPUs is refused, as "
+        "the kubelet's static policy does")

@@ -466,9 +466,67 @@ def test_status_on_a_kubelet_checkpoint_says_what_it_is(tmp_path, capsys):
     assert "adopts" in err
 
 
+def test_status_on_a_kubelet_1_37_checkpoint_says_what_it_is(tmp_path, capsys):
+    """The kubelet 1.37 (v4) file carries its data as a JSON string with a dataChecksum: it is
+    the kubelet's too, not a plugin checkpoint of an unknown version (was: "unknown version
+    None"). Written by kubelet-checkpoint v1.37.2 (docs/operations/adopting.md)."""
+    data = ('{"policyName":"static","defaultCpuSet":"0","entries":{"uid-a":{"app":"1"}},'
+            '"baselines":{"uid-a":{"app":{"baseline":"1"}}}}')
+    (tmp_path / "cpu_manager_state").write_text(json.dumps({
+        "policyName": "static", "defaultCpuSet": "0", "entries": {"uid-a": {"app": "1"}},
+        "checksum": 927919868, "data": data, "dataChecksum": 1448966848},
+        separators=(",", ":")))
+    assert main(["status", "--state-dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "the kubelet's own checkpoint (policyName 'static')" in err
+    assert "unknown version" not in err
+
+
 def test_static_memory_manager_without_reserved_memory_names_the_keys(tmp_path, capsys):
     assert _run(tmp_path, 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n'
                 "memoryManagerPolicy: Static\nevictionHard: {memory.available: 100Mi}\n") == 2
     err = capsys.readouterr().err
     assert 'determined by Node Allocatable feature; set reservedMemory' in err
     assert "104857600" in err
+
+
+def _unsearchable(monkeypatch, top):
+    """What the kernel answers a non-root user under a directory ``top`` it may not search
+    (mode 0700 of another user): EACCES for every path below it, from stat, open and mkdir."""
+    import builtins
+    import os
+
+    def guard(f):
+        def call(path, *a, **kw):
+            p = os.fspath(path)
+            if isinstance(p, str) and p.startswith(str(top) + "/"):
+                raise PermissionError(13, "Permission denied", p)
+            return f(path, *a, **kw)
+        return call
+
+    for name in ("stat", "open", "mkdir", "makedirs"):
+        monkeypatch.setattr(os, name, guard(getattr(os, name)))
+    monkeypatch.setattr(builtins, "open", guard(builtins.open))
+
+
+@pytest.mark.parametrize("check", [False, True], ids=["run", "check-config"])
+def test_a_state_directory_under_one_it_may_not_search(tmp_path, capsys, monkeypatch, check):
+    """stateDirectory (or logFile) below a directory the user may not search: the start's one
+    line and status 2, from run and run --check-config (were PermissionError tracebacks from
+    a stat: of reconfiguration_plan in run, of the path in --check-config)."""
+    cfg = tmp_path / "c.yaml"
+    state = tmp_path / "priv" / "sub" / "st"
+    cfg.write_text(f"stateDirectory: {state}\n")
+    argv = ["run", "--config", str(cfg), "--sysfs-root", str(FIXTURES / "this-machine"),
+            "--socket", str(tmp_path / "none.sock"), *(["--check-config"] if check else [])]
+    _unsearchable(monkeypatch, tmp_path / "priv")
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        f"invalid config: stateDirectory {state}: cannot write cpu_manager_state: Permission "
+        f"denied ({cfg})")
+    if check:
+        cfg.write_text(f"logFile: {tmp_path / 'priv' / 'x.log'}\n")
+        assert main([*argv, "--state-dir", str(tmp_path / "ok")]) == 2
+        assert capsys.readouterr().err.strip() == (
+            f"nri-cpumgr: logFile: cannot write the log file {tmp_path / 'priv' / 'x.log'}: "
+            f"Permission denied ({cfg})")

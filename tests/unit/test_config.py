@@ -280,3 +280,29 @@ def test_max_allowable_numa_nodes_beyond_int64_is_refused_as_gos_atoi_refuses_it
     for text in ("99999999999999999999999", str(2**63), "١٢"):
         with pytest.raises(ValueError, match="out of range|invalid syntax"):
             parse_go_int(text)
+
+
+@pytest.mark.parametrize("entries, want", [
+    ("[{numaNode: 0, limits: {memory: 50Mi}}, {numaNode: 0, limits: {memory: 50Mi}}]",
+     "reservedMemory.1.limits.memory: a second value for NUMA node 0 and 'memory' (the "
+     "kubelet refuses a duplicate: one per node and resource)"),
+    ("[{numaNode: 0, limits: {memory: 100Mi}}, {numaNode: 1, limits: {memory: '0'}}]",
+     "reservedMemory.1.limits.memory: reserved memory may not be zero for NUMA node 1, as "
+     "the kubelet says (leave it out)"),
+    ("[{numaNode: 0, limits: {memory: 100Mi, hugepages-2Mi: 0Mi}}]",
+     "reservedMemory.0.limits.hugepages-2Mi: reserved memory may not be zero for NUMA node 0"),
+    ("[{numaNode: 0, limits: {memory: 100Mi, cpu: '1'}}]",
+     "reservedMemory.0.limits.cpu: the limit type 'cpu' for NUMA node 0 is not supported (the "
+     "kubelet takes only memory and hugepages-<size>)"),
+])
+@pytest.mark.parametrize("policy", ["Static", "None"])
+def test_reserved_memory_is_checked_as_the_kubelet_checks_it(entries, want, policy):
+    """The kubelet's validateReservedMemoryConfiguration (pkg/kubelet/apis/config/validation,
+    v1.37.2), whatever the memoryManagerPolicy: a duplicate NUMA node and resource, a zero
+    value, a limit other than memory and hugepages-<size> (all were taken)."""
+    with pytest.raises(ConfigError) as ei:
+        parse_config(f"memoryManagerPolicy: {policy}\nreservedMemory: {entries}\n")
+    assert want in str(ei.value), str(ei.value)
+    ok = parse_config("reservedMemory: [{numaNode: 0, limits: {memory: 50Mi}}, "
+                      "{numaNode: 1, limits: {memory: 50Mi, hugepages-1Gi: 1Gi}}]\n")
+    assert [r.numaNode for r in ok.reservedMemory] == [0, 1]

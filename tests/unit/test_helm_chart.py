@@ -216,6 +216,11 @@ def test_paths_and_port_follow_the_config(helm: Path) -> None:
     assert "tolerations" not in spec
     r = _run(helm, "template", "x", str(CHART), "--set", "config.metricsAddress=nonsense")
     assert r.returncode != 0 and "expected host:port" in r.stderr
+    # a bare port (a number to --set) rendered, and the plugin then refused it at every start
+    # ("metricsAddress: expected a string, got a number (9109)"): refused here instead
+    r = _run(helm, "template", "x", str(CHART), "--set", "config.metricsAddress=9109")
+    assert r.returncode != 0 and 'config.metricsAddress "9109": expected host:port, e.g. ' \
+        '":9109"' in r.stderr, r.stderr
     r = _run(helm, "template", "x", str(CHART), "--set", "config.metricsAddress=")
     assert r.returncode != 0 and "config.metricsAddress must be set" in r.stderr
 
@@ -295,3 +300,19 @@ def test_node_preparation_is_opt_in(helm: Path) -> None:
     r = _run(helm, "template", "nri-cpumgr", str(CHART), "--namespace", NS,
              "--set", "nodePreparation.enabled=true", "--set", "nodePreparation.runtime=docker")
     assert r.returncode != 0 and "containerd or crio, not docker" in r.stderr
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("image.tag=", "image.tag must be set: the tag of the image you pushed"),
+    ("image.tag=null", "image.tag must be set"),
+    ("image.repository=", "image.repository must be set: the registry and name of the image"),
+])
+def test_an_empty_image_is_refused_at_render(helm: Path, value: str, message: str) -> None:
+    """An empty image tag or repository fails ``helm template`` naming the value (an empty
+    tag rendered ``image: nri-cpumgr:``, which helm refused as 'mapping values are not
+    allowed in this context'; an empty repository rendered the image ``:dev``)."""
+    r = _run(helm, "template", "x", str(CHART), "--set", value)
+    assert r.returncode != 0 and message in r.stderr, r.stderr
+    (image,) = {c["image"] for c in _ds(render(helm, "image.tag=v1"))["spec"]["template"]
+                ["spec"]["containers"]}
+    assert image == "nri-cpumgr:v1"

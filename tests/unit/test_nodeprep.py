@@ -8,7 +8,9 @@ the plugin's ``--socket-path`` gets a warning naming both.
 A version-1 containerd config is edited in ``[plugins.nri]`` (what 1.7 reads there); no
 config.toml follows containerd's defaults by its version; a non-UTF-8 or non-regular file, a
 missing --host-root, valid TOML the edit cannot change, a later CRI-O drop-in turning NRI off
-and a malformed own drop-in are refused in one line, status 2, nothing written or restarted.
+and a malformed own drop-in, a restart or version command with an unclosed quote and a
+directory the file cannot be written in are refused in one line, status 2, nothing written or
+restarted; a restart command that cannot run is status 3 with the file written.
 The edits are checked against the repository's own drop-ins (deploy/containerd-*.toml,
 deploy/crio-nri.conf), which turn NRI on."""
 
@@ -462,3 +464,95 @@ def test_no_config_follows_the_runtimes_defaults(tmp_path: Path, printed: str | 
         assert code == 2 and "version is unknown" in err and "nothing written" in err
     else:
         assert code == 0 and "NRI on: nothing to do" in out
+
+
+@pytest.mark.parametrize("option", ["--restart-command", "--version-command"])
+def test_cli_refuses_a_command_that_is_no_command_line(
+        tmp_path: Path, option: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """An unclosed quote in --restart-command or --version-command: one line naming the
+    option, status 2, nothing written (was a ValueError traceback from shlex, after the
+    file was written for --restart-command)."""
+    cfg = tmp_path / "etc/containerd/config.toml"
+    cfg.parent.mkdir(parents=True)
+    cfg.write_text(V2_OFF)
+    args = ["enable-nri", "--runtime", "containerd", "--host-root", str(tmp_path),
+            "--restart-command", "", option, "systemctl 'restart containerd"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"{option} \"systemctl 'restart containerd\" is not a command line" in err
+    assert "No closing quotation" in err and "nothing written, nothing restarted" in err
+    assert cfg.read_text() == V2_OFF
+
+
+def test_cli_a_restart_command_that_cannot_run_says_so(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The file is written, the restart command does not exist (an image without nsenter or
+    systemctl): status 3 and a line saying the file was written and to restart by hand."""
+    cfg = tmp_path / "etc/containerd/config.toml"
+    cfg.parent.mkdir(parents=True)
+    cfg.write_text(V2_OFF)
+    missing = tmp_path / "no-such-command"
+    assert main(["enable-nri", "--runtime", "containerd", "--host-root", str(tmp_path),
+                 "--restart-command", f"{missing} restart containerd"]) == 3
+    err = capsys.readouterr().err
+    assert f"wrote {cfg}, but '{missing} restart containerd' could not run" in err
+    assert "No such file or directory; restart containerd by hand" in err
+    assert nri_enabled(cfg.read_text())
+
+
+def test_cli_a_directory_it_cannot_write_in_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The config's directory refuses the temporary file (read-only /host, no permission):
+    one line naming the file, status 2, the file untouched and no restart."""
+    import tempfile
+
+    cfg = tmp_path / "etc/containerd/config.toml"
+    cfg.parent.mkdir(parents=True)
+    cfg.write_text(V2_OFF)
+    marker = tmp_path / "restarted"
+
+    def refuse(*a: object, **kw: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    assert main(["enable-nri", "--runtime", "containerd", "--host-root", str(tmp_path),
+                 "--restart-command", f"touch {marker}"]) == 2
+    err = capsys.readouterr().err
+    assert f"{cfg}: cannot write it: Permission denied: nothing written" in err
+    assert cfg.read_text() == V2_OFF and not marker.exists()
+
+
+def test_a_config_that_is_a_symbolic_link_is_edited_where_it_points(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """/etc/containerd/config.toml as a link (config management): the file it names is
+    edited and the link kept (the link was replaced by a file, the file it names left as it
+    was); an absolute target is the host's, under --host-root (read in the container it
+    named the container's file); a link to a file that is not there writes nothing (a
+    missing config.toml would get containerd 1.7's defaults written)."""
+    etc = tmp_path / "etc/containerd"
+    etc.mkdir(parents=True)
+    real = etc / "real.toml"
+    real.write_text(V2_OFF)
+    link = etc / "config.toml"
+    link.symlink_to("/etc/containerd/real.toml")
+    args = ["enable-nri", "--runtime", "containerd", "--host-root", str(tmp_path),
+            "--restart-command", "", "--version-command", "echo containerd x 1.7.24"]
+    assert main(args) == 0
+    assert link.is_symlink() and nri_enabled(real.read_text())
+    assert f"wrote {real}" in capsys.readouterr().out
+    # a relative --config (the working directory's) through a relative link
+    (tmp_path / "rel.toml").symlink_to("etc/containerd/real.toml")
+    real.write_text(V2_OFF)
+    monkeypatch.chdir(tmp_path)
+    assert main([*args, "--config", "rel.toml"]) == 0
+    assert (tmp_path / "rel.toml").is_symlink() and nri_enabled(real.read_text())
+    capsys.readouterr()
+    link.unlink()
+    link.symlink_to("/opt/conf/containerd.toml")
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"{link}: a symbolic link to {tmp_path}/opt/conf/containerd.toml, which is not " \
+        "there: nothing written" in err
+    assert link.is_symlink() and not (tmp_path / "opt").exists()

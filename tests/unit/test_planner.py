@@ -167,6 +167,45 @@ def _cpus(text: str) -> list[int]:
     return list(CPUSet.parse(text))
 
 
+STATUS = {"policyName": "static", "defaultCpuSet": "0,3-8,11-15", "reservedCpuSet": "0",
+          "entries": {"u1": {"x": "1-2,9-10"}}, "containers": []}
+
+
+@pytest.mark.parametrize("edit, why", [
+    ({}, None),
+    ({"entries": [1]}, "entries: expected a mapping of pod uid to containers, got [1]"),
+    ({"entries": {"u1": "1"}},
+     "entries.u1: expected a mapping of container name to CPUs, got '1'"),
+    ({"entries": {"u1": {"x": 5}}}, "entries.u1.x: expected a CPU list (a string), got 5"),
+    ({"entries": {"u1": {"x": "1-x"}}},
+     "entries.u1.x: invalid cpulist '1-x': bad element '1-x'"),
+    ({"defaultCpuSet": 7}, "defaultCpuSet: expected a CPU list (a string), got 7"),
+    ({"policyName": ["static"]}, "policyName: expected a string, got ['static']"),
+])
+def test_plan_on_an_edited_status_json(tmp_path, capsys, edit, why):
+    """`status --json` output carries no checksum: a field of the wrong shape is one line
+    naming the file and the field, status 2 (was an AttributeError or CPUSetError traceback
+    from the managers' restore)."""
+    f = tmp_path / "status.json"
+    f.write_text(json.dumps({**STATUS, **edit}))
+    pods = tmp_path / "p.yaml"
+    pods.write_text("kind: Pod\nmetadata: {name: two}\nspec:\n  containers:\n"
+                    "  - {name: c, resources: {limits: {cpu: '2', memory: 1G}}}\n")
+    code = main(["plan", "--json", "--config", str(_cfg(tmp_path)), "--sysfs-root", str(DUAL),
+                 "--state", str(f), str(pods)])
+    got = capsys.readouterr()
+    if why is None:
+        assert code == 0 and json.loads(got.out)["sharedPoolBefore"] == "0,3-8,11-15"
+    else:
+        assert code == 2 and got.err == f"nri-cpumgr plan: {f}: {why}\n"
+
+
+def _cfg(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("cpuManagerPolicy: static\nreservedSystemCPUs: '0'\n")
+    return cfg
+
+
 def test_plan_on_the_kubelets_checkpoint(tmp_path, capsys):
     from nri_cpumgr.adopt.kubelet import cpu_checksum
 
@@ -184,9 +223,17 @@ def test_plan_on_the_kubelets_checkpoint(tmp_path, capsys):
     assert main(argv) == 0
     c = json.loads(capsys.readouterr().out)["pods"][0]["containers"][0]
     assert (c["decision"], c["cpus"]) == ("exclusive", "3,11")
+    # its directory (/var/lib/kubelet, or adopting.md's copy) is read as the file is (was:
+    # "the kubelet's own checkpoint, not one of the plugin's", status 2)
+    in_dir = [*argv[:-2], str(tmp_path), str(pods)]
+    assert main(in_dir) == 0
+    c = json.loads(capsys.readouterr().out)["pods"][0]["containers"][0]
+    assert (c["decision"], c["cpus"]) == ("exclusive", "3,11")
     k.write_text(json.dumps({**body, "checksum": cpu_checksum(body) ^ 1}))
     assert main(argv) == 2
     assert "checksum mismatch" in capsys.readouterr().err
+    assert main(in_dir) == 2
+    assert f"kubelet checkpoint {k}: checksum mismatch" in capsys.readouterr().err
 
 
 def test_plan_on_a_kubelet_137_checkpoint(tmp_path, capsys):
@@ -420,3 +467,50 @@ def test_cli_plan_huge_cpu_is_refused_not_a_crash(tmp_path, capsys):
     assert main(["plan", "--config", str(cfg), "--sysfs-root", str(DUAL), str(f)]) == 0
     out = capsys.readouterr().out
     assert "default/huge" in out and "refused" in out, out
+
+
+def test_plan_state_below_a_directory_it_may_not_search(tmp_path, capsys, monkeypatch):
+    """`--state DIR` below a directory the user may not search (stat answers EACCES): one
+    line naming it, status 2 (was a PermissionError traceback from Path.is_dir)."""
+    import os
+
+    real = os.stat
+    top = str(tmp_path / "priv") + "/"
+
+    def stat(path, *a, **kw):
+        if os.fspath(path).startswith(top):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real(path, *a, **kw)
+
+    pods = tmp_path / "p.yaml"
+    pods.write_text("kind: Pod\nmetadata: {name: one}\nspec:\n  containers: [{name: c}]\n")
+    monkeypatch.setattr(os, "stat", stat)
+    assert main(["plan", "--config", str(_cfg(tmp_path)), "--sysfs-root", str(DUAL),
+                 "--state", str(tmp_path / "priv" / "st"), str(pods)]) == 2
+    assert capsys.readouterr().err == f"nri-cpumgr plan: {tmp_path}/priv/st: Permission denied\n"
+
+
+@pytest.mark.parametrize("policy, code, err", [
+    ("none", 0, ""),
+    ("dynamic", 2, "written by cpuManagerPolicy 'dynamic', which this plugin does not adopt "
+                   "(only static)"),
+])
+def test_plan_on_a_kubelet_checkpoint_of_another_policy(tmp_path, capsys, policy, code, err):
+    """The kubelet's checkpoint of another policy, as adoption reads it: `none` holds no
+    exclusive CPUs (an empty node), any other is not adopted (was: 'checkpoint ... was written
+    by cpuManagerPolicy ...: start it with the checkpoint's policy and change the policy in
+    its config file while it runs ...', the advice for the plugin's own checkpoint)."""
+    from nri_cpumgr.adopt.kubelet import cpu_checksum
+
+    body = {"policyName": policy, "defaultCpuSet": "", "entries": {}}
+    k = tmp_path / "cpu_manager_state"
+    k.write_text(json.dumps({**body, "checksum": cpu_checksum(body)}))
+    pods = tmp_path / "p.yaml"
+    pods.write_text("kind: Pod\nmetadata: {name: two}\nspec:\n  containers:\n"
+                    "  - {name: c, resources: {limits: {cpu: '2', memory: 1G}}}\n")
+    assert main(["plan", "--json", "--config", str(_cfg(tmp_path)), "--sysfs-root", str(DUAL),
+                 "--state", str(k), str(pods)]) == code
+    got = capsys.readouterr()
+    assert err in got.err and "start it with" not in got.err
+    if code == 0:
+        assert json.loads(got.out)["sharedPoolBefore"] == "0-15"

@@ -494,6 +494,11 @@ def test_cli_plan_reconfigure_prints_the_plan_and_applies_nothing(tmp_path, caps
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert str(new) in err and "reservedSystemCPUs" in err
+    # a directory given as NEW.yaml is named as one (it said "no such file")
+    assert main([*argv[:-1], str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"nri-cpumgr plan: {tmp_path}: not a file (a directory?)\n"
+    assert main([*argv[:-1], str(tmp_path / "none.yaml")]) == 2
+    assert capsys.readouterr().err == f"nri-cpumgr plan: {tmp_path}/none.yaml: no such file\n"
 
 
 def test_cli_plan_reconfigure_from_policy_none_needs_the_manifests(tmp_path, capsys):

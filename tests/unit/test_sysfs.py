@@ -381,6 +381,15 @@ def test_bad_core_id(tmp_path: Path) -> None:
     assert "two" in err.reason
 
 
+def test_a_file_that_is_not_text(tmp_path: Path) -> None:
+    """A byte that is no UTF-8 in a copied tree: one SysfsError naming the file and the byte
+    (was a UnicodeDecodeError traceback from topology, plan, run and run --check-config)."""
+    root = copy_fixture("dual-socket-smt", tmp_path)
+    (cpu_topo(root, 3) / "core_id").write_bytes(b"\xff3\n")
+    err = _expect(SysfsError, root, "cpu3/topology/core_id")
+    assert err.reason == "not text (byte 0xff at offset 0)"
+
+
 def test_no_online_cpu(tmp_path: Path) -> None:
     root = copy_fixture("this-machine", tmp_path)
     write(root / "sys/devices/system/cpu/online", "")

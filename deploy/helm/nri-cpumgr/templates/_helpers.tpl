@@ -9,8 +9,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "nri-cpumgr.metricsPort" -}}
 {{- $addr := required "config.metricsAddress must be set: the probes use it" .Values.config.metricsAddress -}}
 {{- $port := regexReplaceAll "^.*:" (toString $addr) "" -}}
-{{- if not (regexMatch "^[0-9]+$" $port) -}}
-{{- fail (printf "config.metricsAddress %q: expected host:port" $addr) -}}
+{{- if or (not (regexMatch "^[0-9]+$" $port)) (not (contains ":" (toString $addr))) -}}
+{{- fail (printf "config.metricsAddress %q: expected host:port, e.g. \":9109\" (a string: --set config.metricsAddress=:9109)" (toString $addr)) -}}
 {{- end -}}
 {{- $port -}}
 {{- end }}
