@@ -241,6 +241,22 @@ def test_a_relative_path_is_refused_at_render(helm: Path, value: str, message: s
     assert parse_config(yaml.safe_dump(_cfg_doc(docs))).logFile == "/var/log/nri-cpumgr.log"
 
 
+def test_a_numeric_plugin_index_is_written_as_its_two_digits(helm: Path, tmp_path: Path) -> None:
+    """``--set config.pluginIndex=10`` (a number to helm, a string of two digits to the
+    plugin, which refuses a number): the chart writes "10"; from a values file too; one
+    digit is padded; a number outside 0-99 fails the render naming the value."""
+    for sets, values, want in ((("config.pluginIndex=10",), None, "10"),
+                               (("config.pluginIndex=9",), None, "09"),
+                               ((), {"config": {"pluginIndex": 42}}, "42"),
+                               ((), None, "90")):
+        docs = render(helm, *sets, values=values, tmp=tmp_path)
+        assert _cfg_doc(docs)["pluginIndex"] == want
+        assert parse_config(yaml.safe_dump(_cfg_doc(docs))).pluginIndex == want
+    for bad in ("100", "-1"):
+        r = _run(helm, "template", "x", str(CHART), "--set", f"config.pluginIndex={bad}")
+        assert r.returncode != 0 and f"config.pluginIndex {bad}: expected two digits" in r.stderr
+
+
 def test_make_chart_builds_a_chart_repository(helm: Path, tmp_path: Path) -> None:
     """``make chart`` (scripts/chart.sh): the packaged chart and an index.yaml that lists it
     with its version and digest, what ``helm repo add`` reads (the cluster test installs from
