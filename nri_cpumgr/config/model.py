@@ -298,6 +298,23 @@ class Config:
         """``str(state_path(name))``, without importing pathlib (the plugin's start)."""
         return normal(os.path.join(self.stateDirectory, name))
 
+    def kubelet_state_conflict(self) -> str | None:
+        """Why ``stateDirectory`` cannot hold the plugin's checkpoints: it is the kubelet's
+        state directory (``kubeletStateDirectory``, compared with symbolic links resolved),
+        where the plugin's ``cpu_manager_state`` and ``memory_manager_state`` would replace
+        the kubelet's own files of the same names, which the kubelet then refuses at its next
+        start ("could not restore state from checkpoint"). None when it can. Reads the file
+        system (``os.path.realpath``); raises nothing."""
+        kubelet = self.kubeletStateDirectory
+        if not kubelet:
+            return None
+        if os.path.realpath(self.stateDirectory) != os.path.realpath(kubelet):
+            return None
+        return (f"the kubelet's state directory (kubeletStateDirectory {kubelet}): the "
+                "plugin's cpu_manager_state and memory_manager_state would replace the "
+                "kubelet's own, which the kubelet then refuses at its next start; give the "
+                "plugin a directory of its own (the default: /var/lib/nri-cpumgr)")
+
 
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h)")
 _DURATION_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0,

@@ -29,7 +29,12 @@ from typing import Any
 from nri_cpumgr import aio as asyncio  # (asyncio at the first use: nri_cpumgr.aio)
 from nri_cpumgr.adopt import kubelet_state_absent
 from nri_cpumgr.api import nri_pb2
-from nri_cpumgr.checkpoint import BackgroundWriter, Checkpoint, CheckpointError
+from nri_cpumgr.checkpoint import (
+    BackgroundWriter,
+    Checkpoint,
+    CheckpointError,
+    KubeletCheckpointFound,
+)
 from nri_cpumgr.cm.container_manager import AdmissionError, Decision
 from nri_cpumgr.config import Config, ConfigError, parse_config
 from nri_cpumgr.config.model import with_source
@@ -180,8 +185,16 @@ class Plugin:
         body = None
         corrupt: CheckpointError | None = None
         if not provisional:
+            why = config.kubelet_state_conflict()
+            if why is not None:  # (the plugin would write over the kubelet's checkpoints)
+                raise ConfigError(
+                    f"invalid config: stateDirectory {config.stateDirectory}: {why}")
             try:
                 body = self.checkpoint.load()
+            except KubeletCheckpointFound as e:  # (never written over: the kubelet's)
+                raise ConfigError(f"invalid config: stateDirectory {config.stateDirectory}: "
+                                  f"{e}; the plugin would write over it; give the plugin a "
+                                  "directory of its own") from None
             except CheckpointError as e:
                 corrupt = e  # said once the setup is known to go on (not before a fatal exit)
         self.resume = None

@@ -243,3 +243,60 @@ def test_what_the_start_warns_of_is_a_note(tmp_path, capsys, monkeypatch):
         "note: reservedSystemCPUs/kubeReserved/systemReserved reserve all 16 CPUs: every "
         "container runs on them and every container asking for exclusive CPUs is refused, as "
         "the kubelet's static policy does")
+
+
+
+def _start_and_check(tmp_path: Path, capsys, text: str, state: Path) -> tuple[str, str]:
+    """The error of the start (the plugin's set-up, as ``run`` builds it after registering)
+    and the stderr of ``run --check-config`` (status 2), for the config ``text`` with
+    ``stateDirectory`` ``state``; each must refuse (a start that does not would keep
+    dialing: hence the set-up, not ``run``)."""
+    from nri_cpumgr.config import ConfigError
+    from nri_cpumgr.runtime.plugin import Plugin
+    from nri_cpumgr.sysfs import discover
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        Plugin(parse_config(text + f"stateDirectory: {state}\n"), discover(DUAL))
+    assert main(["run", "--config", str(cfg), "--sysfs-root", str(DUAL), "--state-dir",
+                 str(state), "--check-config"]) == 2
+    got = capsys.readouterr()
+    assert got.out == ""
+    return str(e.value), got.err
+
+
+def test_the_kubelets_state_directory_is_refused_as_the_state_directory(tmp_path, capsys):
+    """stateDirectory = kubeletStateDirectory (here through a symbolic link): the plugin's
+    cpu_manager_state would replace the kubelet's, which the kubelet refuses at its next
+    start; the start and ``--check-config`` refuse it alike, and write nothing there."""
+    kubelet = tmp_path / "kubelet"
+    kubelet.mkdir()
+    (tmp_path / "link").symlink_to(kubelet)
+    text = f"cpuManagerPolicy: static\nreservedSystemCPUs: '0'\nkubeletStateDirectory: {kubelet}\n"
+    start, checked = _start_and_check(tmp_path, capsys, text, tmp_path / "link")
+    line = (f"invalid config: stateDirectory {tmp_path}/link: the kubelet's state directory "
+            f"(kubeletStateDirectory {kubelet}): the plugin's cpu_manager_state and "
+            "memory_manager_state would replace the kubelet's own")
+    assert line in start and line in checked, (start, checked)
+    assert list(kubelet.iterdir()) == []
+
+
+def test_a_kubelet_checkpoint_in_the_state_directory_is_never_written_over(tmp_path, capsys):
+    """A stateDirectory holding the kubelet's own cpu_manager_state (the kubelet's directory
+    under another name, or a copy): refused by the start and ``--check-config`` alike (the
+    start rebuilt its state over it before), the file left as it was."""
+    state = tmp_path / "state"
+    state.mkdir()
+    kubelet_file = state / "cpu_manager_state"
+    kubelet_file.write_text(
+        '{"policyName":"static","defaultCpuSet":"0-15","entries":{},"checksum":2447357720}')
+    before = kubelet_file.read_bytes()
+    start, checked = _start_and_check(
+        tmp_path, capsys, "cpuManagerPolicy: static\nreservedSystemCPUs: '0'\n", state)
+    for got in (start, checked):
+        assert f"invalid config: stateDirectory {state}: checkpoint {kubelet_file}: the " \
+               "kubelet's own checkpoint (policyName 'static')" in got, got
+        assert "the plugin would write over it" in got
+    assert kubelet_file.read_bytes() == before
+    assert sorted(p.name for p in state.iterdir()) == ["cpu_manager_state"]
