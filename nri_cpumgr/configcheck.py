@@ -153,14 +153,14 @@ def check(config: Config, machine: Machine, source: str | None) -> list[str]:
 
 
 def _check(config: Config, machine: Machine, source: str | None) -> list[str]:
-    from nri_cpumgr.checkpoint import Checkpoint, CheckpointError, KubeletCheckpointFound
+    from nri_cpumgr.checkpoint import Checkpoint, CheckpointError
     from nri_cpumgr.managers import (
         build_memory_manager,
         build_policy,
         build_topology_manager,
         restore_state,
     )
-    from nri_cpumgr.runtime.plugin import CHECKPOINT_NAME
+    from nri_cpumgr.runtime.plugin import CHECKPOINT_NAME, load_own_checkpoint
 
     notes: list[str] = []
     override = config.reserved_cpus_override()
@@ -170,16 +170,9 @@ def _check(config: Config, machine: Machine, source: str | None) -> list[str]:
         policy = build_policy(config, machine)
         build_topology_manager(config, machine)
         memory = build_memory_manager(config, machine)
-        why = config.kubelet_state_conflict()
-        if why is not None:  # (the start's check: runtime.plugin Plugin._setup)
-            raise ConfigError(f"invalid config: stateDirectory {config.stateDirectory}: {why}")
         checkpoint = Checkpoint(config.state_path(CHECKPOINT_NAME))
         try:
-            body = checkpoint.load()
-        except KubeletCheckpointFound as e:
-            raise ConfigError(f"invalid config: stateDirectory {config.stateDirectory}: {e}; "
-                              "the plugin would write over it; give the plugin a directory "
-                              "of its own") from None
+            body = load_own_checkpoint(config, checkpoint)  # (the start's: Plugin._setup)
         except CheckpointError as e:
             notes.append(f"{e}: the plugin would rebuild its state from the runtime")
             body = None

@@ -99,6 +99,24 @@ _LIVE_STATES = (
 Sender = Callable[[bytes], Awaitable[set[str]]]
 
 
+def load_own_checkpoint(config: Config, checkpoint: Checkpoint) -> dict[str, Any] | None:
+    """``checkpoint.load()`` of the plugin's CPU checkpoint in ``stateDirectory``, refusing a
+    directory where the plugin would write over the kubelet's own checkpoints: the kubelet's
+    state directory (:meth:`Config.kubelet_state_conflict`) or one holding the kubelet's
+    ``cpu_manager_state``. Raises :class:`ConfigError` for those, :class:`CheckpointError`
+    for a checkpoint that cannot be used (the start rebuilds). Used by the start and by
+    ``run --check-config`` alike."""
+    why = config.kubelet_state_conflict()
+    if why is not None:
+        raise ConfigError(f"invalid config: stateDirectory {config.stateDirectory}: {why}")
+    try:
+        return checkpoint.load()
+    except KubeletCheckpointFound as e:  # (never written over: the kubelet's)
+        raise ConfigError(f"invalid config: stateDirectory {config.stateDirectory}: {e}; the "
+                          "plugin would write over it; give the plugin a directory of its "
+                          "own") from None
+
+
 class Plugin:
     """NRI handlers for the resource managers (see nri_cpumgr.transport.stub.Handlers)."""
 
@@ -185,16 +203,8 @@ class Plugin:
         body = None
         corrupt: CheckpointError | None = None
         if not provisional:
-            why = config.kubelet_state_conflict()
-            if why is not None:  # (the plugin would write over the kubelet's checkpoints)
-                raise ConfigError(
-                    f"invalid config: stateDirectory {config.stateDirectory}: {why}")
             try:
-                body = self.checkpoint.load()
-            except KubeletCheckpointFound as e:  # (never written over: the kubelet's)
-                raise ConfigError(f"invalid config: stateDirectory {config.stateDirectory}: "
-                                  f"{e}; the plugin would write over it; give the plugin a "
-                                  "directory of its own") from None
+                body = load_own_checkpoint(config, self.checkpoint)
             except CheckpointError as e:
                 corrupt = e  # said once the setup is known to go on (not before a fatal exit)
         self.resume = None
