@@ -53,8 +53,9 @@ def cpu_state_problem(body: dict[str, Any]) -> str | None:
     rows = body.get("containers", [])
     if not isinstance(rows, list):
         return f"containers: expected a list, got {kind_of(rows)}"
+    parsed: set[str] = set()  # (the cpulists seen right: most rows repeat the shared pool's)
     for i, row in enumerate(rows):
-        why = _row_problem(row)
+        why = _row_problem(row, parsed)
         if why:
             return f"containers[{i}]{why}"
     for key in _MAPPINGS:
@@ -89,7 +90,7 @@ def _section_problem(doc: Any, required: tuple[str, ...], optional: tuple[str, .
     return None
 
 
-def _row_problem(row: Any) -> str | None:
+def _row_problem(row: Any, parsed: set[str]) -> str | None:
     if not isinstance(row, dict):
         return f": expected a mapping, got {kind_of(row)}"
     for key, kind in _ROW_REQUIRED.items():
@@ -103,10 +104,12 @@ def _row_problem(row: Any) -> str | None:
     if row["qos"] not in _QOS:
         return f".qos: {row['qos']!r} is not one of {', '.join(_QOS)}"
     for key in _CPULISTS:
-        if key in row:
-            why = cpulist_problem(row[key])
+        value = row.get(key)
+        if value is not None and value not in parsed:
+            why = cpulist_problem(value)
             if why:
                 return f".{key}: {why}"
+            parsed.add(value)
     return None
 
 

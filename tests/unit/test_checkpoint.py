@@ -85,6 +85,38 @@ def test_the_checksum_is_the_crc32_of_the_canonical_body(tmp_path):
         cp.load()
 
 
+def test_a_file_as_written_is_checked_on_its_text_and_any_other_layout_on_its_body(
+        tmp_path, monkeypatch):
+    """A version-2 file laid out as save writes it is checked by the CRC-32 of its body's
+    text as written (no encoding of the parsed body again: a restart's load, issue 34);
+    the same body in another layout (another tool's formatting, its keys reordered) is
+    checked on the parsed body, and accepted when right; a wrong checksum fails either way.
+    """
+    from nri_cpumgr.checkpoint import store
+
+    cp = Checkpoint(tmp_path / "state")
+    body = {"policyName": "static", "defaultCpuSet": "0,2-3", "entries": {"u": {"c": "1"}},
+            "containers": [json.loads(ROW)], "note": "caf\u00e9 \u00e0 \"quoted\""}
+    cp.save(body)
+    saved = cp.path.read_bytes()
+    encoded: list[object] = []
+    real = store.checksum
+    monkeypatch.setattr(store, "checksum", lambda b, v=2: encoded.append(b) or real(b, v))
+    assert cp.load() == body and encoded == []
+    doc = json.loads(cp.path.read_bytes())
+    for layout in (json.dumps(doc, indent=2).encode(),
+                   json.dumps({"data": doc["data"], "version": 2,
+                               "checksum": doc["checksum"]}).encode() + b"\n"):
+        cp.path.write_bytes(layout)
+        assert cp.load() == body and len(encoded) == 1
+        encoded.clear()
+    wrong = json.dumps(dict(doc, checksum=doc["checksum"] ^ 1)).encode() + b"\n"
+    for raw in (wrong, saved.replace(b'"0,2-3"', b'"0,2-4"')):
+        cp.path.write_bytes(raw)
+        with pytest.raises(CheckpointError, match="checksum mismatch"):
+            cp.load()
+
+
 def _write_v1(path, body, digest=None):
     """A checkpoint as the plugin wrote it before issue 34 (format 1: sha256 hex digest)."""
     import hashlib
