@@ -12,8 +12,15 @@ two alternate in rounds within one run. Per round and N: Configure, Synchronize 
 BestEffort containers
 (timed), then ``--creates`` times: CreateContainer of a Guaranteed 1-CPU container in a new
 pod (timed), POST_START_CONTAINER (untimed, if subscribed), StopContainer of it (timed),
-REMOVE_CONTAINER state change (untimed, if subscribed). The
+REMOVE_CONTAINER, STOP_POD_SANDBOX and REMOVE_POD_SANDBOX state changes (untimed, each if
+subscribed). The
 plugin's own UpdateContainers calls are answered at once.
+
+``--pod-spec``: nri-cpumgr runs the Helm chart's default ``podSpecSource: apiServer`` too,
+watching a loopback fake API server (tests/e2e/harness/fakeapi.py) in this process that holds
+each round's pods (the shared ones BestEffort, the created ones Guaranteed, 1 CPU and 256 MiB)
+before the round's first create, as a node's API server holds a pod before the kubelet
+creates its containers; a Guaranteed container is then admitted with its whole pod's spec.
 
 Prints a markdown table: median and p99 in ms per plugin and the ratio nri-cpumgr/Go.
 
@@ -34,6 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 TOP = Path(__file__).resolve().parent.parent
 if str(TOP) not in sys.path:
@@ -62,6 +70,12 @@ async def call(conn: PeerConn, method: str, req, resp_cls, **kw: object):
 # socket's degraded path, not what the chart deploys)
 CONFIG = 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n'
 RUNTIME_NAME, RUNTIME_VERSION = "containerd", "v2.4.2"
+#: the StateChange events of a pod's deletion, sent after its container's removal to a plugin
+#: that subscribed to them (nri-cpumgr does: a pod admitted whole is forgotten then)
+POD_GONE = (nri_pb2.STOP_POD_SANDBOX, nri_pb2.REMOVE_POD_SANDBOX)
+API_NODE = "bench-node"
+# seconds between the Synchronize's answer and the first create: the watch's LIST
+API_SETTLE_S = 1.0
 ALL_CPUS = "0-255"
 
 
@@ -179,9 +193,23 @@ def cpu_ms(pid: int) -> float:
     return total / 1e6
 
 
+def api_pods(api: Any, tag: str, n: int, creates: int) -> None:
+    """The pods of a round (``n`` shared, ``creates`` created) into the fake API server."""
+    guaranteed = {"requests": {"cpu": "1", "memory": "256Mi"},
+                  "limits": {"cpu": "1", "memory": "256Mi"}}
+    for uid, res in [(f"s{i}", {}) for i in range(n)] + [
+            (f"g{tag}-{i}", guaranteed) for i in range(creates)]:
+        api.add({"metadata": {"uid": uid, "name": uid, "namespace": "bench"},
+                 "spec": {"containers": [{"name": "app", "resources": res}]}})
+
+
 async def one_round(kind: str, argv: list[str], sock: Path, n: int, creates: int,
-                    tag: str, cwd: Path = TOP, burst: int = 0) -> dict[str, list[float]]:
-    """One plugin, one N: Synchronize ms, CreateContainer and StopContainer ms."""
+                    tag: str, cwd: Path = TOP, burst: int = 0,
+                    api: Any = None) -> dict[str, list[float]]:
+    """One plugin, one N: Synchronize ms, CreateContainer and StopContainer ms (``api``:
+    the fake API server the plugin watches, given the round's pods first)."""
+    if api is not None:
+        api_pods(api, tag, n, creates)
     out: dict[str, list[float]] = {"Synchronize": [], "CreateContainer": [], "StopContainer": [],
                                    "CreateContainer, plugin on a CPU": []}
     rt = FakeRuntime(sock)
@@ -201,6 +229,8 @@ async def one_round(kind: str, argv: list[str], sock: Path, n: int, creates: int
         await call(conn, "Synchronize", nri_pb2.SynchronizeRequest(pods=pods, containers=ctrs),
                         nri_pb2.SynchronizeResponse, timeout=60)
         out["Synchronize"].append((time.perf_counter() - t) * 1000)
+        if api is not None:  # (the watch's LIST, as on a node that has been running)
+            await asyncio.sleep(API_SETTLE_S)
         if burst:
             out["burst updates/shared"] = await run_burst(conn, cfg.events, burst, tag,
                                                           {c.id for c in ctrs})
@@ -226,6 +256,10 @@ async def one_round(kind: str, argv: list[str], sock: Path, n: int, creates: int
             if cfg.events & remove_bit:
                 await call(conn, "StateChange", nri_pb2.StateChangeEvent(
                     event=nri_pb2.REMOVE_CONTAINER, pod=p, container=c), nri_pb2.Empty)
+            for ev in POD_GONE:  # (the pod's sandbox goes as the kubelet deletes it)
+                if cfg.events & 1 << (ev - 1):
+                    await call(conn, "StateChange", nri_pb2.StateChangeEvent(event=ev, pod=p),
+                               nri_pb2.Empty)
             while not conn.updates.empty():
                 conn.updates.get_nowait()
         if proc.poll() is not None:
@@ -245,10 +279,18 @@ async def one_round(kind: str, argv: list[str], sock: Path, n: int, creates: int
 async def run(args: argparse.Namespace) -> list[list[str]]:
     work = Path(tempfile.mkdtemp(prefix="bench-fr-", dir="/tmp"))
     rows: list[list[str]] = []
+    api = None
     try:
         sysfs = write_256_cpu_fixture(work)
         cfg = work / "cpumgr.yaml"
-        cfg.write_text(CONFIG)
+        if args.pod_spec:
+            from tests.e2e.harness.fakeapi import FakeAPIServer
+
+            api = FakeAPIServer(API_NODE).__enter__()
+            cfg.write_text(CONFIG + f"podSpecSource: apiServer\napiServerURL: {api.url}\n"
+                           f"nodeName: {API_NODE}\n")
+        else:
+            cfg.write_text(CONFIG)
         for n in args.shared:
             res: dict[str, dict[str, list[float]]] = {"ours": {}, "go": {}}
             for r in range(args.rounds):
@@ -263,7 +305,8 @@ async def run(args: argparse.Namespace) -> list[list[str]]:
                         argv = [str(GO_PEER), "-socket", str(sock)]
                     got = await one_round(kind, argv, sock, n, args.creates, f"{n}-{r}",
                                           args.plugin_src or TOP,
-                                          args.burst if kind == "ours" else 0)
+                                          args.burst if kind == "ours" else 0,
+                                          api if kind == "ours" else None)
                     for k, v in got.items():
                         res[kind].setdefault(k, []).extend(v)
             for metric in ("CreateContainer", "CreateContainer, plugin on a CPU", "StopContainer",
@@ -280,6 +323,8 @@ async def run(args: argparse.Namespace) -> list[list[str]]:
                              f"{statistics.median(b):.0f}", f"max {max(b):.0f}", "-", "-", "-",
                              "-", str(len(b))])
     finally:
+        if api is not None:
+            api.close()
         if args.keep:
             print(f"work directory kept (plugin logs, state): {work}", file=sys.stderr)
         else:
@@ -299,6 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--burst", type=int, default=10,
                     help="Guaranteed creates back to back, nri-cpumgr only: updates counted per "
                          "shared container (0: skip)")
+    ap.add_argument("--pod-spec", action="store_true",
+                    help="nri-cpumgr with the chart's podSpecSource apiServer, watching a fake "
+                         "API server that holds the pods")
     ap.add_argument("--quick", action="store_true", help="N=1000, 1 round of 200")
     ap.add_argument("--keep", action="store_true", help="keep the work dir (plugin logs)")
     ap.add_argument("--runtime-version", default=RUNTIME_VERSION,

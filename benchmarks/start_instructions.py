@@ -21,12 +21,16 @@ runtime had an answer are added to that answer's figure (under valgrind a reques
 answer are milliseconds apart). This shows the watch's CPU, not whether its LIST overlaps
 the start (footprint.py's wall clock does).
 
+``--restart``: each measured launch is a restart: a launch before it (without valgrind, the
+same containers) leaves its checkpoint in the state directory, which the measured one reads
+and restores, as after a DaemonSet rollout or a crash (footprint.py's option).
+
 ``--compare TREE`` (repeatable) adds the ``nri_cpumgr`` of another tree, as footprint.py's
 option does (``git archive REV nri_cpumgr | tar -x -C TREE``). Needs ``valgrind`` (Debian's
 package). Asserts nothing.
 
     .venv/bin/python benchmarks/start_instructions.py [--sizes 0 1000] [--pod-spec-pods N]
-        [--compare TREE]
+        [--restart] [--compare TREE]
 """
 
 from __future__ import annotations
@@ -80,15 +84,22 @@ def totals(parts: list[int], marks: dict[str, float], requests: list[float]) -> 
 
 
 async def measure(name: str, tree: Path | None, n: int, cfg: Path, env: dict[str, str],
-                  valgrind: str, requests: list[float]) -> list[int]:
+                  valgrind: str, requests: list[float], state: Path | None = None) -> list[int]:
+    """Ir up to each of :data:`PARTS` of one launch with a Synchronize of ``n``; ``state``:
+    the state directory to use, a launch without valgrind first leaving its checkpoint there
+    (a restart), else a fresh one (a first start)."""
     code = [sys.executable, "-c", fp.BOOT]
     sub_env = dict(env)
     if tree is not None:
         sub_env["PYTHONPATH"] = str(tree)
     kept: list[Path] = []
+    state_arg = "{work}/state" if state is None else str(state)
+    run = [*code, "run", "--config", str(cfg), "--socket", "{socket}", "--state-dir", state_arg]
+    if state is not None:  # (the previous run: its checkpoint, written after its answers)
+        shutil.rmtree(state, ignore_errors=True)
+        await fp.launch(fp.Subject(name, run, sub_env), n, 0.5, keep=False)
     argv = [valgrind, "--tool=callgrind", "--dump-before=send", "-q",
-            "--callgrind-out-file={work}/cg.out", *code, "run", "--config", str(cfg),
-            "--socket", "{socket}", "--state-dir", "{work}/state"]
+            "--callgrind-out-file={work}/cg.out", *run]
     subject = fp.Subject(name, argv, sub_env)
     marks: dict[str, float] = {}
     requests.clear()
@@ -129,12 +140,15 @@ async def main_async(args: argparse.Namespace) -> int:
         trees += [(f"nri-cpumgr@{t}", Path(t)) for t in args.compare]
         for name, tree in trees:  # warm-up: the bytecode of each tree
             await measure(name, tree, 0, cfg, env, valgrind, requests)
-        print("start_instructions: instructions (Ir, millions) up to each answer; config: "
+        print("start_instructions: instructions (Ir, millions) up to each answer"
+              + (" of a restart (the checkpoint of a previous launch with as many "
+                 "containers)" if args.restart else "") + "; config: "
               + config.strip().replace("\n", ", ")
               + f"; runtime {fp.RUNTIME_NAME} {fp.RUNTIME_VERSION}")
         for n in args.sizes:
             for name, tree in trees:
-                ir = await measure(name, tree, n, cfg, env, valgrind, requests)
+                state = tmp / "state" if args.restart else None
+                ir = await measure(name, tree, n, cfg, env, valgrind, requests, state)
                 cells = [f"{part} {value / 1e6:6.1f}"
                          for part, value in zip(PARTS, ir, strict=False)]
                 print(f"  {name:<40} {n:>5} containers: " + "   ".join(cells))
@@ -153,6 +167,9 @@ def main() -> int:
                     help="also measure the nri_cpumgr of TREE (a checkout or an export)")
     ap.add_argument("--pod-spec-pods", type=int, default=0, metavar="N",
                     help="watch a fake API server holding N pods (podSpecSource apiServer)")
+    ap.add_argument("--restart", action="store_true",
+                    help="each measured launch finds the checkpoint of a launch before it "
+                         "with the same containers (a DaemonSet rollout, a crash)")
     args = ap.parse_args()
     args.compare = [str(Path(t).resolve()) for t in args.compare]
     os.chdir(tempfile.gettempdir())  # (a `-c` launch puts its working directory on sys.path)
