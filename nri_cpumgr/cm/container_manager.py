@@ -170,6 +170,9 @@ class ContainerManager:
         #: that text with the pool's strings filled in, by (cpulist, NUMA nodes)
         self._shared_block: bytes | None = None
         self._shared_filled: dict[tuple[str, str], bytes] = {}
+        #: the checkpoint's admittedPods (admissions_json): pod uid -> (its record, the
+        #: record's ``"uid":{...}`` text), kept while the pod's record is that object
+        self._admission_text: dict[str, tuple[PodAdmission, bytes]] = {}
         #: (pod uid, name) -> id of the container that holds the entry's CPUs and memory
         self.owner: dict[tuple[str, str], str] = {}
         self.static = isinstance(policy, StaticPolicy)
@@ -213,6 +216,13 @@ class ContainerManager:
         if not pool and self.static:
             pool = self.policy.reserved_cpus
         return pool
+
+    def take_ahead(self) -> None:
+        """Prepare the static policy's next exclusive take for the CPUs free now
+        (``StaticPolicy.take_ahead``), in the time between an answer and the next request.
+        Changes no state; nothing under another policy."""
+        if self.static:
+            self.policy.take_ahead(self.state)
 
     def is_shared(self, container_id: str) -> bool:
         """The container runs on the shared pool (static policy, not exclusive, running)."""
@@ -483,13 +493,13 @@ class ContainerManager:
         containers (the kubelet's admission order)."""
         spec = info.pod_spec
         assert spec is not None
-        inits = set(spec.init_containers)
-        return Pod(
-            uid=info.pod_uid, name=info.pod_name, namespace=info.namespace,
-            init_containers=tuple(spec.containers[n] for n in spec.init_containers),
-            containers=tuple(c for n, c in spec.containers.items() if n not in inits),
-            qos=info.qos, pod_level_resources=spec.pod_level,
-        )
+        inits = spec.init_containers
+        # (positional: uid, name, namespace, containers, init_containers, qos,
+        # pod_level_resources; a frozen dataclass's keyword call costs more, once per pod)
+        return Pod(info.pod_uid, info.pod_name, info.namespace,
+                   tuple(c for n, c in spec.containers.items() if n not in inits)
+                   if inits else tuple(spec.containers.values()),
+                   tuple(spec.containers[n] for n in inits), info.qos, spec.pod_level)
 
     def _admit_pod(self, info: ContainerInfo, device_numa: frozenset[int]) -> PodAdmission:
         """The kubelet's pod admission for ``info``'s whole pod (topologymanager
@@ -506,8 +516,12 @@ class ContainerManager:
         # the pod is admitted or refused as one: the kubelet's answer where no NUMA set
         # holds a memory request (no preference, then the Allocate failure), not the
         # plugin's refusal at admission of the container-by-container path
-        with self.kubelet_memory_hints() as unsatisfiable:
+        if self.memory_provider is None:  # (no Memory Manager: no memory hints to change)
+            unsatisfiable: list[str] = []
             result = self.tm.admit(pod)
+        else:
+            with self.kubelet_memory_hints() as unsatisfiable:
+                result = self.tm.admit(pod)
         self.cpu_provider.allocated.clear()
         uid = pod.uid
         if not result.admit:
@@ -1158,7 +1172,7 @@ class ContainerManager:
                 if conts
             },
             "containers": text if text is not None else self._annotated(self.rows()),
-            **self._pod_level_sections(),
+            **self._pod_level_sections(encoded),
         }
 
     def _annotated(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -1173,15 +1187,36 @@ class ContainerManager:
                 r["resized"] = resized[f"{r['podUID']}/{r['container']}"]
         return rows
 
-    def _pod_level_sections(self) -> dict[str, Any]:
+    def _pod_level_sections(self, encoded: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self.pod_level is not None:
             out["podPools"] = self.pod_level.pools()
         if self.resizer.resized:
             out["resized"] = self.resizer.rows()
         if self.admissions:
-            out["admittedPods"] = {uid: r.to_json() for uid, r in self.admissions.items()}
+            out["admittedPods"] = self.admissions_json() if encoded else {
+                uid: r.to_json() for uid, r in self.admissions.items()}
         return out
+
+    def admissions_json(self) -> RawJSON:
+        """The checkpoint's ``admittedPods`` section (pod uid -> :meth:`PodAdmission.to_json`)
+        as canonical JSON text, as ``json.dumps(..., sort_keys=True, separators=(",", ":"))``
+        gives it. A record is encoded once (it is immutable) and its text kept while the
+        pod's record is that object: the checkpoint written before each release's reply
+        (the chart's default watches pod specs, so every pod of the node has a record)
+        sorts and joins the texts instead of encoding every record again."""
+        texts, admissions = self._admission_text, self.admissions
+        parts: list[bytes] = []
+        for uid in sorted(admissions):
+            rec = admissions[uid]
+            hit = texts.get(uid)
+            if hit is None or hit[0] is not rec:
+                hit = texts[uid] = (rec, encode(uid) + b":" + encode(rec.to_json()))
+            parts.append(hit[1])
+        if len(texts) > len(admissions):  # (pods gone: their texts too)
+            for uid in [u for u in texts if u not in admissions]:
+                del texts[uid]
+        return RawJSON(b"{" + b",".join(parts) + b"}")
 
 
 def _row(cid: str, t: Tracked, cpus: str, numa: str) -> dict[str, Any]:

@@ -377,6 +377,68 @@ def test_allocate_cpus_without_a_hint_is_the_take_of_the_free_cpus(
         reusable = CPUSet(sorted(got)[:1]) if reuse else CPUSet()
 
 
+@settings(max_examples=150, deadline=None)
+@given(topologies, st.lists(st.tuples(st.integers(1, 6), st.booleans(), st.booleans()),
+                            min_size=1, max_size=12), st.booleans())
+def test_take_ahead_answers_as_the_take_and_only_for_the_free_cpus_it_saw(
+    topo: CPUTopology, steps: list[tuple[int, bool, bool]], strict: bool
+) -> None:
+    """StaticPolicy.take_ahead (issue 34: the next create's take prepared after an answer)
+    changes no state and no answer: allocations and releases in any order, with take_ahead
+    called before some of them, give what a policy without it gives, and an allocation the
+    prepared take covers (same free CPUs, a count asked before) does not take again."""
+    from nri_cpumgr.cm.cpumanager import policy_static
+
+    if len(topo.details) < 2:
+        return
+    opts = {"strict-cpu-reservation": "true"} if strict else None
+    ahead, plain = StaticPolicy(topo, 1, options=opts), StaticPolicy(topo, 1, options=opts)
+    sa, sp = CPUManagerState(), CPUManagerState()
+    ahead.start(sa)
+    plain.start(sp)
+    takes = 0
+    real = policy_static.take_by_topology_mask
+
+    def counted(*args: object, **kw: object) -> CPUSet:
+        nonlocal takes
+        takes += 1
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    policy_static.take_by_topology_mask = counted  # type: ignore[assignment]
+    try:
+        for i, (n, prepare, release) in enumerate(steps):
+            if release and sp.assignments:
+                uid = sorted(sp.assignments)[0]
+                for policy, state in ((ahead, sa), (plain, sp)):
+                    policy.remove_container(state, uid, "c")
+            if prepare:
+                before = (dict(sa.assignments), sa.default_mask)
+                ahead.take_ahead(sa)
+                assert (dict(sa.assignments), sa.default_mask) == before
+            covered = (ahead._ahead is not None and n in ahead._ahead[1]
+                       and ahead._ahead[1][n] is not None
+                       and ahead._ahead[0][0] == sa.default_mask & ~ahead.reserved_cpus.mask)
+            outcomes = []
+            for policy, state in ((ahead, sa), (plain, sp)):
+                takes_before = takes
+                try:
+                    got: object = policy.allocate_cpus(state, n, None, CPUSet())
+                except NotEnoughCPUsError:
+                    got = NotEnoughCPUsError
+                outcomes.append((got, takes - takes_before))
+            assert outcomes[0][0] == outcomes[1][0]
+            assert outcomes[0][1] == (0 if covered else 1)
+            got = outcomes[0][0]
+            if got is NotEnoughCPUsError:
+                continue
+            for state in (sa, sp):
+                state.take_from_default(got)  # type: ignore[arg-type]
+                state.set_cpuset(f"pod{i}", "c", got)  # type: ignore[arg-type]
+            assert sa.default_mask == sp.default_mask
+    finally:
+        policy_static.take_by_topology_mask = real  # type: ignore[assignment]
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.dictionaries(st.sampled_from("abcd"), st.dictionaries(
     st.sampled_from("xyz"), st.frozensets(st.integers(0, 300), min_size=1), min_size=1)))

@@ -191,3 +191,26 @@ def test_spec_is_shared_by_containers_of_one_shape() -> None:
     for i in range(nri_model._SPECS_SIZE + 10):  # (bounded: cleared when full)
         info(f"x{i}", f"n{i}", 1000).spec()
     assert len(nri_model._SPECS) <= nri_model._SPECS_SIZE
+
+
+def test_with_pod_spec_is_replace_of_that_one_field():
+    """ContainerInfo.with_pod_spec copies every field but pod_spec (a field added to
+    ContainerInfo and not to with_pod_spec fails here)."""
+    import dataclasses
+
+    from nri_cpumgr.podmodel.nri import ContainerInfo, Resources
+    from nri_cpumgr.podmodel.spec import facts_from_pod
+
+    facts = facts_from_pod({"metadata": {"uid": "u", "name": "p", "namespace": "ns"},
+                            "spec": {"containers": [{"name": "c"}]}})
+    other = facts_from_pod({"metadata": {"uid": "u", "name": "p", "namespace": "ns"},
+                            "spec": {"containers": [{"name": "d"}]}})
+    values = {f.name: object() for f in dataclasses.fields(ContainerInfo)}
+    values["resources"] = Resources(2, 0, 0, 0, {})
+    values["pod_spec"] = other
+    info = ContainerInfo(**values)  # type: ignore[arg-type]
+    got = info.with_pod_spec(facts)
+    assert got == dataclasses.replace(info, pod_spec=facts)
+    assert all(getattr(got, f.name) is getattr(info, f.name)
+               for f in dataclasses.fields(ContainerInfo) if f.name != "pod_spec")
+    assert got.pod_spec is facts and info.with_pod_spec(None).pod_spec is None

@@ -362,6 +362,88 @@ def test_create_leaves_its_bookkeeping_for_after_the_answer(workdir):
                            {"method": "CreateContainer"}) == 2
 
 
+def test_the_next_take_is_prepared_after_each_answer(workdir, monkeypatch):
+    """After an answer (the function defer_after_reply gives the transport), the static
+    policy prepares the take of the last size asked for, for the CPUs free then (issue 34):
+    the next create of that size answers with those CPUs without a take of its own. A
+    release the preparation did not see leaves the create to take for itself."""
+    from nri_cpumgr.cm.cpumanager import policy_static
+
+    machine = Machine(CPUTopology.from_details({c: CPUInfo(0, 0, c) for c in range(4)}))
+    p = Plugin(parse_config(STATIC + f"stateDirectory: {workdir}\n"), machine)
+    p.configure(nri_pb2.ConfigureRequest(runtime_name="containerd", runtime_version="v2.4.2"))
+    p.synchronize([], [])
+    after = p.defer_after_reply()
+
+    def create(uid: str) -> str:
+        req = nri_pb2.CreateContainerRequest(pod=pod(uid), container=ctr(uid, 1000))
+        return p.create_container(req).adjust.linux.resources.cpu.cpus
+
+    collected: list[bool] = []
+    from nri_cpumgr.runtime import plugin as plugin_mod
+
+    monkeypatch.setattr(plugin_mod, "collect_early", lambda: collected.append(True))
+    assert create("g1") == "1"
+    after()
+    assert collected == [True]  # (and a nearly due collection after each answer)
+    takes: list[int] = []
+    real = policy_static.take_by_topology_mask
+
+    def counted(topo, available, count, *rest):  # noqa: ANN001, ANN202
+        takes.append(available)
+        return real(topo, available, count, *rest)
+
+    monkeypatch.setattr(policy_static, "take_by_topology_mask", counted)
+    assert create("g2") == "2"
+    assert takes == []  # (prepared after g1's answer, for CPUs 2-3)
+    after()
+    assert takes == [0b1000]  # (prepared for CPU 3, the one left)
+    p.state_change(nri_pb2.StateChangeEvent(event=nri_pb2.REMOVE_CONTAINER, pod=pod("g1"),
+                                            container=ctr("g1")))
+    assert create("g3") == "1"  # (CPUs 1 and 3 free: not what was prepared)
+    assert takes == [0b1000, 0b1010]
+
+
+def test_a_nearly_due_collection_runs_after_the_answer(monkeypatch):
+    """collect_early (run by after_reply, before the next request is read): a collection
+    of the young generation once 3/4 of the collector's first threshold of new objects is
+    reached, of the two young ones when the second is due too, none below that or while
+    the collector is off."""
+    import gc
+
+    from nri_cpumgr.runtime import plugin as plugin_mod
+
+    runs: list[int] = []
+
+    def seen(phase: str, info: dict) -> None:
+        if phase == "start":
+            runs.append(info["generation"])
+
+    counts = [0, 0, 0]
+    monkeypatch.setattr(gc, "get_threshold", lambda: (100, 10, 10))
+    monkeypatch.setattr(gc, "get_count", lambda: tuple(counts))
+    gc.callbacks.append(seen)
+    was_on = gc.isenabled()
+    try:
+        gc.enable()
+        counts[:] = [74, 9, 0]
+        plugin_mod.collect_early()
+        assert runs == []
+        counts[:] = [75, 9, 0]
+        plugin_mod.collect_early()
+        assert runs == [0]
+        counts[:] = [99, 10, 3]
+        plugin_mod.collect_early()
+        assert runs == [0, 1]
+        gc.disable()
+        plugin_mod.collect_early()
+        assert runs == [0, 1]
+    finally:
+        gc.callbacks.remove(seen)
+        if was_on:
+            gc.enable()
+
+
 def test_after_reply_work_that_fails_is_logged_and_the_rest_runs(workdir, caplog):
     p = Plugin(parse_config(STATIC + f"stateDirectory: {workdir}\n"), MACHINE)
     after = p.defer_after_reply()

@@ -133,6 +133,56 @@ def test_pod_deleted_before_all_containers_were_created_releases_everything():
     assert m.tm.scope.stored_affinities() == {}
 
 
+def test_admitted_pods_section_is_the_encoding_of_the_records_and_each_is_encoded_once(
+        monkeypatch):
+    """checkpoint(encoded=True)'s admittedPods text (written before each release's reply)
+    is the canonical JSON of the records as they are now, through admissions, refusals
+    and removals, and a record is encoded once while it stays its pod's record."""
+    import json
+
+    from nri_cpumgr.cm import container_manager
+    from nri_cpumgr.cm.container_manager import PodAdmission
+    from nri_cpumgr.jsontext import canonical
+
+    m = manager()
+    encoded: list[object] = []
+    real = container_manager.encode
+
+    def counted(value):  # noqa: ANN001, ANN202
+        encoded.append(value)
+        return real(value)
+
+    monkeypatch.setattr(container_manager, "encode", counted)
+
+    def section() -> bytes:
+        body = m.checkpoint(encoded=True)
+        plain = json.loads(canonical(body))["admittedPods"]
+        assert plain == m.checkpoint()["admittedPods"]
+        return bytes(body["admittedPods"])
+
+    def same_as_dumps() -> None:
+        want = json.dumps(m.checkpoint()["admittedPods"], sort_keys=True,
+                          separators=(",", ":")).encode()
+        assert section() == want
+
+    m.admit(info("c-init", POD, "init"))
+    two = spec("two", [("a", "1"), ("b", "1")])
+    m.admit(info("a", two, "a"))
+    m.admissions["z\u00e9"] = PodAdmission("UnexpectedAdmissionError: x", frozenset({"c"}))
+    same_as_dumps()
+    records = [v for v in encoded if isinstance(v, dict) and "containers" in v]
+    assert len(records) == 3
+    encoded.clear()
+    same_as_dumps()  # (nothing changed: nothing encoded again)
+    assert not [v for v in encoded if isinstance(v, dict) and "containers" in v]
+    m.admissions["two"] = dataclasses.replace(m.admissions["two"], pinned=frozenset({"a"}))
+    m.remove_pod("p")
+    same_as_dumps()
+    assert [v for v in encoded if isinstance(v, dict) and "containers" in v] == [
+        {"containers": ["a", "b"], "pinned": ["a"]}]
+    assert set(m._admission_text) == {"two", "z\u00e9"}
+
+
 def test_checkpoint_and_restart_keep_recorded_decisions():
     m = manager()
     m.admit(info("c-init", POD, "init"))
