@@ -564,7 +564,7 @@ class ContainerManager:
         mem = self.memory.get_memory(*key) if self.memory is not None else None
         if info.name in rec.pinned and cpus is None and mem is None:
             return None
-        self.tm.add_container(Pod(uid=info.pod_uid), info.name, info.id)
+        self.tm.add_container(Pod(info.pod_uid), info.name, info.id)
         if mem is not None and self.memory is not None:
             self.memory.container_map[info.id] = key
         return self._decide(info, key, _as_cpuset(cpus) if cpus is not None else None)

@@ -268,6 +268,11 @@ def _resources_of_bytes(data: bytes) -> Resources:
     return resources_from_nri(msg)
 
 
+@functools.lru_cache(maxsize=_RESOURCES_CACHE_SIZE)
+def _container_resources_of_bytes(data: bytes) -> tuple[Resources, str]:
+    return _resources_of_bytes(data), nri_pb2.LinuxResources.FromString(data).cpu.cpus
+
+
 def _resources(res: Any) -> Resources:
     """:func:`resources_from_nri` of a ``LinuxResources`` message, decoded once per distinct
     serialized form: a node's containers carry a handful of distinct resource blocks (every
@@ -326,14 +331,15 @@ def container_info(pod: Any, ctr: Any) -> ContainerInfo:
     # reads as no resources, no devices, no cgroup parent and no pod-level resources, as
     # the presence checks on it concluded; one HasField per message less)
     lin = ctr.linux
-    lres = lin.resources if lin.HasField("resources") else None
-    r = _resources(lres) if lres is not None else _NO_RESOURCES
+    if lin.HasField("resources"):  # (its Resources and cpuset, decoded once per form)
+        r, cpus = _container_resources_of_bytes(lin.resources.SerializeToString())
+    else:
+        r, cpus = _NO_RESOURCES, ""  # (an unset cpu message reads "")
     plin = pod.linux
     qos = qos_from_cgroup_parent(plin.cgroup_parent)
     source = "cgroup-parent"
     if qos is None:
         qos, source = qos_from_resources(r), "resources"
-    cpus = lres.cpu.cpus if lres is not None else ""  # (an unset cpu message reads "")
     devices = (
         tuple((d.type, int(d.major), int(d.minor)) for d in lin.devices)
         if len(lin.devices)
