@@ -77,6 +77,86 @@ def topology_and_pool(draw: st.DrawFn) -> tuple[CPUTopology, CPUSet]:
     return topo, CPUSet(c for c, k in zip(cpus, keep, strict=True) if k)
 
 
+@settings(max_examples=300, deadline=None)
+@given(topology_and_pool(), st.booleans())
+def test_best_core_from_the_sibling_masks_is_the_scan_of_the_cores(
+    tp: tuple[CPUTopology, CPUSet], shuffle: bool
+) -> None:
+    """On a machine of two-thread cores numbered c and c + shift (TopologyIndex
+    .sibling_shift), the best core of a socket or NUMA node made of whole cores (the fewest
+    free CPUs, then the lowest id: kubelet cpu_assignment.go sortAvailableCores' first) from
+    a few mask operations is the one the pass over its cores finds; a machine numbered
+    otherwise (one thread, four, a hybrid, cores in another order) has no shift."""
+    from nri_cpumgr.cm.cpumanager.cpu_assignment import _Accumulator
+
+    topo, pool = tp
+    if shuffle:  # (core ids against the CPU order: no shift may be found)
+        ids = sorted({i.core for i in topo.details.values()})
+        back = dict(zip(ids, reversed(ids), strict=True))
+        topo = CPUTopology.from_details({c: CPUInfo(i.numa, i.socket, back[i.core], i.uncore)
+                                         for c, i in topo.details.items()})
+    idx = topology_index(topo)
+    regular = topo.cpus_per_core() == 2 and all(
+        sum(1 for i in topo.details.values() if i.core == core) == 2
+        for core in {i.core for i in topo.details.values()})
+    if not regular or (shuffle and len(idx.cores) > 1):
+        assert idx.sibling_shift == 0
+        return
+    assert idx.sibling_shift > 0 and len(idx.core_of_low) == len(idx.cores)
+    acc = _Accumulator(idx, cpus_to_mask(pool), 1, False)
+    seen = 0
+    for groups, lows in ((idx.numa_cores, idx.numa_lows), (idx.socket_cores, idx.socket_lows)):
+        for g, cores in groups.items():
+            if g in lows:
+                seen += 1
+                assert acc._best_core(cores, lows[g]) == acc._best_core(cores)
+    assert seen
+
+
+@st.composite
+def smt2_topology_and_mostly_free_pool(draw: st.DrawFn) -> tuple[CPUTopology, CPUSet]:
+    """A two-thread machine (make_topology's numbering has a sibling shift) and a pool
+    where most CPUs are free (whole free cores for the take to choose among)."""
+    topo = draw(st.builds(make_topology, sockets=st.integers(1, 3),
+                          numa_per_socket=st.integers(1, 2), l3_per_numa=st.integers(1, 2),
+                          cores_per_l3=st.integers(1, 4), threads=st.just(2)))
+    cpus = sorted(topo.details)
+    keep = draw(st.lists(st.integers(0, 9), min_size=len(cpus), max_size=len(cpus)))
+    return topo, CPUSet(c for c, k in zip(cpus, keep, strict=True) if k < 8)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(smt2_topology_and_mostly_free_pool(), topology_and_pool()),
+       st.integers(1, 12), st.booleans(), st.booleans(), st.booleans(), st.booleans())
+def test_the_sibling_mask_shortcuts_take_what_the_core_by_core_passes_take(
+    tp: tuple[CPUTopology, CPUSet], count: int, spread: bool, uncore: bool,
+    distribute: bool, by_socket: bool
+) -> None:
+    """The packed and distributed takes (kubelet cpu_assignment.go takeByTopologyNUMAPacked,
+    takeByTopologyNUMADistributed, v1.37.2) give the same CPUs, or the same error, with the
+    TopologyIndex.sibling_shift shortcuts (the best core, the free cores) as with the
+    passes over every core they replace."""
+    import dataclasses
+
+    from nri_cpumgr.cm.cpumanager.cpu_assignment import _distributed, _packed
+
+    topo, pool = tp
+    idx = topology_index(topo)
+    plain = dataclasses.replace(idx, sibling_shift=0, core_of_low={}, socket_lows={},
+                                numa_lows={})
+    avail = cpus_to_mask(pool)
+
+    def take(index: object) -> object:
+        try:
+            if distribute:
+                return _distributed(index, avail, count, len(pool), 1, spread, by_socket, 0)
+            return _packed(index, avail, count, len(pool), spread, uncore)
+        except Exception as e:  # noqa: BLE001 - the same error, the same text
+            return (type(e), str(e))
+
+    assert take(idx) == take(plain)
+
+
 take_options = st.fixed_dictionaries(
     {"spread": st.booleans(), "prefer_align_by_uncorecache": st.booleans()}
 )

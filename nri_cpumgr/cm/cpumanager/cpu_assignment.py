@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from nri_cpumgr.cm.cpumanager.errors import AllocationFailedError, NotEnoughCPUsError
 from nri_cpumgr.cm.cpumanager.policy_options import StaticPolicyOptions
@@ -115,6 +115,15 @@ class TopologyIndex:
     socket_numas: dict[int, tuple[tuple[int, int], ...]]
     numa_uncores: dict[int, tuple[tuple[int, int], ...]]
     numa_socket_ids: dict[int, frozenset[int]]
+    #: two-thread cores numbered alike (core ``i``'s CPUs ``c`` and ``c + sibling_shift``,
+    #: ``c`` rising with the core id, as Linux numbers most SMT machines): the shift, else 0
+    sibling_shift: int = 0
+    #: with ``sibling_shift``: each core's first CPU -> the core's id
+    core_of_low: dict[int, int] = field(default_factory=dict)
+    #: with ``sibling_shift``: per socket / NUMA node made of whole cores, its cores' first
+    #: CPUs (a group with a core's CPU outside it is not there)
+    socket_lows: dict[int, int] = field(default_factory=dict)
+    numa_lows: dict[int, int] = field(default_factory=dict)
 
     @classmethod
     def build(cls, topo: CPUTopology) -> TopologyIndex:
@@ -139,6 +148,7 @@ class TopologyIndex:
         for m in core_mask.values():
             all_mask |= m
         numa_sockets = pairs(numa_mask, socket_mask)
+        shift, core_of_low = _sibling_shift(core_mask)
         return cls(
             all_mask=all_mask,
             num_cpus_table=len(topo.details),
@@ -164,7 +174,49 @@ class TopologyIndex:
             socket_numas=pairs(socket_mask, numa_mask),
             numa_uncores=pairs(numa_mask, uncore_mask),
             numa_socket_ids={n: frozenset(s for s, _ in v) for n, v in numa_sockets.items()},
+            sibling_shift=shift,
+            core_of_low=core_of_low,
+            socket_lows=_group_lows(socket_mask, core_mask, shift),
+            numa_lows=_group_lows(numa_mask, core_mask, shift),
         )
+
+
+def _sibling_shift(core_mask: dict[int, int]) -> tuple[int, dict[int, int]]:
+    """``(shift, {first CPU: core id})`` when every core has two CPUs ``c`` and ``c + shift``
+    (one shift for all) and the first CPUs rise with the core ids; else ``(0, {})``."""
+    shift = 0
+    core_of_low: dict[int, int] = {}
+    last = -1
+    for core in sorted(core_mask):
+        m = core_mask[core]
+        if m.bit_count() != 2:
+            return 0, {}
+        lo = (m & -m).bit_length() - 1
+        gap = m.bit_length() - 1 - lo
+        if lo <= last or (shift and gap != shift):
+            return 0, {}
+        shift, last = gap, lo
+        core_of_low[lo] = core
+    return shift, core_of_low
+
+
+def _group_lows(group_mask: dict[int, int], core_mask: dict[int, int],
+                shift: int) -> dict[int, int]:
+    """Per group made of whole cores, its cores' first CPUs (see :func:`_sibling_shift`)."""
+    if not shift:
+        return {}
+    out: dict[int, int] = {}
+    for g, gm in group_mask.items():
+        lows, whole = 0, True
+        for m in core_mask.values():
+            if gm & m:
+                if m & ~gm:
+                    whole = False
+                    break
+                lows |= m & -m
+        if whole:
+            out[g] = lows
+    return out
 
 
 _INDEX_CACHE: dict[int, TopologyIndex] = {}
@@ -264,6 +316,7 @@ class _Accumulator:
             # order is sorted only if it did not (it always does: a guard, not a path)
             outer: Iterable[int] = self._first_then_all()
             groups = idx.socket_cores if idx.numa_first else idx.numa_cores
+            lows = idx.socket_lows if idx.numa_first else idx.numa_lows
         elif idx.numa_first:
             outer, groups = self.sort_sockets(), idx.socket_cores
         else:
@@ -271,7 +324,7 @@ class _Accumulator:
         core_mask = idx.core_mask
         for g in outer:
             if first_only:
-                best = self._best_core(groups[g])
+                best = self._best_core(groups[g], lows.get(g))
                 if best >= 0:
                     yield [best]
                     return
@@ -281,12 +334,19 @@ class _Accumulator:
             keyed.sort()
             yield [k & _ID_MASK for k in keyed]
 
-    def _best_core(self, group: Sequence[tuple[int, int]]) -> int:
+    def _best_core(self, group: Sequence[tuple[int, int]], lows: int | None = None) -> int:
         """The first core of ``group`` (``(core id, mask)`` by ascending id) in
         :meth:`sort_cores` order: the fewest free CPUs, then the lowest id; -1 when none of
         them has a free CPU. A present core with one free CPU is the answer, and the cores
-        come in id order (no need to see the rest)."""
+        come in id order (no need to see the rest). ``lows``: the group's cores' first CPUs
+        on a machine of :attr:`TopologyIndex.sibling_shift` (the answer from a few mask
+        operations, not a pass over the group's cores: a 1-CPU take on a 128-core node)."""
         avail = self.avail
+        if lows is not None:
+            lo = avail & lows
+            hi = (avail >> self.idx.sibling_shift) & lows  # (the sibling's bit, moved down)
+            pick = (lo ^ hi) or (lo & hi)  # (one CPU free, else both)
+            return self.idx.core_of_low[(pick & -pick).bit_length() - 1] if pick else -1
         core_mask = self.idx.core_mask
         best, best_free = -1, 0
         for i, m in group:
@@ -387,8 +447,36 @@ class _Accumulator:
         idx = self.idx
         if self.needed < idx.cpus_per_core:
             return
+        if idx.sibling_shift and self._take_full_sibling_cores():
+            return
         free = [c for c in self.sort_cores() if self.free(idx.core_mask[c]) == idx.cpus_per_core]
         self._take_full(free, idx.core_mask)
+
+    def _take_full_sibling_cores(self) -> bool:
+        """:meth:`take_full_cores` on a machine of :attr:`TopologyIndex.sibling_shift` whose
+        sockets (NUMA nodes) of :meth:`sort_cores`' runs are made of whole cores: in each run
+        the free cores come last, by id, so the free cores in that order are each group's
+        cores with both CPUs free, lowest first (a mask, not a sort of every core). False
+        (nothing taken) when a group is not made of whole cores."""
+        idx = self.idx
+        if idx.numa_first:
+            outer, lows_of = self.sort_sockets(), idx.socket_lows
+        else:
+            outer, lows_of = self.sort_numas(), idx.numa_lows
+        if any(g not in lows_of for g in outer):
+            return False
+        shift = idx.sibling_shift
+        avail = self.avail
+        both = avail & (avail >> shift)  # (first CPUs of the cores with both CPUs free)
+        for g in outer:
+            m = both & lows_of[g]
+            while m and self.needed >= 2:
+                low = m & -m
+                self.take(low | low << shift)
+                m ^= low
+            if self.needed < 2:
+                break
+        return True
 
     def take_full_uncores(self) -> None:
         idx = self.idx
@@ -439,8 +527,9 @@ class _Accumulator:
             idx = self.idx
             g = self._first_outer()
             if g >= 0:
-                core = self._best_core(idx.socket_cores[g] if idx.numa_first
-                                       else idx.numa_cores[g])
+                core = self._best_core(*((idx.socket_cores[g], idx.socket_lows.get(g))
+                                         if idx.numa_first
+                                         else (idx.numa_cores[g], idx.numa_lows.get(g))))
                 if core >= 0:
                     m = avail & idx.core_mask[core]
                     self.take(m & -m)
