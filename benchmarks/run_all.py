@@ -8,7 +8,8 @@
 4. busy_node.py    - a Guaranteed pod among 40 running shared containers (--quick): Create+Start,
                      deletion, time until the shared pool moves off/back, runc updates per pod
 5. fake_runtime.py - Synchronize/CreateContainer/StopContainer on the fake runtime at 1,000 shared
-                     containers, 256 CPUs, beside the minimal Go plugin (--quick)
+                     containers, 256 CPUs, beside the minimal Go plugin (--quick), then with the
+                     chart's pod spec watch (--quick --pod-spec)
 6. burst_real.py   - a burst of 10 Guaranteed pods on a real containerd (fixture topology):
                      updates per shared container (--rounds 1)
 """
@@ -36,6 +37,7 @@ def main() -> int:
         run_cri_create(Path(tmp) / "config.yaml")
     run([str(HERE / "busy_node.py"), "--quick"])
     run([str(HERE / "fake_runtime.py"), "--quick"])
+    run([str(HERE / "fake_runtime.py"), "--quick", "--pod-spec"])  # (the chart's default)
     run([str(HERE / "burst_real.py"), "--rounds", "1"])
     return 0
 
