@@ -1052,8 +1052,8 @@ GC_EARLY = 0.75
 def collect_early() -> None:
     """A collection of the young generations that is nearly due, now: called after an answer
     is written, before the next request is read, so that the collector's automatic runs
-    (CPython's thresholds: every 700 new container objects, about every 50 create cycles
-    on a node of 1,000 containers, 150-400 us each) come between requests instead of inside
+    (CPython's thresholds: every 700 new objects the collector tracks, about every 45 create
+    cycles on a node of 1,000 containers, 150-400 us each) come between requests instead of inside
     a handler, where the runtime waits under its locks (issue 34: p99). Collects the
     generation the automatic run would (the first, or the first two when the second is
     due); the oldest generation is left to the automatic runs. Nothing while the collector
