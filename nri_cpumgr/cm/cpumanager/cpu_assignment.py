@@ -315,12 +315,9 @@ class _Accumulator:
             # the first socket (NUMA node) of that order holds a free core: the rest of the
             # order is sorted only if it did not (it always does: a guard, not a path)
             outer: Iterable[int] = self._first_then_all()
-            groups = idx.socket_cores if idx.numa_first else idx.numa_cores
-            lows = idx.socket_lows if idx.numa_first else idx.numa_lows
-        elif idx.numa_first:
-            outer, groups = self.sort_sockets(), idx.socket_cores
         else:
-            outer, groups = self.sort_numas(), idx.numa_cores
+            outer = self.sort_sockets() if idx.numa_first else self.sort_numas()
+        groups, lows = self._core_groups()
         core_mask = idx.core_mask
         for g in outer:
             if first_only:
@@ -333,6 +330,15 @@ class _Accumulator:
                      for i, m in groups[g] if avail & m]
             keyed.sort()
             yield [k & _ID_MASK for k in keyed]
+
+    def _core_groups(self) -> tuple[dict[int, tuple[tuple[int, int], ...]], dict[int, int]]:
+        """The groups :meth:`sort_cores` runs over (sockets on a NUMA-first machine, else
+        NUMA nodes): their cores, and their cores' first CPUs where
+        :attr:`TopologyIndex.sibling_shift` applies."""
+        idx = self.idx
+        if idx.numa_first:
+            return idx.socket_cores, idx.socket_lows
+        return idx.numa_cores, idx.numa_lows
 
     def _best_core(self, group: Sequence[tuple[int, int]], lows: int | None = None) -> int:
         """The first core of ``group`` (``(core id, mask)`` by ascending id) in
@@ -459,10 +465,8 @@ class _Accumulator:
         cores with both CPUs free, lowest first (a mask, not a sort of every core). False
         (nothing taken) when a group is not made of whole cores."""
         idx = self.idx
-        if idx.numa_first:
-            outer, lows_of = self.sort_sockets(), idx.socket_lows
-        else:
-            outer, lows_of = self.sort_numas(), idx.numa_lows
+        outer = self.sort_sockets() if idx.numa_first else self.sort_numas()
+        lows_of = self._core_groups()[1]
         if any(g not in lows_of for g in outer):
             return False
         shift = idx.sibling_shift
@@ -527,9 +531,8 @@ class _Accumulator:
             idx = self.idx
             g = self._first_outer()
             if g >= 0:
-                core = self._best_core(*((idx.socket_cores[g], idx.socket_lows.get(g))
-                                         if idx.numa_first
-                                         else (idx.numa_cores[g], idx.numa_lows.get(g))))
+                groups, lows = self._core_groups()
+                core = self._best_core(groups[g], lows.get(g))
                 if core >= 0:
                     m = avail & idx.core_mask[core]
                     self.take(m & -m)
