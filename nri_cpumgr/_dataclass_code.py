@@ -211,6 +211,16 @@ def __create_fn__():
  return __hash__
 CODE['def __create_fn__():\n def __hash__(self):\n  return hash((self.numa,self.socket,self.core,self.uncore,self.die,))\n return __hash__'] = __create_fn__.__code__
 
+def __create_fn__(__slot_init_factory__, _set_numa, _set_socket, _set_core, _set_uncore, _dflt_uncore, _set_die, _dflt_die, _return_type):
+ def __init__(self,numa,socket,core,uncore=_dflt_uncore,die=_dflt_die)->_return_type:
+  _set_numa(self, numa)
+  _set_socket(self, socket)
+  _set_core(self, core)
+  _set_uncore(self, uncore)
+  _set_die(self, die)
+ return __init__
+CODE['def __create_fn__(__slot_init_factory__, _set_numa, _set_socket, _set_core, _set_uncore, _dflt_uncore, _set_die, _dflt_die, _return_type):\n def __init__(self,numa,socket,core,uncore=_dflt_uncore,die=_dflt_die)->_return_type:\n  _set_numa(self, numa)\n  _set_socket(self, socket)\n  _set_core(self, core)\n  _set_uncore(self, uncore)\n  _set_die(self, die)\n return __init__'] = __create_fn__.__code__
+
 def __create_fn__(_type_id, _type_memory_bytes, _type_hugepages, _type_distances, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_memory_bytes, _dflt_hugepages, _dflt_distances, _return_type):
  def __init__(self,id:_type_id,memory_bytes:_type_memory_bytes=_dflt_memory_bytes,hugepages:_type_hugepages=_HAS_DEFAULT_FACTORY,distances:_type_distances=_HAS_DEFAULT_FACTORY)->_return_type:
   __dataclass_builtins_object__.__setattr__(self,'id',id)
@@ -505,6 +515,13 @@ def __create_fn__():
  return __hash__
 CODE['def __create_fn__():\n def __hash__(self):\n  return hash((self.numa,self.preferred,))\n return __hash__'] = __create_fn__.__code__
 
+def __create_fn__(__slot_init_factory__, _set_numa, _set_preferred, _return_type):
+ def __init__(self,numa,preferred)->_return_type:
+  _set_numa(self, numa)
+  _set_preferred(self, preferred)
+ return __init__
+CODE['def __create_fn__(__slot_init_factory__, _set_numa, _set_preferred, _return_type):\n def __init__(self,numa,preferred)->_return_type:\n  _set_numa(self, numa)\n  _set_preferred(self, preferred)\n return __init__'] = __create_fn__.__code__
+
 def __create_fn__(_type_nodes, _type_distances, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_distances, _return_type):
  def __init__(self,nodes:_type_nodes,distances:_type_distances=_HAS_DEFAULT_FACTORY)->_return_type:
   __dataclass_builtins_object__.__setattr__(self,'nodes',nodes)
@@ -681,6 +698,17 @@ def __create_fn__():
  return __hash__
 CODE['def __create_fn__():\n def __hash__(self):\n  return hash((self.name,self.requests,self.limits,self.restartable,))\n return __hash__'] = __create_fn__.__code__
 
+def __create_fn__(__slot_init_factory__, _set_name, _set_requests, _dflt_requests, _set_limits, _dflt_limits, _set_restartable, _dflt_restartable, _return_type):
+ def __init__(self,name,requests=__slot_init_factory__,limits=__slot_init_factory__,restartable=_dflt_restartable)->_return_type:
+  _set_name(self, name)
+  if requests is __slot_init_factory__: requests = _dflt_requests()
+  _set_requests(self, requests)
+  if limits is __slot_init_factory__: limits = _dflt_limits()
+  _set_limits(self, limits)
+  _set_restartable(self, restartable)
+ return __init__
+CODE['def __create_fn__(__slot_init_factory__, _set_name, _set_requests, _dflt_requests, _set_limits, _dflt_limits, _set_restartable, _dflt_restartable, _return_type):\n def __init__(self,name,requests=__slot_init_factory__,limits=__slot_init_factory__,restartable=_dflt_restartable)->_return_type:\n  _set_name(self, name)\n  if requests is __slot_init_factory__: requests = _dflt_requests()\n  _set_requests(self, requests)\n  if limits is __slot_init_factory__: limits = _dflt_limits()\n  _set_limits(self, limits)\n  _set_restartable(self, restartable)\n return __init__'] = __create_fn__.__code__
+
 def __create_fn__(_type_uid, _type_name, _type_namespace, _type_containers, _type_init_containers, _type_qos, _type_pod_level_resources, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_name, _dflt_namespace, _dflt_containers, _dflt_init_containers, _dflt_qos, _dflt_pod_level_resources, _return_type):
  def __init__(self,uid:_type_uid,name:_type_name=_dflt_name,namespace:_type_namespace=_dflt_namespace,containers:_type_containers=_dflt_containers,init_containers:_type_init_containers=_dflt_init_containers,qos:_type_qos=_dflt_qos,pod_level_resources:_type_pod_level_resources=_dflt_pod_level_resources)->_return_type:
   __dataclass_builtins_object__.__setattr__(self,'uid',uid)
@@ -728,6 +756,18 @@ def __create_fn__():
   return hash((self.uid,self.name,self.namespace,self.containers,self.init_containers,self.qos,self.pod_level_resources,))
  return __hash__
 CODE['def __create_fn__():\n def __hash__(self):\n  return hash((self.uid,self.name,self.namespace,self.containers,self.init_containers,self.qos,self.pod_level_resources,))\n return __hash__'] = __create_fn__.__code__
+
+def __create_fn__(__slot_init_factory__, _set_uid, _set_name, _dflt_name, _set_namespace, _dflt_namespace, _set_containers, _dflt_containers, _set_init_containers, _dflt_init_containers, _set_qos, _dflt_qos, _set_pod_level_resources, _dflt_pod_level_resources, _return_type):
+ def __init__(self,uid,name=_dflt_name,namespace=_dflt_namespace,containers=_dflt_containers,init_containers=_dflt_init_containers,qos=_dflt_qos,pod_level_resources=_dflt_pod_level_resources)->_return_type:
+  _set_uid(self, uid)
+  _set_name(self, name)
+  _set_namespace(self, namespace)
+  _set_containers(self, containers)
+  _set_init_containers(self, init_containers)
+  _set_qos(self, qos)
+  _set_pod_level_resources(self, pod_level_resources)
+ return __init__
+CODE['def __create_fn__(__slot_init_factory__, _set_uid, _set_name, _dflt_name, _set_namespace, _dflt_namespace, _set_containers, _dflt_containers, _set_init_containers, _dflt_init_containers, _set_qos, _dflt_qos, _set_pod_level_resources, _dflt_pod_level_resources, _return_type):\n def __init__(self,uid,name=_dflt_name,namespace=_dflt_namespace,containers=_dflt_containers,init_containers=_dflt_init_containers,qos=_dflt_qos,pod_level_resources=_dflt_pod_level_resources)->_return_type:\n  _set_uid(self, uid)\n  _set_name(self, name)\n  _set_namespace(self, namespace)\n  _set_containers(self, containers)\n  _set_init_containers(self, init_containers)\n  _set_qos(self, qos)\n  _set_pod_level_resources(self, pod_level_resources)\n return __init__'] = __create_fn__.__code__
 
 def __create_fn__(_type_admit, _type_reason, _type_message, _type_error, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_reason, _dflt_message, _dflt_error, _return_type):
  def __init__(self,admit:_type_admit,reason:_type_reason=_dflt_reason,message:_type_message=_dflt_message,error:_type_error=_dflt_error)->_return_type:
@@ -823,6 +863,20 @@ def __create_fn__():
   return hash((self.uid,self.namespace,self.name,self.pod_level,self.pod_requests,self.pod_limits,self.containers,self.init_containers,self.aliases,))
  return __hash__
 CODE['def __create_fn__():\n def __hash__(self):\n  return hash((self.uid,self.namespace,self.name,self.pod_level,self.pod_requests,self.pod_limits,self.containers,self.init_containers,self.aliases,))\n return __hash__'] = __create_fn__.__code__
+
+def __create_fn__(__slot_init_factory__, _set_uid, _set_namespace, _set_name, _set_pod_level, _set_pod_requests, _set_pod_limits, _set_containers, _set_init_containers, _dflt_init_containers, _set_aliases, _dflt_aliases, _return_type):
+ def __init__(self,uid,namespace,name,pod_level,pod_requests,pod_limits,containers,init_containers=_dflt_init_containers,aliases=_dflt_aliases)->_return_type:
+  _set_uid(self, uid)
+  _set_namespace(self, namespace)
+  _set_name(self, name)
+  _set_pod_level(self, pod_level)
+  _set_pod_requests(self, pod_requests)
+  _set_pod_limits(self, pod_limits)
+  _set_containers(self, containers)
+  _set_init_containers(self, init_containers)
+  _set_aliases(self, aliases)
+ return __init__
+CODE['def __create_fn__(__slot_init_factory__, _set_uid, _set_namespace, _set_name, _set_pod_level, _set_pod_requests, _set_pod_limits, _set_containers, _set_init_containers, _dflt_init_containers, _set_aliases, _dflt_aliases, _return_type):\n def __init__(self,uid,namespace,name,pod_level,pod_requests,pod_limits,containers,init_containers=_dflt_init_containers,aliases=_dflt_aliases)->_return_type:\n  _set_uid(self, uid)\n  _set_namespace(self, namespace)\n  _set_name(self, name)\n  _set_pod_level(self, pod_level)\n  _set_pod_requests(self, pod_requests)\n  _set_pod_limits(self, pod_limits)\n  _set_containers(self, containers)\n  _set_init_containers(self, init_containers)\n  _set_aliases(self, aliases)\n return __init__'] = __create_fn__.__code__
 
 def __create_fn__(_type_shares, _type_cpu_request_milli, _type_cpu_limit_milli, _type_memory_limit, _type_hugepages, _type_cpu_quota, _type_cpu_period, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_cpu_quota, _dflt_cpu_period, _return_type):
  def __init__(self,shares:_type_shares,cpu_request_milli:_type_cpu_request_milli,cpu_limit_milli:_type_cpu_limit_milli,memory_limit:_type_memory_limit,hugepages:_type_hugepages,cpu_quota:_type_cpu_quota=_dflt_cpu_quota,cpu_period:_type_cpu_period=_dflt_cpu_period)->_return_type:
@@ -928,6 +982,26 @@ def __create_fn__():
  return __hash__
 CODE['def __create_fn__():\n def __hash__(self):\n  return hash((self.id,self.pod_id,self.pod_uid,self.pod_name,self.namespace,self.name,self.restart_count,self.qos,self.qos_source,self.resources,self.cpus,self.devices,self.pod_resources,self.pod_overhead,self.pod_spec,))\n return __hash__'] = __create_fn__.__code__
 
+def __create_fn__(__slot_init_factory__, _set_id, _set_pod_id, _set_pod_uid, _set_pod_name, _set_namespace, _set_name, _set_restart_count, _set_qos, _set_qos_source, _set_resources, _set_cpus, _set_devices, _set_pod_resources, _dflt_pod_resources, _set_pod_overhead, _dflt_pod_overhead, _set_pod_spec, _dflt_pod_spec, _return_type):
+ def __init__(self,id,pod_id,pod_uid,pod_name,namespace,name,restart_count,qos,qos_source,resources,cpus,devices,pod_resources=_dflt_pod_resources,pod_overhead=_dflt_pod_overhead,pod_spec=_dflt_pod_spec)->_return_type:
+  _set_id(self, id)
+  _set_pod_id(self, pod_id)
+  _set_pod_uid(self, pod_uid)
+  _set_pod_name(self, pod_name)
+  _set_namespace(self, namespace)
+  _set_name(self, name)
+  _set_restart_count(self, restart_count)
+  _set_qos(self, qos)
+  _set_qos_source(self, qos_source)
+  _set_resources(self, resources)
+  _set_cpus(self, cpus)
+  _set_devices(self, devices)
+  _set_pod_resources(self, pod_resources)
+  _set_pod_overhead(self, pod_overhead)
+  _set_pod_spec(self, pod_spec)
+ return __init__
+CODE['def __create_fn__(__slot_init_factory__, _set_id, _set_pod_id, _set_pod_uid, _set_pod_name, _set_namespace, _set_name, _set_restart_count, _set_qos, _set_qos_source, _set_resources, _set_cpus, _set_devices, _set_pod_resources, _dflt_pod_resources, _set_pod_overhead, _dflt_pod_overhead, _set_pod_spec, _dflt_pod_spec, _return_type):\n def __init__(self,id,pod_id,pod_uid,pod_name,namespace,name,restart_count,qos,qos_source,resources,cpus,devices,pod_resources=_dflt_pod_resources,pod_overhead=_dflt_pod_overhead,pod_spec=_dflt_pod_spec)->_return_type:\n  _set_id(self, id)\n  _set_pod_id(self, pod_id)\n  _set_pod_uid(self, pod_uid)\n  _set_pod_name(self, pod_name)\n  _set_namespace(self, namespace)\n  _set_name(self, name)\n  _set_restart_count(self, restart_count)\n  _set_qos(self, qos)\n  _set_qos_source(self, qos_source)\n  _set_resources(self, resources)\n  _set_cpus(self, cpus)\n  _set_devices(self, devices)\n  _set_pod_resources(self, pod_resources)\n  _set_pod_overhead(self, pod_overhead)\n  _set_pod_spec(self, pod_spec)\n return __init__'] = __create_fn__.__code__
+
 def __create_fn__(_type_container_id, _type_cpus, _type_exclusive, _type_mems, _type_quota, _type_pod_updates, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_exclusive, _dflt_mems, _dflt_quota, _dflt_pod_updates, _return_type):
  def __init__(self,container_id:_type_container_id,cpus:_type_cpus,exclusive:_type_exclusive=_dflt_exclusive,mems:_type_mems=_dflt_mems,quota:_type_quota=_dflt_quota,pod_updates:_type_pod_updates=_HAS_DEFAULT_FACTORY)->_return_type:
   self.container_id=container_id
@@ -1021,6 +1095,15 @@ def __create_fn__():
   return hash((self.refused,self.containers,self.pinned,self.unsatisfiable,))
  return __hash__
 CODE['def __create_fn__():\n def __hash__(self):\n  return hash((self.refused,self.containers,self.pinned,self.unsatisfiable,))\n return __hash__'] = __create_fn__.__code__
+
+def __create_fn__(__slot_init_factory__, _set_refused, _set_containers, _set_pinned, _dflt_pinned, _set_unsatisfiable, _dflt_unsatisfiable, _return_type):
+ def __init__(self,refused,containers,pinned=_dflt_pinned,unsatisfiable=_dflt_unsatisfiable)->_return_type:
+  _set_refused(self, refused)
+  _set_containers(self, containers)
+  _set_pinned(self, pinned)
+  _set_unsatisfiable(self, unsatisfiable)
+ return __init__
+CODE['def __create_fn__(__slot_init_factory__, _set_refused, _set_containers, _set_pinned, _dflt_pinned, _set_unsatisfiable, _dflt_unsatisfiable, _return_type):\n def __init__(self,refused,containers,pinned=_dflt_pinned,unsatisfiable=_dflt_unsatisfiable)->_return_type:\n  _set_refused(self, refused)\n  _set_containers(self, containers)\n  _set_pinned(self, pinned)\n  _set_unsatisfiable(self, unsatisfiable)\n return __init__'] = __create_fn__.__code__
 
 def __create_fn__(_type_applied, _type_mems, _type_failures, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_failures, _return_type):
  def __init__(self,applied:_type_applied,mems:_type_mems,failures:_type_failures=_dflt_failures)->_return_type:
@@ -1199,5 +1282,17 @@ def __create_fn__():
   return hash((self.cpu,self.socket,self.die,self.core_id,self.numa,self.siblings,self.siblings_path,))
  return __hash__
 CODE['def __create_fn__():\n def __hash__(self):\n  return hash((self.cpu,self.socket,self.die,self.core_id,self.numa,self.siblings,self.siblings_path,))\n return __hash__'] = __create_fn__.__code__
+
+def __create_fn__(__slot_init_factory__, _set_cpu, _set_socket, _set_die, _set_core_id, _set_numa, _set_siblings, _set_siblings_path, _return_type):
+ def __init__(self,cpu,socket,die,core_id,numa,siblings,siblings_path)->_return_type:
+  _set_cpu(self, cpu)
+  _set_socket(self, socket)
+  _set_die(self, die)
+  _set_core_id(self, core_id)
+  _set_numa(self, numa)
+  _set_siblings(self, siblings)
+  _set_siblings_path(self, siblings_path)
+ return __init__
+CODE['def __create_fn__(__slot_init_factory__, _set_cpu, _set_socket, _set_die, _set_core_id, _set_numa, _set_siblings, _set_siblings_path, _return_type):\n def __init__(self,cpu,socket,die,core_id,numa,siblings,siblings_path)->_return_type:\n  _set_cpu(self, cpu)\n  _set_socket(self, socket)\n  _set_die(self, die)\n  _set_core_id(self, core_id)\n  _set_numa(self, numa)\n  _set_siblings(self, siblings)\n  _set_siblings_path(self, siblings_path)\n return __init__'] = __create_fn__.__code__
 
 del __create_fn__

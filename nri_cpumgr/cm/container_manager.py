@@ -54,6 +54,7 @@ from nri_cpumgr.cm.topologymanager import (
     TopologyManager,
 )
 from nri_cpumgr.cpuset import CPUSet, format_mask, ids_to_mask
+from nri_cpumgr.frozen import slot_init
 from nri_cpumgr.jsontext import RawJSON, encode
 from nri_cpumgr.podmodel import Pod, QOSClass
 from nri_cpumgr.podmodel.nri import ContainerInfo, Resources
@@ -79,6 +80,7 @@ def mems_for(blocks: Iterable[Block] | None) -> CPUSet:
     return blocks_mems(blocks)
 
 
+@slot_init
 @dataclasses.dataclass(frozen=True, slots=True)
 class PodAdmission:
     """The record of a whole-pod admission (:meth:`ContainerManager.admit` with the pod's

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from nri_cpumgr.frozen import slot_init
+
 
 class QOSClass(enum.StrEnum):
     """Kubernetes pod QoS classes (k8s.io/api core/v1 PodQOSClass)."""
@@ -22,6 +24,7 @@ class QOSClass(enum.StrEnum):
     BESTEFFORT = "BestEffort"
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class ContainerSpec:
     """One container's resources.
@@ -68,6 +71,7 @@ class ContainerSpec:
         return True
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Pod:
     """A pod: uid, name/namespace, its init and app containers as far as they are known.

@@ -20,12 +20,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from nri_cpumgr.frozen import slot_init
 from nri_cpumgr.podmodel.model import ContainerSpec, ResourceListError, parse_resource_list
 
 #: Annotation of a mirror pod naming its static pod's UID (kubelet types ConfigMirrorAnnotationKey).
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class PodSpecFacts:
     """The spec facts of one pod.

@@ -55,6 +55,7 @@ from nri_cpumgr.podmodel.nri import (
     plain_shared,
     qos_from_resources,
 )
+from nri_cpumgr.podmodel.spec import PodSpecFacts
 from nri_cpumgr.poolsync import (
     NodeActivity,
     SharedPoolSync,
@@ -410,29 +411,31 @@ class Plugin:
             self._pod_source.stop()
         self.pod_specs = self._pod_source = None
 
-    def _with_pod_spec(self, info: ContainerInfo) -> ContainerInfo:
-        """``info`` with its pod's spec facts when a source has them (only a Guaranteed
-        container under the static CPU or Memory Manager policy can be decided differently
-        with them: its pod is admitted whole). Waits at most ``podSpecWait`` for a pod the
-        connected watch has not shown yet; without them the container is decided from NRI
-        alone, container by container (said once per pod)."""
+    def _spec_facts(self, pod_uid: str, qos: QOSClass) -> PodSpecFacts | None:
+        """The spec facts of the pod ``pod_uid`` of a container being created, when a source
+        has them (only a Guaranteed container under the static CPU or Memory Manager policy
+        can be decided differently with them: its pod is admitted whole); waits at most
+        ``podSpecWait`` for a pod the connected watch has not shown yet. For
+        :func:`container_info`, which asks once it knows the uid and QoS class."""
         store = self.pod_specs
         if self._specs_owed:
             self.attach_owed_pod_specs()
-        if store is None or info.qos is not QOSClass.GUARANTEED or not self.manager.managed:
-            return info
-        facts = store.wait(info.pod_uid, self._spec_wait)
-        if facts is not None:
-            return info.with_pod_spec(facts)
-        if info.pod_uid not in self._said_no_spec:
-            if len(self._said_no_spec) > 4096:
-                self._said_no_spec.clear()
-            self._said_no_spec.add(info.pod_uid)
-            log.warning("pod %s/%s: no pod spec from the %s source (%s); deciding from NRI "
-                        "alone", info.namespace, info.pod_name, self.config.podSpecSource,
-                        "not connected" if not store.connected else
-                        f"not shown within {self.config.podSpecWait}")
-        return info
+        if store is None or qos is not QOSClass.GUARANTEED or not self.manager.managed:
+            return None
+        return store.wait(pod_uid, self._spec_wait)
+
+    def _no_spec_facts(self, info: ContainerInfo) -> None:
+        """``info``, Guaranteed, got no spec facts from the source: it is decided from NRI
+        alone, container by container (said once per pod)."""
+        if info.pod_uid in self._said_no_spec or self.pod_specs is None:
+            return
+        if len(self._said_no_spec) > 4096:
+            self._said_no_spec.clear()
+        self._said_no_spec.add(info.pod_uid)
+        log.warning("pod %s/%s: no pod spec from the %s source (%s); deciding from NRI "
+                    "alone", info.namespace, info.pod_name, self.config.podSpecSource,
+                    "not connected" if not self.pod_specs.connected else
+                    f"not shown within {self.config.podSpecWait}")
 
     def attach_owed_pod_specs(self) -> None:
         """After a Synchronize that did not wait for the pod spec source (see
@@ -757,9 +760,13 @@ class Plugin:
         if self.refused is not None:
             return nri_pb2.CreateContainerResponse()
         t0 = time.perf_counter()
-        info = container_info(req.pod, req.container)
-        if self.pod_specs is not None:
-            info = self._with_pod_spec(info)
+        if self.pod_specs is None:
+            info = container_info(req.pod, req.container)
+        else:  # (the facts asked for while the info is built: one ContainerInfo, not two)
+            info = container_info(req.pod, req.container, self._spec_facts)
+            if info.pod_spec is None and info.qos is QOSClass.GUARANTEED \
+                    and self.manager.managed:
+                self._no_spec_facts(info)
         if info.qos is QOSClass.GUARANTEED and _contradicts_guaranteed(info):
             log.warning(
                 "pod %s/%s container %s: the kubelet's cgroup parent says Guaranteed but the "

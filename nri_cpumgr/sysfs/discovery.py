@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from nri_cpumgr.cpuset import CPUSet, CPUSetError
+from nri_cpumgr.frozen import slot_init
 from nri_cpumgr.paths import ABSENT as _ABSENT
 from nri_cpumgr.topology import CPUInfo, CPUTopology, Machine, NUMANodeInfo
 
@@ -201,6 +202,7 @@ def _is_dir(entry: os.DirEntry[str]) -> bool:
 # per-CPU facts
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class _RawCPU:
     """One CPU's topology files (a docstring of its own: a dataclass without one takes

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nri_cpumgr.cpuset import CPUSet
+from nri_cpumgr.frozen import slot_init
 
 
 class TopologyError(ValueError):
@@ -117,6 +118,7 @@ def _row_place(row: Mapping[str, Any]) -> str:
     return f" ({', '.join(parts)})" if parts else ""
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class CPUInfo:
     """Where one logical CPU sits.

@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from nri_cpumgr.frozen import slot_init
+
 
 @dataclass(slots=True)
 class MemoryTable:
@@ -89,6 +91,7 @@ NUMANodeMap = dict[int, NUMANodeState]
 """Machine state: NUMA node id -> :class:`NUMANodeState`."""
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Block:
     """``size`` bytes of memory type ``type`` (``"memory"`` / ``"hugepages-<size>"``) given

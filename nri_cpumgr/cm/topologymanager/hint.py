@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nri_cpumgr.frozen import slot_init
 
+
+@slot_init
 @dataclass(frozen=True, slots=True)
 class TopologyHint:
     """A NUMA affinity a hint provider can satisfy a request with.
