@@ -247,6 +247,40 @@ def test_reply_mode_never_calls_update_containers(workdir):  # noqa: F811
     run(workdir, body, REPLY)
 
 
+def test_a_reply_modes_updates_stay_in_its_own_answer(workdir, tmp_path):  # noqa: F811
+    """The answers that carry only the cpuset share one message per adjustment
+    (runtime.plugin._shared_create_answer): a reply-mode answer, which carries the shared
+    containers' updates, is a message of its own, and a later answer of the same CPUs in
+    async mode carries no update."""
+    shared = {}
+
+    def sync(pods):
+        return [pod(p, "besteffort") for p in pods], [ctr(p, 0, "0-1") for p in pods]
+
+    async def reply(conn, plugin):
+        p, c = sync(["be"])
+        await conn.handshake(pods=p, containers=c)
+        resp = plugin.create_container(_guaranteed("g"))
+        assert resp.adjust.linux.resources.cpu.cpus == "1"
+        assert cpus_of(resp.update) == {"c-be": "0"}
+
+    async def asynchronous(conn, plugin):
+        p, c = sync(["be2"])
+        await conn.handshake(pods=p, containers=c)
+        for uid in ("g2", "g3"):  # (the same CPU 1 again once g2 is gone)
+            resp = plugin.create_container(_guaranteed(uid))
+            shared[uid] = resp
+            assert resp.adjust.linux.resources.cpu.cpus == "1" and len(resp.update) == 0
+            assert resp.adjust.linux.resources.cpu.quota.value == -1
+            ev = nri_pb2.StateChangeEvent(event=nri_pb2.REMOVE_CONTAINER, pod=pod(uid),
+                                          container=ctr(uid))
+            plugin.state_change(ev)
+
+    run(workdir, reply, REPLY)
+    run(tmp_path, asynchronous, FAST)
+    assert shared["g2"] is shared["g3"]
+
+
 def test_an_update_before_the_start_is_sent_again_after_it():
     """containerd 2.1 applies an update of a container that is not running to its spec only;
     a StartContainer already under way starts it with the old cpuset (seen with kubelet 1.37
