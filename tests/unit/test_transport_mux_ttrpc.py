@@ -374,3 +374,19 @@ def test_an_ok_response_is_what_protobuf_writes(size):
     assert ok_response(payload) == want
     back = ttrpc_pb2.Response.FromString(ok_response(payload))
     assert back.HasField("status") and back.status.code == 0 and back.payload == payload
+
+
+def test_a_malformed_ttrpc_request_is_refused_with_invalid_argument_and_serving_goes_on():
+    """(the request types are imported at the first request and kept: wire._parsed)"""
+    from nri_cpumgr.transport.wire import UnaryServer
+
+    calls = []
+    server = UnaryServer({("svc", "M"): lambda payload: calls.append(payload) or b"ok"})
+    method, answer = server.receive(1, b"\x0a\xff\xff\xff")  # (a length past the end)
+    resp = ttrpc_pb2.Response.FromString(answer)
+    assert (method, resp.status.code) == ("", 3)  # InvalidArgument
+    assert resp.status.message.startswith("malformed ttrpc request: ")
+    good = ttrpc_pb2.Request(service="svc", method="M", payload=b"x").SerializeToString()
+    method, answer = server.receive(3, good)
+    assert method == "M" and calls == [b"x"]
+    assert ttrpc_pb2.Response.FromString(answer).payload == b"ok"
