@@ -404,7 +404,7 @@ class StaticPolicy:
             if name != container_name:
                 in_use |= other
         state.delete(pod_uid, container_name)
-        state.default_set = state.default_set | (cpus - in_use)
+        state.give_to_default(cpus - in_use if in_use else cpus)
 
     # ---- topology hints ---------------------------------------------------------------------
     def get_topology_hints(

@@ -16,14 +16,40 @@ from nri_cpumgr.cpuset import CPUSet
 _EMPTY = CPUSet()
 
 
+#: The shared pools built last (mask -> set), newest last: a node's pool goes back and forth
+#: between a few values as pods come and go (an allocation takes CPUs, the removal gives
+#: them back), and building a 254-CPU set costs ~45 k instructions, a lookup a hundredth
+_POOLS: dict[int, CPUSet] = {}
+_POOLS_KEPT = 8
+
+
+def _pool(base: CPUSet, mask: int) -> CPUSet:
+    """The set of ``mask``: a recent pool's, else ``base`` with the CPUs it lacks added and
+    those ``mask`` lacks removed (set operations on the few CPUs that differ, not a set
+    built from the bits of a mask one by one)."""
+    d = _POOLS.pop(mask, None)
+    if d is None:
+        bm = base.mask
+        d = base
+        if bm & ~mask:
+            d = d - CPUSet.from_mask(bm & ~mask)
+        if mask & ~bm:
+            d = d | CPUSet.from_mask(mask & ~bm)
+        if len(_POOLS) >= _POOLS_KEPT:
+            del _POOLS[next(iter(_POOLS))]
+    _POOLS[mask] = d
+    return d
+
+
 class CPUManagerState:
     """Mutable CPU manager state (pure data; persistence is someone else's job).
 
-    ``default_set`` is kept as a bitmask after :meth:`take_from_default`, and its set is built
-    when next read: an allocation on a 256-CPU node does not build the 254-CPU shared pool
+    ``default_set`` is kept as a bitmask after :meth:`take_from_default` and
+    :meth:`give_to_default`, and its set is built when next read (or found among the last
+    pools built): an allocation on a 256-CPU node does not build the 254-CPU shared pool
     while the runtime waits for the answer (issue 34), but when the pool is next needed."""
 
-    __slots__ = ("assignments", "_default", "_default_mask", "_base", "_taken")
+    __slots__ = ("assignments", "_default", "_default_mask", "_base")
 
     def __init__(self, assignments: dict[str, dict[str, CPUSet]] | None = None,
                  default_set: CPUSet | None = None) -> None:
@@ -31,18 +57,15 @@ class CPUManagerState:
             else assignments
         self._default: CPUSet | None = CPUSet() if default_set is None else default_set
         self._default_mask = 0
-        #: while the set is not built: the last one built, and the CPUs taken from it since
+        #: while the set is not built: the last one built (``_default_mask`` is the pool's)
         self._base: CPUSet = _EMPTY
-        self._taken = 0
 
     @property
     def default_set(self) -> CPUSet:
         """The shared (default) CPU set."""
         d = self._default
         if d is None:
-            # (the last set minus the few CPUs taken since: a set difference, not a set
-            # built from the bits of a mask one by one)
-            d = self._default = self._base - CPUSet.from_mask(self._taken)
+            d = self._default = _pool(self._base, self._default_mask)
             self._base = _EMPTY
         return d
 
@@ -59,12 +82,19 @@ class CPUManagerState:
 
     def take_from_default(self, cpus: CPUSet) -> None:
         """``default_set -= cpus``, as a bitmask until the set is next read."""
+        self._lazy()
+        self._default_mask &= ~cpus.mask
+
+    def give_to_default(self, cpus: CPUSet) -> None:
+        """``default_set |= cpus``, as a bitmask until the set is next read."""
+        self._lazy()
+        self._default_mask |= cpus.mask
+
+    def _lazy(self) -> None:
         d = self._default
         if d is not None:
-            self._base, self._taken, self._default_mask = d, 0, d.mask
+            self._base, self._default_mask = d, d.mask
             self._default = None
-        self._taken |= cpus.mask
-        self._default_mask &= ~cpus.mask
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, CPUManagerState):
