@@ -3,6 +3,9 @@ read (nri_cpumgr.cm.cpumanager.state)."""
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from nri_cpumgr.cm.cpumanager.state import CPUManagerState
 from nri_cpumgr.cpuset import CPUSet
 
@@ -42,3 +45,27 @@ def test_the_set_is_built_from_the_last_one_minus_what_was_taken() -> None:
     s.take_from_default(CPUSet.parse("2"))
     assert s.default_set == CPUSet.parse("0-1,3")
     assert str(s.default_set) == "0-1,3"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.sets(st.integers(0, 40), max_size=6),
+                          st.booleans()), max_size=25))
+def test_takes_gives_and_reads_in_any_order_match_a_plain_set(steps) -> None:
+    """take_from_default / give_to_default kept as masks, the set built at a read (or
+    found among the recent pools, state._POOLS): always the plain set's contents, its own
+    mask, and a CPUSet."""
+    s = CPUManagerState(default_set=CPUSet(range(0, 41, 2)))
+    ref = set(range(0, 41, 2))
+    for take, cpus, read in steps:
+        if take:
+            s.take_from_default(CPUSet(cpus))
+            ref -= cpus
+        else:
+            s.give_to_default(CPUSet(cpus))
+            ref |= cpus
+        assert s.default_mask == sum(1 << c for c in ref)
+        if read:
+            got = s.default_set
+            assert type(got) is CPUSet and got == ref and got.mask == s.default_mask
+            assert str(got) == str(CPUSet(ref))
+    assert s.default_set == ref
