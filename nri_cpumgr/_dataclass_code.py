@@ -165,16 +165,6 @@ def __create_fn__():
  return __eq__
 CODE['def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.requested,self.cpus_per_core,self.available_physical_cpus,self.caused_by_physical_cpus,)==(other.requested,other.cpus_per_core,other.available_physical_cpus,other.caused_by_physical_cpus,)\n  return NotImplemented\n return __eq__'] = __create_fn__.__code__
 
-def __create_fn__(_type_numa, _type_socket, _type_core, _type_uncore, _type_die, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_uncore, _dflt_die, _return_type):
- def __init__(self,numa:_type_numa,socket:_type_socket,core:_type_core,uncore:_type_uncore=_dflt_uncore,die:_type_die=_dflt_die)->_return_type:
-  __dataclass_builtins_object__.__setattr__(self,'numa',numa)
-  __dataclass_builtins_object__.__setattr__(self,'socket',socket)
-  __dataclass_builtins_object__.__setattr__(self,'core',core)
-  __dataclass_builtins_object__.__setattr__(self,'uncore',uncore)
-  __dataclass_builtins_object__.__setattr__(self,'die',die)
- return __init__
-CODE["def __create_fn__(_type_numa, _type_socket, _type_core, _type_uncore, _type_die, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_uncore, _dflt_die, _return_type):\n def __init__(self,numa:_type_numa,socket:_type_socket,core:_type_core,uncore:_type_uncore=_dflt_uncore,die:_type_die=_dflt_die)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'numa',numa)\n  __dataclass_builtins_object__.__setattr__(self,'socket',socket)\n  __dataclass_builtins_object__.__setattr__(self,'core',core)\n  __dataclass_builtins_object__.__setattr__(self,'uncore',uncore)\n  __dataclass_builtins_object__.__setattr__(self,'die',die)\n return __init__"] = __create_fn__.__code__
-
 def __create_fn__():
  def __repr__(self):
   return self.__class__.__qualname__ + f"(numa={self.numa!r}, socket={self.socket!r}, core={self.core!r}, uncore={self.uncore!r}, die={self.die!r})"
@@ -472,13 +462,6 @@ def __create_fn__():
  return __hash__
 CODE['def __create_fn__():\n def __hash__(self):\n  return hash((self.all_mask,self.num_cpus_table,self.cpus_per_core,self.cpus_per_socket,self.cpus_per_uncore,self.numa_first,self.cores,self.sockets,self.numas,self.uncores,self.core_mask,self.socket_mask,self.numa_mask,self.uncore_mask,self.numa_size,self.min_numa_size,self.uncore_size,self.socket_cores,self.numa_cores,self.uncore_cores,self.numa_sockets,self.socket_numas,self.numa_uncores,self.numa_socket_ids,self.sibling_shift,self.core_of_low,self.socket_lows,self.numa_lows,))\n return __hash__'] = __create_fn__.__code__
 
-def __create_fn__(_type_numa, _type_preferred, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):
- def __init__(self,numa:_type_numa,preferred:_type_preferred)->_return_type:
-  __dataclass_builtins_object__.__setattr__(self,'numa',numa)
-  __dataclass_builtins_object__.__setattr__(self,'preferred',preferred)
- return __init__
-CODE["def __create_fn__(_type_numa, _type_preferred, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):\n def __init__(self,numa:_type_numa,preferred:_type_preferred)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'numa',numa)\n  __dataclass_builtins_object__.__setattr__(self,'preferred',preferred)\n return __init__"] = __create_fn__.__code__
-
 def __create_fn__():
  def __repr__(self):
   return self.__class__.__qualname__ + f"(numa={self.numa!r}, preferred={self.preferred!r})"
@@ -653,15 +636,6 @@ def __create_fn__():
  return __hash__
 CODE['def __create_fn__():\n def __hash__(self):\n  return hash((self.prefer_closest_numa,self.max_allowable_numa_nodes,self.extra,))\n return __hash__'] = __create_fn__.__code__
 
-def __create_fn__(_type_name, _type_requests, _type_limits, _type_restartable, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_requests, _dflt_limits, _dflt_restartable, _return_type):
- def __init__(self,name:_type_name,requests:_type_requests=_HAS_DEFAULT_FACTORY,limits:_type_limits=_HAS_DEFAULT_FACTORY,restartable:_type_restartable=_dflt_restartable)->_return_type:
-  __dataclass_builtins_object__.__setattr__(self,'name',name)
-  __dataclass_builtins_object__.__setattr__(self,'requests',_dflt_requests() if requests is _HAS_DEFAULT_FACTORY else requests)
-  __dataclass_builtins_object__.__setattr__(self,'limits',_dflt_limits() if limits is _HAS_DEFAULT_FACTORY else limits)
-  __dataclass_builtins_object__.__setattr__(self,'restartable',restartable)
- return __init__
-CODE["def __create_fn__(_type_name, _type_requests, _type_limits, _type_restartable, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_requests, _dflt_limits, _dflt_restartable, _return_type):\n def __init__(self,name:_type_name,requests:_type_requests=_HAS_DEFAULT_FACTORY,limits:_type_limits=_HAS_DEFAULT_FACTORY,restartable:_type_restartable=_dflt_restartable)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'name',name)\n  __dataclass_builtins_object__.__setattr__(self,'requests',_dflt_requests() if requests is _HAS_DEFAULT_FACTORY else requests)\n  __dataclass_builtins_object__.__setattr__(self,'limits',_dflt_limits() if limits is _HAS_DEFAULT_FACTORY else limits)\n  __dataclass_builtins_object__.__setattr__(self,'restartable',restartable)\n return __init__"] = __create_fn__.__code__
-
 def __create_fn__():
  def __repr__(self):
   return self.__class__.__qualname__ + f"(name={self.name!r}, requests={self.requests!r}, limits={self.limits!r}, restartable={self.restartable!r})"
@@ -708,18 +682,6 @@ def __create_fn__(__slot_init_factory__, _set_name, _set_requests, _dflt_request
   _set_restartable(self, restartable)
  return __init__
 CODE['def __create_fn__(__slot_init_factory__, _set_name, _set_requests, _dflt_requests, _set_limits, _dflt_limits, _set_restartable, _dflt_restartable, _return_type):\n def __init__(self,name,requests=__slot_init_factory__,limits=__slot_init_factory__,restartable=_dflt_restartable)->_return_type:\n  _set_name(self, name)\n  if requests is __slot_init_factory__: requests = _dflt_requests()\n  _set_requests(self, requests)\n  if limits is __slot_init_factory__: limits = _dflt_limits()\n  _set_limits(self, limits)\n  _set_restartable(self, restartable)\n return __init__'] = __create_fn__.__code__
-
-def __create_fn__(_type_uid, _type_name, _type_namespace, _type_containers, _type_init_containers, _type_qos, _type_pod_level_resources, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_name, _dflt_namespace, _dflt_containers, _dflt_init_containers, _dflt_qos, _dflt_pod_level_resources, _return_type):
- def __init__(self,uid:_type_uid,name:_type_name=_dflt_name,namespace:_type_namespace=_dflt_namespace,containers:_type_containers=_dflt_containers,init_containers:_type_init_containers=_dflt_init_containers,qos:_type_qos=_dflt_qos,pod_level_resources:_type_pod_level_resources=_dflt_pod_level_resources)->_return_type:
-  __dataclass_builtins_object__.__setattr__(self,'uid',uid)
-  __dataclass_builtins_object__.__setattr__(self,'name',name)
-  __dataclass_builtins_object__.__setattr__(self,'namespace',namespace)
-  __dataclass_builtins_object__.__setattr__(self,'containers',containers)
-  __dataclass_builtins_object__.__setattr__(self,'init_containers',init_containers)
-  __dataclass_builtins_object__.__setattr__(self,'qos',qos)
-  __dataclass_builtins_object__.__setattr__(self,'pod_level_resources',pod_level_resources)
- return __init__
-CODE["def __create_fn__(_type_uid, _type_name, _type_namespace, _type_containers, _type_init_containers, _type_qos, _type_pod_level_resources, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_name, _dflt_namespace, _dflt_containers, _dflt_init_containers, _dflt_qos, _dflt_pod_level_resources, _return_type):\n def __init__(self,uid:_type_uid,name:_type_name=_dflt_name,namespace:_type_namespace=_dflt_namespace,containers:_type_containers=_dflt_containers,init_containers:_type_init_containers=_dflt_init_containers,qos:_type_qos=_dflt_qos,pod_level_resources:_type_pod_level_resources=_dflt_pod_level_resources)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'uid',uid)\n  __dataclass_builtins_object__.__setattr__(self,'name',name)\n  __dataclass_builtins_object__.__setattr__(self,'namespace',namespace)\n  __dataclass_builtins_object__.__setattr__(self,'containers',containers)\n  __dataclass_builtins_object__.__setattr__(self,'init_containers',init_containers)\n  __dataclass_builtins_object__.__setattr__(self,'qos',qos)\n  __dataclass_builtins_object__.__setattr__(self,'pod_level_resources',pod_level_resources)\n return __init__"] = __create_fn__.__code__
 
 def __create_fn__():
  def __repr__(self):
@@ -813,20 +775,6 @@ def __create_fn__():
   return hash((self.admit,self.reason,self.message,self.error,))
  return __hash__
 CODE['def __create_fn__():\n def __hash__(self):\n  return hash((self.admit,self.reason,self.message,self.error,))\n return __hash__'] = __create_fn__.__code__
-
-def __create_fn__(_type_uid, _type_namespace, _type_name, _type_pod_level, _type_pod_requests, _type_pod_limits, _type_containers, _type_init_containers, _type_aliases, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_init_containers, _dflt_aliases, _return_type):
- def __init__(self,uid:_type_uid,namespace:_type_namespace,name:_type_name,pod_level:_type_pod_level,pod_requests:_type_pod_requests,pod_limits:_type_pod_limits,containers:_type_containers,init_containers:_type_init_containers=_dflt_init_containers,aliases:_type_aliases=_dflt_aliases)->_return_type:
-  __dataclass_builtins_object__.__setattr__(self,'uid',uid)
-  __dataclass_builtins_object__.__setattr__(self,'namespace',namespace)
-  __dataclass_builtins_object__.__setattr__(self,'name',name)
-  __dataclass_builtins_object__.__setattr__(self,'pod_level',pod_level)
-  __dataclass_builtins_object__.__setattr__(self,'pod_requests',pod_requests)
-  __dataclass_builtins_object__.__setattr__(self,'pod_limits',pod_limits)
-  __dataclass_builtins_object__.__setattr__(self,'containers',containers)
-  __dataclass_builtins_object__.__setattr__(self,'init_containers',init_containers)
-  __dataclass_builtins_object__.__setattr__(self,'aliases',aliases)
- return __init__
-CODE["def __create_fn__(_type_uid, _type_namespace, _type_name, _type_pod_level, _type_pod_requests, _type_pod_limits, _type_containers, _type_init_containers, _type_aliases, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_init_containers, _dflt_aliases, _return_type):\n def __init__(self,uid:_type_uid,namespace:_type_namespace,name:_type_name,pod_level:_type_pod_level,pod_requests:_type_pod_requests,pod_limits:_type_pod_limits,containers:_type_containers,init_containers:_type_init_containers=_dflt_init_containers,aliases:_type_aliases=_dflt_aliases)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'uid',uid)\n  __dataclass_builtins_object__.__setattr__(self,'namespace',namespace)\n  __dataclass_builtins_object__.__setattr__(self,'name',name)\n  __dataclass_builtins_object__.__setattr__(self,'pod_level',pod_level)\n  __dataclass_builtins_object__.__setattr__(self,'pod_requests',pod_requests)\n  __dataclass_builtins_object__.__setattr__(self,'pod_limits',pod_limits)\n  __dataclass_builtins_object__.__setattr__(self,'containers',containers)\n  __dataclass_builtins_object__.__setattr__(self,'init_containers',init_containers)\n  __dataclass_builtins_object__.__setattr__(self,'aliases',aliases)\n return __init__"] = __create_fn__.__code__
 
 def __create_fn__():
  def __repr__(self):
@@ -925,26 +873,6 @@ def __create_fn__():
   return hash((self.shares,self.cpu_request_milli,self.cpu_limit_milli,self.memory_limit,self.hugepages,self.cpu_quota,self.cpu_period,))
  return __hash__
 CODE['def __create_fn__():\n def __hash__(self):\n  return hash((self.shares,self.cpu_request_milli,self.cpu_limit_milli,self.memory_limit,self.hugepages,self.cpu_quota,self.cpu_period,))\n return __hash__'] = __create_fn__.__code__
-
-def __create_fn__(_type_id, _type_pod_id, _type_pod_uid, _type_pod_name, _type_namespace, _type_name, _type_restart_count, _type_qos, _type_qos_source, _type_resources, _type_cpus, _type_devices, _type_pod_resources, _type_pod_overhead, _type_pod_spec, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_pod_resources, _dflt_pod_overhead, _dflt_pod_spec, _return_type):
- def __init__(self,id:_type_id,pod_id:_type_pod_id,pod_uid:_type_pod_uid,pod_name:_type_pod_name,namespace:_type_namespace,name:_type_name,restart_count:_type_restart_count,qos:_type_qos,qos_source:_type_qos_source,resources:_type_resources,cpus:_type_cpus,devices:_type_devices,pod_resources:_type_pod_resources=_dflt_pod_resources,pod_overhead:_type_pod_overhead=_dflt_pod_overhead,pod_spec:_type_pod_spec=_dflt_pod_spec)->_return_type:
-  __dataclass_builtins_object__.__setattr__(self,'id',id)
-  __dataclass_builtins_object__.__setattr__(self,'pod_id',pod_id)
-  __dataclass_builtins_object__.__setattr__(self,'pod_uid',pod_uid)
-  __dataclass_builtins_object__.__setattr__(self,'pod_name',pod_name)
-  __dataclass_builtins_object__.__setattr__(self,'namespace',namespace)
-  __dataclass_builtins_object__.__setattr__(self,'name',name)
-  __dataclass_builtins_object__.__setattr__(self,'restart_count',restart_count)
-  __dataclass_builtins_object__.__setattr__(self,'qos',qos)
-  __dataclass_builtins_object__.__setattr__(self,'qos_source',qos_source)
-  __dataclass_builtins_object__.__setattr__(self,'resources',resources)
-  __dataclass_builtins_object__.__setattr__(self,'cpus',cpus)
-  __dataclass_builtins_object__.__setattr__(self,'devices',devices)
-  __dataclass_builtins_object__.__setattr__(self,'pod_resources',pod_resources)
-  __dataclass_builtins_object__.__setattr__(self,'pod_overhead',pod_overhead)
-  __dataclass_builtins_object__.__setattr__(self,'pod_spec',pod_spec)
- return __init__
-CODE["def __create_fn__(_type_id, _type_pod_id, _type_pod_uid, _type_pod_name, _type_namespace, _type_name, _type_restart_count, _type_qos, _type_qos_source, _type_resources, _type_cpus, _type_devices, _type_pod_resources, _type_pod_overhead, _type_pod_spec, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_pod_resources, _dflt_pod_overhead, _dflt_pod_spec, _return_type):\n def __init__(self,id:_type_id,pod_id:_type_pod_id,pod_uid:_type_pod_uid,pod_name:_type_pod_name,namespace:_type_namespace,name:_type_name,restart_count:_type_restart_count,qos:_type_qos,qos_source:_type_qos_source,resources:_type_resources,cpus:_type_cpus,devices:_type_devices,pod_resources:_type_pod_resources=_dflt_pod_resources,pod_overhead:_type_pod_overhead=_dflt_pod_overhead,pod_spec:_type_pod_spec=_dflt_pod_spec)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'id',id)\n  __dataclass_builtins_object__.__setattr__(self,'pod_id',pod_id)\n  __dataclass_builtins_object__.__setattr__(self,'pod_uid',pod_uid)\n  __dataclass_builtins_object__.__setattr__(self,'pod_name',pod_name)\n  __dataclass_builtins_object__.__setattr__(self,'namespace',namespace)\n  __dataclass_builtins_object__.__setattr__(self,'name',name)\n  __dataclass_builtins_object__.__setattr__(self,'restart_count',restart_count)\n  __dataclass_builtins_object__.__setattr__(self,'qos',qos)\n  __dataclass_builtins_object__.__setattr__(self,'qos_source',qos_source)\n  __dataclass_builtins_object__.__setattr__(self,'resources',resources)\n  __dataclass_builtins_object__.__setattr__(self,'cpus',cpus)\n  __dataclass_builtins_object__.__setattr__(self,'devices',devices)\n  __dataclass_builtins_object__.__setattr__(self,'pod_resources',pod_resources)\n  __dataclass_builtins_object__.__setattr__(self,'pod_overhead',pod_overhead)\n  __dataclass_builtins_object__.__setattr__(self,'pod_spec',pod_spec)\n return __init__"] = __create_fn__.__code__
 
 def __create_fn__():
  def __repr__(self):
@@ -1050,15 +978,6 @@ def __create_fn__():
   return NotImplemented
  return __eq__
 CODE['def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.info,self.exclusive,self.applied,self.stopped,self.mems,)==(other.info,other.exclusive,other.applied,other.stopped,other.mems,)\n  return NotImplemented\n return __eq__'] = __create_fn__.__code__
-
-def __create_fn__(_type_refused, _type_containers, _type_pinned, _type_unsatisfiable, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_pinned, _dflt_unsatisfiable, _return_type):
- def __init__(self,refused:_type_refused,containers:_type_containers,pinned:_type_pinned=_dflt_pinned,unsatisfiable:_type_unsatisfiable=_dflt_unsatisfiable)->_return_type:
-  __dataclass_builtins_object__.__setattr__(self,'refused',refused)
-  __dataclass_builtins_object__.__setattr__(self,'containers',containers)
-  __dataclass_builtins_object__.__setattr__(self,'pinned',pinned)
-  __dataclass_builtins_object__.__setattr__(self,'unsatisfiable',unsatisfiable)
- return __init__
-CODE["def __create_fn__(_type_refused, _type_containers, _type_pinned, _type_unsatisfiable, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_pinned, _dflt_unsatisfiable, _return_type):\n def __init__(self,refused:_type_refused,containers:_type_containers,pinned:_type_pinned=_dflt_pinned,unsatisfiable:_type_unsatisfiable=_dflt_unsatisfiable)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'refused',refused)\n  __dataclass_builtins_object__.__setattr__(self,'containers',containers)\n  __dataclass_builtins_object__.__setattr__(self,'pinned',pinned)\n  __dataclass_builtins_object__.__setattr__(self,'unsatisfiable',unsatisfiable)\n return __init__"] = __create_fn__.__code__
 
 def __create_fn__():
  def __repr__(self):
@@ -1234,18 +1153,6 @@ def __create_fn__():
   return hash((self.mode,self.reason,self.hazard,self.overruled,self.degraded,))
  return __hash__
 CODE['def __create_fn__():\n def __hash__(self):\n  return hash((self.mode,self.reason,self.hazard,self.overruled,self.degraded,))\n return __hash__'] = __create_fn__.__code__
-
-def __create_fn__(_type_cpu, _type_socket, _type_die, _type_core_id, _type_numa, _type_siblings, _type_siblings_path, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):
- def __init__(self,cpu:_type_cpu,socket:_type_socket,die:_type_die,core_id:_type_core_id,numa:_type_numa,siblings:_type_siblings,siblings_path:_type_siblings_path)->_return_type:
-  __dataclass_builtins_object__.__setattr__(self,'cpu',cpu)
-  __dataclass_builtins_object__.__setattr__(self,'socket',socket)
-  __dataclass_builtins_object__.__setattr__(self,'die',die)
-  __dataclass_builtins_object__.__setattr__(self,'core_id',core_id)
-  __dataclass_builtins_object__.__setattr__(self,'numa',numa)
-  __dataclass_builtins_object__.__setattr__(self,'siblings',siblings)
-  __dataclass_builtins_object__.__setattr__(self,'siblings_path',siblings_path)
- return __init__
-CODE["def __create_fn__(_type_cpu, _type_socket, _type_die, _type_core_id, _type_numa, _type_siblings, _type_siblings_path, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):\n def __init__(self,cpu:_type_cpu,socket:_type_socket,die:_type_die,core_id:_type_core_id,numa:_type_numa,siblings:_type_siblings,siblings_path:_type_siblings_path)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'cpu',cpu)\n  __dataclass_builtins_object__.__setattr__(self,'socket',socket)\n  __dataclass_builtins_object__.__setattr__(self,'die',die)\n  __dataclass_builtins_object__.__setattr__(self,'core_id',core_id)\n  __dataclass_builtins_object__.__setattr__(self,'numa',numa)\n  __dataclass_builtins_object__.__setattr__(self,'siblings',siblings)\n  __dataclass_builtins_object__.__setattr__(self,'siblings_path',siblings_path)\n return __init__"] = __create_fn__.__code__
 
 def __create_fn__():
  def __repr__(self):

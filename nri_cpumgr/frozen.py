@@ -28,10 +28,12 @@ _FACTORY = "__slot_init_factory__"  # (the sentinel default of a field with a de
 
 
 def slot_init(cls: T) -> T:
-    """Replace the ``__init__`` of the frozen slots dataclass ``cls`` (decorate the class
-    ``@dataclass(frozen=True, slots=True)`` returned) with one storing each field through
-    its slot descriptor. Raises TypeError for a class this does not cover: not a frozen
-    dataclass with slots, a ``__post_init__``, an ``InitVar`` or a field with ``init=False``."""
+    """Give the frozen slots dataclass ``cls`` (decorate the class
+    ``@dataclass(frozen=True, slots=True, init=False)`` returned: an ``__init__`` of its own
+    would only be replaced, after costing the start its making) an ``__init__`` storing each
+    field through its slot descriptor. Raises TypeError for a class this does not cover:
+    not a frozen dataclass with slots, a ``__post_init__``, an ``InitVar`` or a field with
+    ``init=False``."""
     params = getattr(cls, "__dataclass_params__", None)
     if params is None or not params.frozen or "__slots__" not in cls.__dict__:
         raise TypeError(f"{cls.__name__}: not a frozen dataclass with slots")

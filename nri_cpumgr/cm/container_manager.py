@@ -81,7 +81,7 @@ def mems_for(blocks: Iterable[Block] | None) -> CPUSet:
 
 
 @slot_init
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, init=False)  # (its __init__: slot_init's)
 class PodAdmission:
     """The record of a whole-pod admission (:meth:`ContainerManager.admit` with the pod's
     spec). ``refused``: the kubelet's refusal text (``"<Reason>: <message>"``) every

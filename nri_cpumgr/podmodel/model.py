@@ -25,7 +25,7 @@ class QOSClass(enum.StrEnum):
 
 
 @slot_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)  # (its __init__: slot_init's)
 class ContainerSpec:
     """One container's resources.
 
@@ -72,7 +72,7 @@ class ContainerSpec:
 
 
 @slot_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)  # (its __init__: slot_init's)
 class Pod:
     """A pod: uid, name/namespace, its init and app containers as far as they are known.
 

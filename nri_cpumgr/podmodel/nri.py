@@ -198,7 +198,7 @@ def container_spec(name: str, r: Resources) -> ContainerSpec:
 
 
 @slot_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)  # (its __init__: slot_init's)
 class ContainerInfo:
     """What the plugin keeps of one container (copied out of the request: no references into
     protobuf messages, so a large request is freed as soon as it is handled)."""

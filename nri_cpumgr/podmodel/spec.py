@@ -28,7 +28,7 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 
 @slot_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)  # (its __init__: slot_init's)
 class PodSpecFacts:
     """The spec facts of one pod.
 

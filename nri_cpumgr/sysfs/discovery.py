@@ -203,7 +203,7 @@ def _is_dir(entry: os.DirEntry[str]) -> bool:
 
 
 @slot_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)  # (its __init__: slot_init's)
 class _RawCPU:
     """One CPU's topology files (a docstring of its own: a dataclass without one takes
     ``inspect.signature`` for it)."""

@@ -119,7 +119,7 @@ def _row_place(row: Mapping[str, Any]) -> str:
 
 
 @slot_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)  # (its __init__: slot_init's)
 class CPUInfo:
     """Where one logical CPU sits.
 

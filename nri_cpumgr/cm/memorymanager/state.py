@@ -92,7 +92,7 @@ NUMANodeMap = dict[int, NUMANodeState]
 
 
 @slot_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)  # (its __init__: slot_init's)
 class Block:
     """``size`` bytes of memory type ``type`` (``"memory"`` / ``"hugepages-<size>"``) given
     to a container from the NUMA nodes ``numa_affinity`` (ascending ids) (state.go Block)."""

@@ -8,7 +8,7 @@ from nri_cpumgr.frozen import slot_init
 
 
 @slot_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)  # (its __init__: slot_init's)
 class TopologyHint:
     """A NUMA affinity a hint provider can satisfy a request with.
 
