@@ -52,9 +52,12 @@ SHARES_PER_CPU = 1024
 # re's cache, not at every start: ~1 M instructions each, issue 34)
 _CGROUPFS = r"(?:^|/)kubepods(?:/(burstable|besteffort))?/pod[0-9A-Za-z_-]+/?$"
 _SYSTEMD = r"kubepods(?:-(burstable|besteffort))?-pod[0-9A-Za-z_]+\.slice/?$"
-# the same two patterns matched where the last "kubepods" of the parent starts: a search
-# tries every position of the string (1 us a container, 1,000 containers per Synchronize)
-_CGROUPFS_AT = re.compile(r"kubepods(?:/(burstable|besteffort))?/pod[0-9A-Za-z_-]+/?$")
+# the same two patterns as one, matched where the last "kubepods" of the parent starts (the
+# cgroupfs one there only after a "/" or at the start): a search tries every position of the
+# string (1 us a container, 1,000 containers per Synchronize). Compiled at its first use.
+_AT = (r"(?<![^/])kubepods(?:/(burstable|besteffort))?/pod[0-9A-Za-z_-]+/?$"
+       r"|kubepods(?:-(burstable|besteffort))?-pod[0-9A-Za-z_]+\.slice/?$")
+_at: re.Pattern[str] | None = None
 _QOS_OF_GROUP = {None: QOSClass.GUARANTEED, "burstable": QOSClass.BURSTABLE,
                  "besteffort": QOSClass.BESTEFFORT}
 
@@ -64,18 +67,19 @@ def qos_from_cgroup_parent(parent: str) -> QOSClass | None:
     a kubelet pod cgroup (cgroupfs or systemd driver): ``.../kubepods[/burstable|/besteffort]
     /pod<uid>`` or ``kubepods[-burstable|-besteffort]-pod<uid>.slice`` (kubelet
     pkg/kubelet/cm/qos_container_manager_linux.go, cgroup_manager_linux.go)."""
+    global _at
     i = parent.rfind("kubepods")
     if i < 0:
         return None
-    m = _CGROUPFS_AT.match(parent, i) if i == 0 or parent[i - 1] == "/" else None
-    if m is None:
-        systemd = re.compile(_SYSTEMD)
-        m = systemd.match(parent, i)
-        if m is None:  # "kubepods" again inside the pod's own name: the full search decides
-            m = re.compile(_CGROUPFS).search(parent) or systemd.search(parent)
-            if m is None:
-                return None
-    return _QOS_OF_GROUP[m.group(1)]
+    if _at is None:
+        _at = re.compile(_AT)
+    m = _at.match(parent, i)
+    if m is not None:
+        cgroupfs, systemd = m.groups()
+        return _QOS_OF_GROUP[cgroupfs or systemd]
+    # "kubepods" again inside the pod's own name: the full search decides
+    m = re.compile(_CGROUPFS).search(parent) or re.compile(_SYSTEMD).search(parent)
+    return _QOS_OF_GROUP[m.group(1)] if m is not None else None
 
 
 _PAGE = r"^([0-9]+)([KMGT]?)B?$"  # (IGNORECASE; compiled at its first use, not at the start)
