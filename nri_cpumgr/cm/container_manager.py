@@ -512,7 +512,7 @@ class ContainerManager:
         kubelet's stale-state removal at its next admission). ``device_numa``: the NUMA
         nodes of this container's devices (the other containers' are not known yet)."""
         pod = self._spec_pod(info)
-        names = frozenset(c.name for c in pod.init_containers + pod.containers)
+        names = frozenset(info.pod_spec.containers)  # (every init and app container's name)
         if device_numa:
             self.devices.current[info.key] = frozenset(device_numa)
         # the pod is admitted or refused as one: the kubelet's answer where no NUMA set
