@@ -41,10 +41,13 @@ class _AfterReplyHandler(logging.Handler):
     """Hands records to ``target`` (a file or stderr :class:`logging.StreamHandler`) from
     the event loop, :data:`LOG_BATCH_S` after the first record of a batch: the handler that
     logged has returned and its reply is written, and under a burst of requests one write
-    carries the lines of many (each keeps the time it was logged at). Without a running
-    event loop in the logging thread (start-up, shutdown, the checkpoint writer's thread) a
-    record is written at once, or after the records the event loop holds if it holds any
-    (the lines stay in the order they were logged).
+    carries the lines of many (each keeps the time it was logged at). A record is formatted
+    when it is logged (a create's line after its answer, ~10 us), so the batch's write is a
+    write: formatting a batch of 15 lines at the timer took ~150 us, and a request arriving
+    then waited for it (the fake-runtime benchmark's create p99). Without a running event
+    loop in the logging thread (start-up, shutdown, the checkpoint writer's thread) a record
+    is written at once, or after the lines the event loop holds if it holds any (the lines
+    stay in the order they were logged).
 
     No thread of its own: a logging thread woke for every record and took the GIL back from
     the event loop just as the runtime's next request arrived (the fake-runtime benchmark's
@@ -53,7 +56,7 @@ class _AfterReplyHandler(logging.Handler):
     def __init__(self, target: logging.StreamHandler) -> None:  # type: ignore[type-arg]
         super().__init__()
         self.target = target
-        self._pending: list[logging.LogRecord] = []
+        self._pending: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         # (called with self.lock held, as flush_pending holds it: the batch and the records
@@ -62,29 +65,31 @@ class _AfterReplyHandler(logging.Handler):
         if loop is None and not self._pending:
             self.target.handle(record)
             return
-        if record.exc_info:  # tracebacks refer to live frames: render them now
-            record.exc_text = logging.Formatter().formatException(record.exc_info)
-            record.exc_info = None
+        t = self.target
+        try:
+            text = t.format(record) + t.terminator
+        except Exception:  # noqa: BLE001 - as logging does: report, never raise
+            t.handleError(record)
+            return
         if loop is not None and not self._pending:
             loop.call_later(LOG_BATCH_S, self.flush_pending)
         # another thread's record while the event loop holds some goes after them
-        self._pending.append(record)
+        self._pending.append(text)
 
     def flush_pending(self) -> None:
-        """Write the records held for the event loop, in one write (also at exit: a loop
-        that stopped drops its timers)."""
+        """Write the lines held for the event loop, in one write (also at exit: a loop that
+        stopped drops its timers)."""
         with self.lock:  # type: ignore[union-attr]
-            records, self._pending = self._pending, []
-            if not records:
+            lines, self._pending = self._pending, []
+            if not lines:
                 return
             t = self.target
             try:
-                text = "".join(t.format(r) + t.terminator for r in records)
                 with t.lock:  # type: ignore[union-attr]
-                    t.stream.write(text)
+                    t.stream.write("".join(lines))
                 t.flush()
             except Exception:  # noqa: BLE001 - as logging does: report, never raise
-                t.handleError(records[0])
+                t.handleError(logging.makeLogRecord({"msg": lines[0]}))
 
 
 #: How long the event loop holds log records before writing them (seconds).

@@ -91,3 +91,18 @@ def test_another_threads_record_goes_after_those_the_loop_holds():
     assert stream.getvalue() == "INFO on the loop\nINFO from a thread\n"
     h.handle(record("later, no loop"))  # nothing held: at once
     assert stream.getvalue().endswith("INFO later, no loop\n")
+
+
+def test_on_the_loop_a_record_is_formatted_when_logged_and_the_batch_only_written():
+    """(formatting a batch at its timer held up a request arriving then: the batch's write is
+    only a write)"""
+    h, stream = handler()
+    shown = [1]
+
+    async def main():
+        h.handle(record("value %s", shown))
+        shown.append(2)  # changed after the call that logged it: the line keeps [1]
+        await asyncio.sleep(0.05)
+
+    asyncio.run(main())
+    assert stream.getvalue() == "INFO value [1]\n" and stream.writes == 1
