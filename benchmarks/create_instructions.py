@@ -8,20 +8,25 @@ introducing itself as containerd v2.4.2 so that ``sharedPoolUpdateMode: auto`` t
 ``async``) under valgrind's callgrind, all threads counted together. Per launch: Configure, a
 Synchronize of ``--shared`` BestEffort containers, then K cycles of fake_runtime.py's loop
 (CreateContainer of a Guaranteed 1-CPU container in a new pod, POST_START_CONTAINER if
-subscribed, StopContainer, REMOVE_CONTAINER if subscribed), then SIGTERM; callgrind writes
-its counts at the exit. Two launches, K1 and K2 cycles, give the instructions (Ir, user space
-only: kernel time is not in them) per cycle: (Ir(K2) - Ir(K1)) / (K2 - K1); the start, the
-Synchronize and the exit cancel out. ``--repeat R`` does R pairs (the plugin's coalescing
-timers fire by the wall clock, which valgrind's slowness stretches: a few tenths of a per
-cent between pairs). ``--top N`` prints the N functions (C level: the interpreter's own,
-CPython's builtins, protobuf's upb, ...) with most self instructions per cycle, from the
-difference of the two launches' profiles (callgrind_annotate).
+subscribed, StopContainer, REMOVE_CONTAINER, STOP_POD_SANDBOX and REMOVE_POD_SANDBOX if
+subscribed), then SIGTERM; callgrind writes its counts at the exit. Two launches, K1 and K2
+cycles, give the instructions (Ir, user space only: kernel time is not in them) per cycle:
+(Ir(K2) - Ir(K1)) / (K2 - K1); the start, the Synchronize and the exit cancel out.
+``--repeat R`` does R pairs (the plugin's coalescing timers fire by the wall clock, which
+valgrind's slowness stretches: a few tenths of a per cent between pairs). ``--top N`` prints
+the N functions (C level: the interpreter's own, CPython's builtins, protobuf's upb, ...)
+with most self instructions per cycle, from the difference of the two launches' profiles
+(callgrind_annotate).
+
+``--pod-spec``: the Helm chart's default ``podSpecSource: apiServer`` too, the plugin
+watching fake_runtime.py's fake API server, which holds each launch's pods before its
+Synchronize (the created ones Guaranteed: admitted whole, with their pod's spec).
 
 ``--compare TREE`` (repeatable) adds the ``nri_cpumgr`` of another tree (``git archive REV
 nri_cpumgr | tar -x -C TREE``). Needs ``valgrind``. Asserts nothing.
 
     .venv/bin/python benchmarks/create_instructions.py [--shared 1000] [--cycles 50 250]
-        [--repeat 1] [--top 0] [--compare TREE]
+        [--repeat 1] [--top 0] [--pod-spec] [--compare TREE]
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 TOP = Path(__file__).resolve().parent.parent
 if str(TOP) not in sys.path:
@@ -47,11 +53,18 @@ from tests.unit.nri_peer import FakeRuntime, PeerConn  # noqa: E402
 
 # under valgrind a call is ~50x slower than natively: deadlines to match
 TIMEOUT = 60.0
+#: seconds between the Synchronize's answer and the first create with --pod-spec: the watch's
+#: LIST, ~50x slower under valgrind (in both launches of a pair: it cancels out)
+API_SETTLE_S = 15.0
 
 
 async def launch(tree: Path, work: Path, sysfs: Path, cfg: Path, n: int, cycles: int,
-                 env: dict[str, str], valgrind: str, pace: float) -> Path:
-    """One launch under callgrind; returns its callgrind output file."""
+                 env: dict[str, str], valgrind: str, pace: float, api: Any = None) -> Path:
+    """One launch under callgrind; returns its callgrind output file (``api``: the fake API
+    server the plugin watches, given the launch's pods first)."""
+    tag = work.name
+    if api is not None:
+        fr.api_pods(api, tag, n, cycles)
     sock = work / "nri.sock"
     out = work / "cg.out"
     argv = [valgrind, "--tool=callgrind", "-q", f"--callgrind-out-file={out}",
@@ -75,10 +88,12 @@ async def launch(tree: Path, work: Path, sysfs: Path, cfg: Path, n: int, cycles:
             await fr.call(conn, "Synchronize",
                           nri_pb2.SynchronizeRequest(pods=pods, containers=ctrs),
                           nri_pb2.SynchronizeResponse, timeout=TIMEOUT * 5)
+            if api is not None:
+                await asyncio.sleep(API_SETTLE_S)
             remove_bit = 1 << (nri_pb2.REMOVE_CONTAINER - 1)
             post_start_bit = 1 << (nri_pb2.POST_START_CONTAINER - 1)
             for i in range(cycles):
-                uid = f"g-{i}"
+                uid = f"g{tag}-{i}"
                 p, c = fr.pod(uid, ""), fr.container(uid, 1000)
                 await fr.call(conn, "CreateContainer",
                               nri_pb2.CreateContainerRequest(pod=p, container=c),
@@ -95,6 +110,10 @@ async def launch(tree: Path, work: Path, sysfs: Path, cfg: Path, n: int, cycles:
                     await fr.call(conn, "StateChange", nri_pb2.StateChangeEvent(
                         event=nri_pb2.REMOVE_CONTAINER, pod=p, container=c), nri_pb2.Empty,
                         timeout=TIMEOUT)
+                for ev in fr.POD_GONE:
+                    if cfgr.events & 1 << (ev - 1):
+                        await fr.call(conn, "StateChange", nri_pb2.StateChangeEvent(
+                            event=ev, pod=p), nri_pb2.Empty, timeout=TIMEOUT)
                 while not conn.updates.empty():
                     conn.updates.get_nowait()
                 if pace:
@@ -143,10 +162,18 @@ async def main_async(args: argparse.Namespace) -> int:
     if valgrind is None:
         return 2
     tmp = Path(tempfile.mkdtemp(prefix="ir-create-", dir="/tmp"))
+    api = None
     try:
         sysfs = fr.write_256_cpu_fixture(tmp)
         cfg = tmp / "config.yaml"
-        cfg.write_text(fr.CONFIG)
+        if args.pod_spec:
+            from tests.e2e.harness.fakeapi import FakeAPIServer
+
+            api = FakeAPIServer(fr.API_NODE).__enter__()
+            cfg.write_text(fr.CONFIG + f"podSpecSource: apiServer\napiServerURL: {api.url}\n"
+                           f"nodeName: {fr.API_NODE}\n")
+        else:
+            cfg.write_text(fr.CONFIG)
         env = dict(os.environ)
         env.pop("NRI_PLUGIN_SOCKET", None)
         env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -156,11 +183,12 @@ async def main_async(args: argparse.Namespace) -> int:
         for name, tree in trees:  # warm-up: the bytecode of each tree (PYTHONPYCACHEPREFIX)
             work = tmp / f"warm-{abs(hash(name))}"
             work.mkdir()
-            await launch(tree, work, sysfs, cfg, 0, 1, env, valgrind, 0)
+            await launch(tree, work, sysfs, cfg, 0, 1, env, valgrind, 0, api)
         print(f"create_instructions: Ir per create cycle (create, post-start, stop, remove) "
               f"of the plugin process, all threads; {args.shared} shared containers; "
               f"(Ir({k2}) - Ir({k1})) / {k2 - k1}; {args.pace} s between cycles; runtime "
-              f"{fr.RUNTIME_NAME} {fr.RUNTIME_VERSION}")
+              f"{fr.RUNTIME_NAME} {fr.RUNTIME_VERSION}"
+              f"{'; pod spec watch (apiServer)' if api is not None else ''}")
         for r in range(args.repeat):
             for name, tree in trees:
                 outs = []
@@ -168,7 +196,7 @@ async def main_async(args: argparse.Namespace) -> int:
                     work = tmp / f"w-{r}-{len(outs)}-{abs(hash(name))}"
                     work.mkdir()
                     outs.append(await launch(tree, work, sysfs, cfg, args.shared, k, env,
-                                             valgrind, args.pace))
+                                             valgrind, args.pace, api))
                 a, b = total_ir(outs[0]), total_ir(outs[1])
                 print(f"  {name:<40} {(b - a) / (k2 - k1) / 1e3:9.1f} k Ir per cycle "
                       f"(Ir {a / 1e6:.1f} M at {k1}, {b / 1e6:.1f} M at {k2})", flush=True)
@@ -178,6 +206,8 @@ async def main_async(args: argparse.Namespace) -> int:
                     for f, v in sorted(diff.items(), key=lambda kv: -kv[1])[:args.top]:
                         print(f"      {v / 1e3:8.1f} k  {f}")
     finally:
+        if api is not None:
+            api.close()
         if args.keep:
             print(f"work directory kept: {tmp}", file=sys.stderr)
         else:
@@ -194,6 +224,8 @@ def main() -> int:
                     help="seconds between cycles (default %(default)s; see the docstring)")
     ap.add_argument("--repeat", type=int, default=1, help="pairs of launches per tree")
     ap.add_argument("--top", type=int, default=0, help="functions with most self Ir per cycle")
+    ap.add_argument("--pod-spec", action="store_true",
+                    help="podSpecSource: apiServer (the chart's default), a fake API server")
     ap.add_argument("--compare", action="append", default=[], metavar="TREE",
                     help="also measure the nri_cpumgr of TREE (a checkout or an export)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
