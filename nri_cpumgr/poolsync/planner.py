@@ -48,6 +48,12 @@ from dataclasses import dataclass, field
 from nri_cpumgr.cpuset import CPUSet
 
 
+def _differs(a: CPUSet, b: CPUSet) -> bool:
+    """``a != b`` from the two sets' masks: ``!=`` of two sets of the same size walks one of
+    them (a 255-CPU pool against the shared containers' groups, at each event)."""
+    return a is not b and a.mask != b.mask
+
+
 def _beyond(cpus: CPUSet, pool: CPUSet) -> bool:
     """``cpus`` holds a CPU outside ``pool`` (a shrink is due), from the two sets' masks,
     which each set keeps: ``cpus - pool`` built a set of up to the node's CPUs, ten times
@@ -157,7 +163,7 @@ class PoolPlanner:
             self._leave(cid, old.applied)
         self.shared[cid] = _Shared(cpus, mems)
         self._join(cid, cpus)
-        if cpus is not self.target and cpus != self.target:  # `is` first: == walks the set
+        if _differs(cpus, self.target):
             self._note_group(cpus, now)
 
     def discard(self, cid: str) -> None:
@@ -192,7 +198,7 @@ class PoolPlanner:
         self._leave(cid, s.applied)
         s.applied = created
         self._join(cid, created)
-        if created != self.target:
+        if _differs(created, self.target):
             self._note_group(created, now)
         return True
 
@@ -219,7 +225,7 @@ class PoolPlanner:
 
     def _note_staleness(self, now: float) -> None:
         for cpus in self.groups:
-            if cpus != self.target:
+            if _differs(cpus, self.target):
                 self._note_group(cpus, now)
 
     def _due(self, urgent: bool) -> float:
@@ -326,11 +332,11 @@ class PoolPlanner:
                 if cid in self.unstarted:
                     self.updated_unstarted.add(cid)
                 before = batch.unstarted.get(cid, batch.prior.get(cid))
-                if before is not None and before != s.applied:
+                if before is not None and _differs(before, s.applied):
                     self._leave(cid, s.applied)
                     s.applied = before
                     self._join(cid, before)
-                    if before != self.target:
+                    if _differs(before, self.target):
                         self._note_group(before, now)
             return []
         dropped = []
@@ -358,7 +364,7 @@ class PoolPlanner:
                 s.applied = created
                 self._join(cid, created)
                 self.in_pass.discard(cid)
-                if created != self.target:
+                if _differs(created, self.target):
                     self._note_group(created, now)
                 continue
             self._leave(cid, s.applied)
@@ -373,7 +379,8 @@ class PoolPlanner:
 
     # ------------------------------------------------------------------ queries
     def stale_count(self) -> int:
-        return sum(len(ids) for cpus, ids in self.groups.items() if cpus != self.target)
+        return sum(len(ids) for cpus, ids in self.groups.items()
+                   if _differs(cpus, self.target))
 
     def overlapping(self, cpus: CPUSet) -> list[str]:
         """Shared containers the runtime still has on any of ``cpus``."""

@@ -938,6 +938,7 @@ class Plugin:
         else:
             return
         after = self.manager.shared_pool()
+        moved = after.mask != before.mask  # (the masks: != of two 255-CPU sets walks one)
         if req.event != nri_pb2.REMOVE_POD_SANDBOX and self._held(uid) != held:
             # a release a Synchronize could not show after a crash (the runtime lists no
             # exited container, and a stopped pod sandbox until it is removed): in the file
@@ -947,9 +948,9 @@ class Plugin:
             # (5-30 ms under load) are made later, by the background writer
             self.save(durable=False)
             self._changed(RELEASE_DURABLE_DELAY)
-        elif after != before or req.event == nri_pb2.REMOVE_CONTAINER:
+        elif moved or req.event == nri_pb2.REMOVE_CONTAINER:
             self._changed()
-        if after != before:
+        if moved:
             log.info("%s released: shared-pool=%s (shared containers follow)", what, after)
             self._pool_changed()
 
