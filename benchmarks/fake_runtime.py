@@ -315,7 +315,7 @@ async def run(args: argparse.Namespace) -> list[list[str]]:
                 ma, mb = statistics.median(a), statistics.median(b)
                 pa, pb = percentile(a, 0.99), percentile(b, 0.99)
                 rows.append([str(n), metric, f"{ma:.2f}", f"{pa:.2f}", f"{mb:.2f}", f"{pb:.2f}",
-                             f"{ma / mb:.1f}" if mb else "-", f"{pa / pb:.1f}" if pb else "-",
+                             f"{ma / mb:.2f}" if mb else "-", f"{pa / pb:.2f}" if pb else "-",
                              str(len(a))])
             b = res["ours"].get("burst updates/shared")
             if b:
