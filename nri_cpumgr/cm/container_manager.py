@@ -56,7 +56,7 @@ from nri_cpumgr.cm.topologymanager import (
 from nri_cpumgr.cpuset import CPUSet, format_mask, ids_to_mask
 from nri_cpumgr.frozen import slot_init
 from nri_cpumgr.jsontext import RawJSON, encode
-from nri_cpumgr.podmodel import Pod, QOSClass
+from nri_cpumgr.podmodel import GUARANTEED, Pod, QOSClass
 from nri_cpumgr.podmodel.nri import ContainerInfo, Resources
 from nri_cpumgr.podmodel.spec import PodSpecFacts, qualifies_for_slice
 
@@ -407,7 +407,7 @@ class ContainerManager:
             self.track(info.id, Tracked(info, False, None))
             return Decision(info.id, self.shared_pool() if self.static else None)
         key = info.key
-        if info.qos is not QOSClass.GUARANTEED and not info.devices:
+        if info.qos is not GUARANTEED and not info.devices:
             # no provider has a hint for it (CPU and memory managers only pin Guaranteed
             # pods, it has no devices): every Topology Manager policy admits it as is
             self.track(info.id, Tracked(info, False, None))
@@ -446,7 +446,7 @@ class ContainerManager:
         resources); in pod scope its budget is nri_cpumgr.cm.podresources' business, and
         without the gates the kubelet's managers skip the pod."""
         spec = info.pod_spec
-        if spec is None or info.qos is not QOSClass.GUARANTEED or not self.whole_pod_admission:
+        if spec is None or info.qos is not GUARANTEED or not self.whole_pod_admission:
             return False
         if spec.pod_level and (self.pod_level is None or self.pod_level.scope == "pod"):
             return False
@@ -1280,7 +1280,7 @@ def _restored_quota(info: ContainerInfo) -> int | None:
     minimum 1000 us). For a Guaranteed container the limit equals the request, which the
     runtime still reports through cpu.shares. ``None``: nothing to restore."""
     r = info.resources
-    if r.cpu_quota is None or r.cpu_quota >= 0 or info.qos is not QOSClass.GUARANTEED:
+    if r.cpu_quota is None or r.cpu_quota >= 0 or info.qos is not GUARANTEED:
         return None
     milli = r.cpu_limit_milli or (r.integer_cpus * 1000) or r.cpu_request_milli
     if not milli:

@@ -1,6 +1,7 @@
 """The pod model: what the managers know of a pod and its containers, and its QoS class."""
 
 from nri_cpumgr.podmodel.model import (
+    GUARANTEED,
     ContainerSpec,
     Pod,
     QOSClass,
@@ -11,6 +12,7 @@ from nri_cpumgr.podmodel.model import (
 )
 
 __all__ = [
+    "GUARANTEED",
     "ContainerSpec",
     "Pod",
     "QOSClass",

@@ -48,7 +48,7 @@ from nri_cpumgr.managers import (  # noqa: F401 - shared with the planner, re-ex
 )
 from nri_cpumgr.metrics import Metrics
 from nri_cpumgr.paths import exists
-from nri_cpumgr.podmodel import QOSClass
+from nri_cpumgr.podmodel import GUARANTEED, QOSClass
 from nri_cpumgr.podmodel.nri import (
     ContainerInfo,
     container_info,
@@ -420,7 +420,7 @@ class Plugin:
         store = self.pod_specs
         if self._specs_owed:
             self.attach_owed_pod_specs()
-        if store is None or qos is not QOSClass.GUARANTEED or not self.manager.managed:
+        if store is None or qos is not GUARANTEED or not self.manager.managed:
             return None
         return store.wait(pod_uid, self._spec_wait)
 
@@ -764,10 +764,10 @@ class Plugin:
             info = container_info(req.pod, req.container)
         else:  # (the facts asked for while the info is built: one ContainerInfo, not two)
             info = container_info(req.pod, req.container, self._spec_facts)
-            if info.pod_spec is None and info.qos is QOSClass.GUARANTEED \
+            if info.pod_spec is None and info.qos is GUARANTEED \
                     and self.manager.managed:
                 self._no_spec_facts(info)
-        if info.qos is QOSClass.GUARANTEED and _contradicts_guaranteed(info):
+        if info.qos is GUARANTEED and _contradicts_guaranteed(info):
             log.warning(
                 "pod %s/%s container %s: the kubelet's cgroup parent says Guaranteed but the "
                 "resources say %s (cpu request %sm, limit %sm, memory limit %s); following the "
@@ -984,7 +984,7 @@ class Plugin:
 
     def _count(self, info: ContainerInfo, ok: bool, seconds: float) -> None:
         """The kubelet's resource-manager counters for one admission that took ``seconds``."""
-        guaranteed = info.qos is QOSClass.GUARANTEED
+        guaranteed = info.qos is GUARANTEED
         if self.manager.static and guaranteed and info.resources.integer_cpus:
             self.metrics.pinning(ok)
         if self.manager.memory is not None and guaranteed:

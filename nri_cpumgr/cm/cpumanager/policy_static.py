@@ -39,7 +39,7 @@ from nri_cpumgr.cm.cpumanager.state import CPUManagerState
 from nri_cpumgr.cm.topologymanager.family import MaskFamily
 from nri_cpumgr.cm.topologymanager.hint import TopologyHint
 from nri_cpumgr.cpuset import CPUSet
-from nri_cpumgr.podmodel import ContainerSpec, Pod, QOSClass
+from nri_cpumgr.podmodel import GUARANTEED, ContainerSpec, Pod
 from nri_cpumgr.topology import CPUTopology
 
 POLICY_STATIC = "static"
@@ -50,7 +50,7 @@ def guaranteed_cpus(pod: Pod, container: ContainerSpec) -> int:
     """Exclusive CPUs for ``container``: its integer CPU request if the pod is Guaranteed,
     else 0 (kubelet policy_static.go, guaranteedCPUs)."""
     qos = pod.qos if pod.qos is not None else pod.qos_class()  # (one call less: the
-    if qos != QOSClass.GUARANTEED:  # class is set on the runtime's pods)
+    if qos is not GUARANTEED:  # class is set on the runtime's pods)
         return 0
     return container.guaranteed_cpus()
 
