@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.profile_hot_path import machine
 from nri_cpumgr.api import nri_pb2
 from nri_cpumgr.cm.container_manager import PodAdmission
 from nri_cpumgr.cm.topologymanager.hint import TopologyHint
@@ -22,6 +21,7 @@ from nri_cpumgr.podmodel.nri import ContainerInfo, container_info
 from nri_cpumgr.podmodel.spec import PodSpecFacts, facts_from_pod
 from nri_cpumgr.podsource import PodSpecStore
 from nri_cpumgr.runtime.plugin import Plugin
+from nri_cpumgr.topology import CPUInfo, CPUTopology, Machine
 from tests.unit.test_runtime_plugin import ctr, pod
 
 
@@ -121,10 +121,13 @@ def test_container_info_asks_for_the_facts_once_it_knows_uid_and_qos():
     assert container_info(pod("u3"), ctr("u3", 1000)).pod_spec is None
 
 
+FOUR_CPUS = Machine(CPUTopology.from_details({c: CPUInfo(0, 0, c) for c in range(4)}))
+
+
 def _plugin(tmp: Path) -> Plugin:
     cfg = parse_config(f'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n'
                        f'stateDirectory: {tmp}/state\n')
-    plugin = Plugin(cfg, machine())
+    plugin = Plugin(cfg, FOUR_CPUS)
     plugin.configure(nri_pb2.ConfigureRequest(runtime_name="containerd",
                                               runtime_version="v2.4.2"))
     plugin.synchronize([], [])
