@@ -7,7 +7,8 @@ run``, static policy, reservedSystemCPUs "0", the 256-CPU sysfs fixture, the fak
 introducing itself as containerd v2.4.2 so that ``sharedPoolUpdateMode: auto`` takes
 ``async``) under valgrind's callgrind, all threads counted together. Per launch: Configure, a
 Synchronize of ``--shared`` BestEffort containers, then K cycles of fake_runtime.py's loop
-(CreateContainer of a Guaranteed 1-CPU container in a new pod, POST_START_CONTAINER if
+(RUN_POD_SANDBOX of a new pod if subscribed, CreateContainer of a Guaranteed 1-CPU container
+in it, POST_START_CONTAINER if
 subscribed, StopContainer, REMOVE_CONTAINER, STOP_POD_SANDBOX and REMOVE_POD_SANDBOX if
 subscribed), then SIGTERM; callgrind writes its counts at the exit. Two launches, K1 and K2
 cycles, give the instructions (Ir, user space only: kernel time is not in them) per cycle:
@@ -95,6 +96,9 @@ async def launch(tree: Path, work: Path, sysfs: Path, cfg: Path, n: int, cycles:
             for i in range(cycles):
                 uid = f"g{tag}-{i}"
                 p, c = fr.pod(uid, ""), fr.container(uid, 1000)
+                if cfgr.events & 1 << (nri_pb2.RUN_POD_SANDBOX - 1):
+                    await fr.call(conn, "StateChange", nri_pb2.StateChangeEvent(
+                        event=nri_pb2.RUN_POD_SANDBOX, pod=p), nri_pb2.Empty, timeout=TIMEOUT)
                 await fr.call(conn, "CreateContainer",
                               nri_pb2.CreateContainerRequest(pod=p, container=c),
                               nri_pb2.CreateContainerResponse, timeout=TIMEOUT)

@@ -981,48 +981,49 @@ CODE['def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is se
 
 def __create_fn__():
  def __repr__(self):
-  return self.__class__.__qualname__ + f"(refused={self.refused!r}, containers={self.containers!r}, pinned={self.pinned!r}, unsatisfiable={self.unsatisfiable!r})"
+  return self.__class__.__qualname__ + f"(refused={self.refused!r}, containers={self.containers!r}, pinned={self.pinned!r}, unsatisfiable={self.unsatisfiable!r}, at_sandbox={self.at_sandbox!r})"
  return __repr__
-CODE['def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(refused={self.refused!r}, containers={self.containers!r}, pinned={self.pinned!r}, unsatisfiable={self.unsatisfiable!r})"\n return __repr__'] = __create_fn__.__code__
+CODE['def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(refused={self.refused!r}, containers={self.containers!r}, pinned={self.pinned!r}, unsatisfiable={self.unsatisfiable!r}, at_sandbox={self.at_sandbox!r})"\n return __repr__'] = __create_fn__.__code__
 
 def __create_fn__():
  def __eq__(self,other):
   if other.__class__ is self.__class__:
-   return (self.refused,self.containers,self.pinned,self.unsatisfiable,)==(other.refused,other.containers,other.pinned,other.unsatisfiable,)
+   return (self.refused,self.containers,self.pinned,self.unsatisfiable,self.at_sandbox,)==(other.refused,other.containers,other.pinned,other.unsatisfiable,other.at_sandbox,)
   return NotImplemented
  return __eq__
-CODE['def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.refused,self.containers,self.pinned,self.unsatisfiable,)==(other.refused,other.containers,other.pinned,other.unsatisfiable,)\n  return NotImplemented\n return __eq__'] = __create_fn__.__code__
+CODE['def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.refused,self.containers,self.pinned,self.unsatisfiable,self.at_sandbox,)==(other.refused,other.containers,other.pinned,other.unsatisfiable,other.at_sandbox,)\n  return NotImplemented\n return __eq__'] = __create_fn__.__code__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __setattr__(self,name,value):
-  if type(self) is cls or name in ('refused','containers','pinned','unsatisfiable',):
+  if type(self) is cls or name in ('refused','containers','pinned','unsatisfiable','at_sandbox',):
    raise FrozenInstanceError(f"cannot assign to field {name!r}")
   super(cls, self).__setattr__(name, value)
  return __setattr__
-CODE['def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'refused\',\'containers\',\'pinned\',\'unsatisfiable\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__'] = __create_fn__.__code__
+CODE['def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'refused\',\'containers\',\'pinned\',\'unsatisfiable\',\'at_sandbox\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__'] = __create_fn__.__code__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __delattr__(self,name):
-  if type(self) is cls or name in ('refused','containers','pinned','unsatisfiable',):
+  if type(self) is cls or name in ('refused','containers','pinned','unsatisfiable','at_sandbox',):
    raise FrozenInstanceError(f"cannot delete field {name!r}")
   super(cls, self).__delattr__(name)
  return __delattr__
-CODE['def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'refused\',\'containers\',\'pinned\',\'unsatisfiable\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__'] = __create_fn__.__code__
+CODE['def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'refused\',\'containers\',\'pinned\',\'unsatisfiable\',\'at_sandbox\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__'] = __create_fn__.__code__
 
 def __create_fn__():
  def __hash__(self):
-  return hash((self.refused,self.containers,self.pinned,self.unsatisfiable,))
+  return hash((self.refused,self.containers,self.pinned,self.unsatisfiable,self.at_sandbox,))
  return __hash__
-CODE['def __create_fn__():\n def __hash__(self):\n  return hash((self.refused,self.containers,self.pinned,self.unsatisfiable,))\n return __hash__'] = __create_fn__.__code__
+CODE['def __create_fn__():\n def __hash__(self):\n  return hash((self.refused,self.containers,self.pinned,self.unsatisfiable,self.at_sandbox,))\n return __hash__'] = __create_fn__.__code__
 
-def __create_fn__(__slot_init_factory__, _set_refused, _set_containers, _set_pinned, _dflt_pinned, _set_unsatisfiable, _dflt_unsatisfiable, _return_type):
- def __init__(self,refused,containers,pinned=_dflt_pinned,unsatisfiable=_dflt_unsatisfiable)->_return_type:
+def __create_fn__(__slot_init_factory__, _set_refused, _set_containers, _set_pinned, _dflt_pinned, _set_unsatisfiable, _dflt_unsatisfiable, _set_at_sandbox, _dflt_at_sandbox, _return_type):
+ def __init__(self,refused,containers,pinned=_dflt_pinned,unsatisfiable=_dflt_unsatisfiable,at_sandbox=_dflt_at_sandbox)->_return_type:
   _set_refused(self, refused)
   _set_containers(self, containers)
   _set_pinned(self, pinned)
   _set_unsatisfiable(self, unsatisfiable)
+  _set_at_sandbox(self, at_sandbox)
  return __init__
-CODE['def __create_fn__(__slot_init_factory__, _set_refused, _set_containers, _set_pinned, _dflt_pinned, _set_unsatisfiable, _dflt_unsatisfiable, _return_type):\n def __init__(self,refused,containers,pinned=_dflt_pinned,unsatisfiable=_dflt_unsatisfiable)->_return_type:\n  _set_refused(self, refused)\n  _set_containers(self, containers)\n  _set_pinned(self, pinned)\n  _set_unsatisfiable(self, unsatisfiable)\n return __init__'] = __create_fn__.__code__
+CODE['def __create_fn__(__slot_init_factory__, _set_refused, _set_containers, _set_pinned, _dflt_pinned, _set_unsatisfiable, _dflt_unsatisfiable, _set_at_sandbox, _dflt_at_sandbox, _return_type):\n def __init__(self,refused,containers,pinned=_dflt_pinned,unsatisfiable=_dflt_unsatisfiable,at_sandbox=_dflt_at_sandbox)->_return_type:\n  _set_refused(self, refused)\n  _set_containers(self, containers)\n  _set_pinned(self, pinned)\n  _set_unsatisfiable(self, unsatisfiable)\n  _set_at_sandbox(self, at_sandbox)\n return __init__'] = __create_fn__.__code__
 
 def __create_fn__(_type_applied, _type_mems, _type_failures, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_failures, _return_type):
  def __init__(self,applied:_type_applied,mems:_type_mems,failures:_type_failures=_dflt_failures)->_return_type:

@@ -90,12 +90,16 @@ class PodAdmission:
     decisions are the managers' state entries); ``unsatisfiable``: for a refused pod, the
     containers (``""``: the pod, pod scope) whose memory no NUMA node set could hold under
     restricted / single-numa-node (the kubelet admits those without a memory preference and
-    fails in Allocate: the plugin's explanation, beside the kubelet's text)."""
+    fails in Allocate: the plugin's explanation, beside the kubelet's text); ``at_sandbox``:
+    the pod was admitted when its sandbox started (:meth:`ContainerManager.admit_sandbox`),
+    not at its first container; a refusal made there is still to be given to that first
+    container."""
 
     refused: str | None
     containers: frozenset[str]
     pinned: frozenset[str] = frozenset()
     unsatisfiable: tuple[str, ...] = ()
+    at_sandbox: bool = False
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"containers": sorted(self.containers)}
@@ -105,6 +109,8 @@ class PodAdmission:
             out["pinned"] = sorted(self.pinned)
         if self.unsatisfiable:
             out["memoryUnsatisfiable"] = list(self.unsatisfiable)
+        if self.at_sandbox:
+            out["atSandbox"] = True
         return out
 
     @classmethod
@@ -116,7 +122,8 @@ class PodAdmission:
         return cls(str(refused) if refused is not None else None,
                    frozenset(str(n) for n in doc["containers"]),
                    frozenset(str(n) for n in doc.get("pinned") or ()),
-                   tuple(str(n) for n in doc.get("memoryUnsatisfiable") or ()))
+                   tuple(str(n) for n in doc.get("memoryUnsatisfiable") or ()),
+                   doc.get("atSandbox") is True)
 
 
 #: :meth:`ContainerManager.synchronize`'s ``plain`` containers: (container id, pod uid,
@@ -382,13 +389,21 @@ class ContainerManager:
             return Decision(info.id, None)
         rec = self.admissions.get(info.pod_uid)
         if rec is not None and rec.refused is not None:
-            # a refused pod holds nothing: its next CreateContainer (the kubelet under policy
-            # none retries it; the CPUs may be free by then: a pod of the same name still
-            # being deleted) admits it again, the same answer while nothing changed
-            del self.admissions[info.pod_uid]
-            rec = None
+            if rec.at_sandbox:
+                # refused when its sandbox started: its first container gets that answer
+                # (the kubelet's admission of the pod), the next one admits it again
+                self.admissions[info.pod_uid] = PodAdmission(
+                    rec.refused, rec.containers, rec.pinned, rec.unsatisfiable)
+            else:
+                # a refused pod holds nothing: its next CreateContainer (the kubelet under
+                # policy none retries it; the CPUs may be free by then: a pod of the same
+                # name still being deleted) admits it again, the same answer while nothing
+                # changed
+                del self.admissions[info.pod_uid]
+                rec = None
         if rec is None and info.pod_spec is not None and self._whole_pod(info):
-            rec = self._admit_pod(info, device_numa)
+            rec = self._admit_pod(info.pod_uid, info.pod_name, info.namespace, info.qos,
+                                  info.pod_spec, info.key, device_numa)
         if rec is not None and info.name in rec.containers:
             d = self._apply_admission(info, rec)
             if d is not None:
@@ -446,18 +461,45 @@ class ContainerManager:
         resources); in pod scope its budget is nri_cpumgr.cm.podresources' business, and
         without the gates the kubelet's managers skip the pod."""
         spec = info.pod_spec
-        if spec is None or info.qos is not GUARANTEED or not self.whole_pod_admission:
+        if spec is None or spec.container(info.name) is None:
+            return False
+        return self._whole_pod_now(info.pod_uid, info.qos, spec)
+
+    def _whole_pod_now(self, pod_uid: str, qos: QOSClass, spec: PodSpecFacts) -> bool:
+        """:meth:`_whole_pod` without a container: whether the pod ``pod_uid`` of QoS class
+        ``qos`` and spec ``spec`` is admitted whole now."""
+        if qos is not GUARANTEED or not self.whole_pod_admission:
             return False
         if spec.pod_level and (self.pod_level is None or self.pod_level.scope == "pod"):
             return False
-        if self._synchronizing:
+        if self._synchronizing or pod_uid in self._by_pod:
             return False
-        if spec.container(info.name) is None or info.pod_uid in self._by_pod:
-            return False
-        if self.state.assignments.get(info.pod_uid):
+        if self.state.assignments.get(pod_uid):
             return False
         return not (self.memory is not None
-                    and self.memory.state.get_memory_assignments().get(info.pod_uid))
+                    and self.memory.state.get_memory_assignments().get(pod_uid))
+
+    def admit_sandbox(self, pod_uid: str, pod_name: str, namespace: str, qos: QOSClass,
+                      spec: PodSpecFacts) -> PodAdmission | None:
+        """The kubelet's admission of a whole pod, made when its sandbox starts (NRI
+        RunPodSandbox), as the kubelet admits a pod before it creates the sandbox
+        (kubelet.go HandlePodAdditions, canAdmitPod, then the pod worker's SyncPod,
+        v1.37.2): pods are admitted in the order their sandboxes start, not in the order
+        their first containers come (after image pulls of any length). The pod's
+        containers then get the recorded decisions (:meth:`admit`). Only for a pod
+        :meth:`admit` would admit whole (Guaranteed, ``spec`` known, nothing of it tracked
+        or held) whose containers request no other resource than cpu, memory,
+        hugepages and ephemeral storage: a device's NUMA node is known only once its
+        container comes. The admission record (:class:`PodAdmission`, ``at_sandbox``), a
+        refusal included (its first container gets it); None when the pod is left to its
+        first container. Raises nothing for a refusal."""
+        if not self.managed or not self._whole_pod_now(pod_uid, qos, spec) \
+                or pod_uid in self.admissions:
+            return None
+        if any(not _native_resource(r) for c in spec.containers.values() for r in c.requests):
+            return None
+        return self._admit_pod(pod_uid, pod_name, namespace, qos, spec, None, frozenset(),
+                               at_sandbox=True)
 
     @contextlib.contextmanager
     def kubelet_memory_hints(self) -> Iterator[list[str]]:
@@ -495,26 +537,23 @@ class ContainerManager:
         containers (the kubelet's admission order)."""
         spec = info.pod_spec
         assert spec is not None
-        inits = spec.init_containers
-        # (positional: uid, name, namespace, containers, init_containers, qos,
-        # pod_level_resources; a frozen dataclass's keyword call costs more, once per pod)
-        return Pod(info.pod_uid, info.pod_name, info.namespace,
-                   tuple(c for n, c in spec.containers.items() if n not in inits)
-                   if inits else tuple(spec.containers.values()),
-                   tuple(spec.containers[n] for n in inits), info.qos, spec.pod_level)
+        return _whole_spec_pod(info.pod_uid, info.pod_name, info.namespace, info.qos, spec)
 
-    def _admit_pod(self, info: ContainerInfo, device_numa: frozenset[int]) -> PodAdmission:
-        """The kubelet's pod admission for ``info``'s whole pod (topologymanager
+    def _admit_pod(self, uid: str, pod_name: str, namespace: str, qos: QOSClass,
+                   spec: PodSpecFacts, key: tuple[str, str] | None,
+                   device_numa: frozenset[int], at_sandbox: bool = False) -> PodAdmission:
+        """The kubelet's pod admission for the whole pod ``uid`` (topologymanager
         scope_container.go / scope_pod.go Admit, then each provider's Allocate per container
         in order: cpumanager policy_static.go Allocate with cpusToReuse, memorymanager
         policy_static.go Allocate with the init containers' reusable memory, v1.37.2),
         recorded in :attr:`admissions`. A refused pod's allocations are released (the
         kubelet's stale-state removal at its next admission). ``device_numa``: the NUMA
-        nodes of this container's devices (the other containers' are not known yet)."""
-        pod = self._spec_pod(info)
-        names = frozenset(info.pod_spec.containers)  # (every init and app container's name)
-        if device_numa:
-            self.devices.current[info.key] = frozenset(device_numa)
+        nodes of the devices of the container ``key`` (the one being created; the other
+        containers' are not known yet). ``at_sandbox``: made when the sandbox started."""
+        pod = _whole_spec_pod(uid, pod_name, namespace, qos, spec)
+        names = frozenset(spec.containers)  # (every init and app container's name)
+        if device_numa and key is not None:
+            self.devices.current[key] = frozenset(device_numa)
         # the pod is admitted or refused as one: the kubelet's answer where no NUMA set
         # holds a memory request (no preference, then the Allocate failure), not the
         # plugin's refusal at admission of the container-by-container path
@@ -525,7 +564,6 @@ class ContainerManager:
             with self.kubelet_memory_hints() as unsatisfiable:
                 result = self.tm.admit(pod)
         self.cpu_provider.allocated.clear()
-        uid = pod.uid
         if not result.admit:
             for n in names:
                 self._release(uid, n)
@@ -536,20 +574,23 @@ class ContainerManager:
             text = kubelet_admission_text(
                 result.reason, self._refusal_text(pod, result.reason, result.message, False),
                 result.error)
-            rec = PodAdmission(text, names, unsatisfiable=tuple(unsatisfiable))
-            log.info("pod %s/%s refused at admission: %s", info.namespace, info.pod_name, text)
+            rec = PodAdmission(text, names, unsatisfiable=tuple(unsatisfiable),
+                               at_sandbox=at_sandbox)
+            log.info("pod %s/%s refused at admission%s: %s", namespace, pod_name,
+                     " (its sandbox)" if at_sandbox else "", text)
             if unsatisfiable:
-                log.info("pod %s/%s: %s", info.namespace, info.pod_name,
+                log.info("pod %s/%s: %s", namespace, pod_name,
                          memory_unsatisfiable_text(unsatisfiable, self.tm.policy_name))
         else:
             held = set(self.state.assignments.get(uid, ()))
             if self.memory is not None:
                 held |= set(self.memory.state.get_memory_assignments().get(uid, ()))
-            rec = PodAdmission(None, names, frozenset(held & names))
+            rec = PodAdmission(None, names, frozenset(held & names), at_sandbox=at_sandbox)
             if log.isEnabledFor(logging.DEBUG):
-                log.debug("pod %s/%s admitted whole: %s", info.namespace, info.pod_name, {
-                    n: str(self.state.get_cpuset(uid, n) or "shared")
-                    for n in sorted(names)})
+                log.debug("pod %s/%s admitted whole%s: %s", namespace, pod_name,
+                          " at its sandbox" if at_sandbox else "", {
+                              n: str(self.state.get_cpuset(uid, n) or "shared")
+                              for n in sorted(names)})
         self.admissions[uid] = rec
         return rec
 
@@ -1293,3 +1334,24 @@ def _as_cpuset(cpus: Iterable[int]) -> CPUSet:
     """``cpus`` as a :class:`CPUSet`: itself when it is one (a copy would lose the bitmask
     its string form is written from)."""
     return cpus if type(cpus) is CPUSet else CPUSet(cpus)
+
+
+def _whole_spec_pod(uid: str, name: str, namespace: str, qos: QOSClass,
+                    spec: PodSpecFacts) -> Pod:
+    """The whole pod as its spec gives it: init containers in order, then the app containers
+    (the kubelet's admission order)."""
+    inits = spec.init_containers
+    # (positional: uid, name, namespace, containers, init_containers, qos,
+    # pod_level_resources; a frozen dataclass's keyword call costs more, once per pod)
+    return Pod(uid, name, namespace,
+               tuple(c for n, c in spec.containers.items() if n not in inits)
+               if inits else tuple(spec.containers.values()),
+               tuple(spec.containers[n] for n in inits), qos, spec.pod_level)
+
+
+def _native_resource(name: str) -> bool:
+    """A resource no device plugin serves: a name without a domain (cpu, memory,
+    hugepages-<size>, ephemeral-storage) or one in a ``kubernetes.io/`` domain (kubernetes
+    pkg/apis/core/v1/helper IsNativeResource, v1.37.2); an extended resource
+    (``vendor.example/gpu``) may be a device with a NUMA node."""
+    return "/" not in name or "kubernetes.io/" in name

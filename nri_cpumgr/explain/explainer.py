@@ -73,6 +73,7 @@ class Explainer:
             rec["admission"] = (
                 f"whole pod at its first container ({len(names)} containers in the "
                 f"kubelet's order: {', '.join(names)})" if path == "whole-pod" else
+                "recorded at the pod's admission (its sandbox)" if _at_sandbox(m, info) else
                 "recorded at the pod's admission (its first container)")
         if path == "recorded":
             aff = m.tm.get_affinity(info.pod_uid, info.name)
@@ -395,3 +396,9 @@ def find(records: Mapping[str, Any], pod: str, container: str | None) -> list[di
     live: Iterable[dict[str, Any]] = (records.get("containers") or {}).values()
     return [r for r in live if match(r)] + [r for r in records.get("refusals") or []
                                              if match(r)]
+
+
+def _at_sandbox(m: ContainerManager, info: ContainerInfo) -> bool:
+    """Whether ``info``'s pod was admitted when its sandbox started."""
+    rec = m.admissions.get(info.pod_uid)
+    return rec is not None and rec.at_sandbox

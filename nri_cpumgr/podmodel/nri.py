@@ -325,6 +325,13 @@ def plain_shared(pod: Any, ctr: Any) -> tuple[str, str, str] | None:
     return uid, name, cpus
 
 
+def pod_identity(pod: Any) -> tuple[str, QOSClass | None]:
+    """``(pod uid, QoS class from its cgroup parent)`` of an NRI ``PodSandbox``, read as
+    :func:`container_info` reads them (the class is None without a kubelet cgroup parent)."""
+    return (pod.uid or pod.labels.get(LABEL_POD_UID, "") or pod.id,
+            qos_from_cgroup_parent(pod.linux.cgroup_parent))
+
+
 def container_info(
     pod: Any, ctr: Any,
     spec_facts: Callable[[str, QOSClass], PodSpecFacts | None] | None = None,

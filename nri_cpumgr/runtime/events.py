@@ -10,6 +10,7 @@ from nri_cpumgr.transport.wire import event_mask
 # belongs to; PostStartContainer is the one POST_* event: a shrink of the shared pool waits for
 # the new exclusive container's start, so it never holds the runtime's lock during it.
 EVENTS = event_mask(
+    nri_pb2.RUN_POD_SANDBOX,
     nri_pb2.STOP_POD_SANDBOX,
     nri_pb2.REMOVE_POD_SANDBOX,
     nri_pb2.CREATE_CONTAINER,

@@ -53,6 +53,7 @@ from nri_cpumgr.podmodel.nri import (
     ContainerInfo,
     container_info,
     plain_shared,
+    pod_identity,
     qos_from_resources,
 )
 from nri_cpumgr.podmodel.spec import PodSpecFacts
@@ -917,6 +918,9 @@ class Plugin:
             if ps is not None:
                 ps.started(req.container.id)
             return
+        if req.event == nri_pb2.RUN_POD_SANDBOX:
+            self._sandbox_started(req.pod)
+            return
         before = self.manager.shared_pool()
         t = self.manager.containers.get(req.container.id)
         uid = t.info.pod_uid if t is not None else req.pod.uid
@@ -953,6 +957,31 @@ class Plugin:
         if moved:
             log.info("%s released: shared-pool=%s (shared containers follow)", what, after)
             self._pool_changed()
+
+    def _sandbox_started(self, pod: nri_pb2.PodSandbox) -> None:
+        """A pod's sandbox started (RunPodSandbox): a Guaranteed pod whose spec the pod spec
+        source already shows is admitted whole now, as the kubelet admits a pod before it
+        creates its sandbox (ContainerManager.admit_sandbox); its containers then get the
+        recorded decisions. Nothing is waited for: a spec not shown yet leaves the pod to
+        its first container."""
+        store = self.pod_specs
+        if store is None or not self.manager.managed or not self.synchronized:
+            return
+        uid, qos = pod_identity(pod)
+        if qos is not GUARANTEED:
+            return
+        spec = store.get(uid)
+        if spec is None:
+            return
+        before = self.manager.shared_pool().mask
+        rec = self.manager.admit_sandbox(uid, pod.name, pod.namespace, qos, spec)
+        if rec is None:
+            return
+        if self.manager.shared_pool().mask != before:
+            log.info("pod %s/%s admitted at its sandbox: shared-pool=%s", pod.namespace,
+                     pod.name, self.manager.shared_pool())
+            self._defer(self._pool_changed)
+        self._changed()
 
     def _held(self, pod_uid: str) -> int:
         """How many CPU and memory assignments the pod holds (the pod-level bubble too)."""
