@@ -25,7 +25,9 @@ The pod's spec facts (``.spec.resources``, each container's own resources) are p
 the plugin as its API-server pod watch gives them (``podSpecSource: apiServer``,
 nri_cpumgr.podmodel.spec). ``"mode"`` (optional) says how much of the spec the plugin
 knows: ``"as-deployed"`` (default: the deployed DaemonSet's pod watch, every pod's spec, so
-each pod is admitted whole at its first container, as the kubelet admits it) or
+each pod is admitted whole when its sandbox starts, before its containers, as the kubelet
+admits it; at its first container when it requests an extended resource:
+ContainerManager.admit_sandbox) or
 ``"nri-alone"`` (container by container, as the plugin decides without a pod spec source or
 when the API server is away; the spec's facts about ``.spec.resources`` are still used, as
 before whole-pod admission, so that pod-level pods are told from their look-alikes).
@@ -139,6 +141,12 @@ def run_scenario(doc: Mapping[str, Any]) -> dict[str, Any]:
             er: dict[str, Any] = {"op": op, "pod": pod.name, "admitted": True, "containers": []}
             started: list[str] = []
             infos = container_infos(pod, ids, ev.get("cri"))
+            first = infos[0] if infos else None
+            if mode == "as-deployed" and first is not None and first.pod_spec is not None:
+                # the RunPodSandbox before the pod's containers, as the deployed plugin
+                # (its pod watch has shown the pod: a refusal comes at the first container)
+                m.admit_sandbox(first.pod_uid, first.pod_name, first.namespace, first.qos,
+                                first.pod_spec)
             for c, info in zip(pod.containers, infos, strict=True):
                 try:
                     d = m.admit(info)
