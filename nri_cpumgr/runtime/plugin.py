@@ -176,6 +176,9 @@ class Plugin:
         self._pod_source: Any = None
         self._spec_wait = 0.0
         self._said_no_spec: set[str] = set()
+        #: pods admitted at their sandbox whose first container has not come yet: the shared
+        #: pool's shrink waits for them (_sandbox_started)
+        self._sandbox_pending: set[str] = set()
         #: a Synchronize did not wait for the pod spec source: its records get the facts
         #: later (attach_owed_pod_specs)
         self._specs_owed = False
@@ -815,6 +818,8 @@ class Plugin:
     def _pool_after_create(self, ps: SharedPoolSync, info: ContainerInfo, d: Decision) -> None:
         """The shared pool's sync learns of a created container (exclusive: it leaves the
         pool; shared: it follows the pool) and of the pool after it."""
+        if self._sandbox_pending:
+            self._sandbox_done(ps, info.pod_uid)
         if d.exclusive:
             ps.discard(info.id)
             ps.allocated(info.id)
@@ -935,6 +940,8 @@ class Plugin:
             if ps is not None:
                 for cid in self.manager.pod_container_ids(uid):
                     ps.discard(cid)
+                if self._sandbox_pending:
+                    self._sandbox_done(ps, uid)
             self.manager.remove_pod(uid)
             if self.explainer is not None:
                 self.explainer.forget_pod(uid)
@@ -980,8 +987,24 @@ class Plugin:
         if self.manager.shared_pool().mask != before:
             log.info("pod %s/%s admitted at its sandbox: shared-pool=%s", pod.namespace,
                      pod.name, self.manager.shared_pool())
+            ps = self.pool_sync
+            if ps is not None and self.manager.static:
+                # the shrink waits for the pod as for an exclusive container's start (its
+                # creation and start keep the runtime's lock free of the pass): until its
+                # first container comes, its sandbox goes, or shrinkDelay bounds it
+                if len(self._sandbox_pending) > 4096:
+                    self._sandbox_pending.clear()
+                self._sandbox_pending.add(uid)
+                ps.allocated(_sandbox_key(uid))
             self._defer(self._pool_changed)
         self._changed()
+
+    def _sandbox_done(self, ps: SharedPoolSync, pod_uid: str) -> None:
+        """The pod admitted at its sandbox no longer holds the shrink back (its first
+        container came, or its sandbox went)."""
+        if pod_uid in self._sandbox_pending:
+            self._sandbox_pending.discard(pod_uid)
+            ps.discard(_sandbox_key(pod_uid))
 
     def _held(self, pod_uid: str) -> int:
         """How many CPU and memory assignments the pod holds (the pod-level bubble too)."""
@@ -1189,3 +1212,9 @@ def _write_failed(cp: Checkpoint, e: OSError) -> None:
 @functools.lru_cache(maxsize=1024)
 def _device_node(root: str, kind: str, major: int, minor: int) -> int | None:
     return device_numa_node(root, kind, major, minor)
+
+
+def _sandbox_key(pod_uid: str) -> str:
+    """The pool sync's pending-start key of a pod admitted at its sandbox (no container id
+    has a slash)."""
+    return "sandbox/" + pod_uid

@@ -178,3 +178,62 @@ def test_plugin_admits_at_run_pod_sandbox_through_the_transport(workdir):
         assert CPUSet.parse(resp.adjust.linux.resources.cpu.cpus) == held
 
     run(workdir, body)
+
+
+def _store_with(uid: str):
+    from nri_cpumgr.podsource import PodSpecStore
+
+    store = PodSpecStore()
+    store.replace([facts_from_pod({"metadata": {"uid": uid, "name": uid, "namespace": "ns"},
+                                   "spec": {"containers": [{"name": "app", "resources": {
+                                       "limits": {"cpu": "1", "memory": "256Mi"}}}]}})])
+    return store
+
+
+ASYNC = 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\n' \
+        "sharedPoolShrinkDelay: 2s\nsharedPoolUpdateMode: async\n"
+
+
+def test_the_shrink_waits_for_a_pod_admitted_at_its_sandbox_as_for_a_start(workdir):
+    """The pool shrinks at the sandbox, but the shared containers move only once the pod's
+    container has started (a quiet moment after), not while its creation may hold the
+    runtime's lock; a sandbox that goes first lets the pool be as it was, nothing sent."""
+    import asyncio
+    import time
+
+    from nri_cpumgr.api import nri_pb2
+    from tests.unit.test_runtime_plugin import cpus_of, ctr, pod, run
+
+    async def body(conn, plugin):
+        await conn.handshake(pods=[pod("be", "besteffort")], containers=[ctr("be", 0, "0-1")])
+        plugin.pod_specs = _store_with("g")
+        await conn.call("StateChange", nri_pb2.StateChangeEvent(
+            event=nri_pb2.RUN_POD_SANDBOX, pod=pod("g")), nri_pb2.Empty)
+        assert plugin.manager.shared_pool() == CPUSet({0})
+        await asyncio.sleep(0.8)  # past the quiet moment (0.25 s): still waiting
+        assert conn.updates.empty()
+        resp = await conn.call("CreateContainer", nri_pb2.CreateContainerRequest(
+            pod=pod("g"), container=ctr("g", 1000)), nri_pb2.CreateContainerResponse)
+        assert resp.adjust.linux.resources.cpu.cpus == "1"
+        t0 = time.monotonic()
+        await conn.call("StateChange", nri_pb2.StateChangeEvent(
+            event=nri_pb2.POST_START_CONTAINER, pod=pod("g"), container=ctr("g")),
+            nri_pb2.Empty)
+        upd = await asyncio.wait_for(conn.updates.get(), 5)
+        assert time.monotonic() - t0 < 1.0  # the quiet moment after the start
+        assert cpus_of(upd.update) == {"c-be": "0"}
+        assert not plugin._sandbox_pending
+
+        for ev in (nri_pb2.STOP_POD_SANDBOX, nri_pb2.REMOVE_POD_SANDBOX):  # (g's CPU back)
+            await conn.call("StateChange", nri_pb2.StateChangeEvent(event=ev, pod=pod("g")),
+                            nri_pb2.Empty)
+        plugin.pod_specs = _store_with("h")
+        await conn.call("StateChange", nri_pb2.StateChangeEvent(
+            event=nri_pb2.RUN_POD_SANDBOX, pod=pod("h")), nri_pb2.Empty)
+        held = plugin.manager.state.assignments["h"]["app"]
+        await conn.call("StateChange", nri_pb2.StateChangeEvent(
+            event=nri_pb2.STOP_POD_SANDBOX, pod=pod("h")), nri_pb2.Empty)
+        assert "h" not in plugin.manager.state.assignments and not plugin._sandbox_pending
+        assert held <= plugin.manager.shared_pool()
+
+    run(workdir, body, ASYNC)
