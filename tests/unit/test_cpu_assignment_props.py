@@ -495,9 +495,10 @@ def test_take_ahead_answers_as_the_take_and_only_for_the_free_cpus_it_saw(
                 before = (dict(sa.assignments), sa.default_mask)
                 ahead.take_ahead(sa)
                 assert (dict(sa.assignments), sa.default_mask) == before
-            covered = (ahead._ahead is not None and n in ahead._ahead[1]
-                       and ahead._ahead[1][n] is not None
-                       and ahead._ahead[0][0] == sa.default_mask & ~ahead.reserved_cpus.mask)
+            kept = ahead._ahead.get((sa.default_mask & ~ahead.reserved_cpus.mask,
+                                     policy_static.cpu_assignment
+                                     .ALIGN_BY_SOCKET_KEEPS_CHOSEN_COMBO))
+            covered = kept is not None and kept.get(n) is not None
             outcomes = []
             for policy, state in ((ahead, sa), (plain, sp)):
                 takes_before = takes

@@ -44,6 +44,8 @@ from nri_cpumgr.topology import CPUTopology
 
 POLICY_STATIC = "static"
 _NONE = CPUSet()  # (immutable: shared by every pod with nothing to reuse)
+#: free sets whose takes StaticPolicy.take_ahead keeps (a few dicts of a few CPU sets)
+AHEAD_KEPT = 4
 
 
 def guaranteed_cpus(pod: Pod, container: ContainerSpec) -> int:
@@ -125,9 +127,10 @@ class StaticPolicy:
         self.topology_manager_policy = topology_manager_policy
         self.cpu_group_size = topology.cpus_per_core()
         self._cpus_to_reuse: dict[str, CPUSet] = {}
-        # the take prepared by take_ahead: ((free CPUs' mask, the socket-combo switch),
-        # {count: CPUs}), and the last two counts the mask path was asked for
-        self._ahead: tuple[tuple[int, bool], dict[int, CPUSet | None]] | None = None
+        # the takes prepared by take_ahead for the last AHEAD_KEPT free sets: (free CPUs'
+        # mask, the socket-combo switch) -> {count: CPUs}, oldest first; and the last two
+        # counts the mask path was asked for
+        self._ahead: dict[tuple[int, bool], dict[int, CPUSet | None]] = {}
         self._recent_counts: tuple[int, ...] = ()
 
         if num_reserved < 0:
@@ -343,10 +346,9 @@ class StaticPolicy:
         recent = self._recent_counts
         if not recent or recent[0] != count:
             self._recent_counts = (count, *recent[:1])
-        ahead = self._ahead
-        if ahead is not None and ahead[0] == (free,
-                                              cpu_assignment.ALIGN_BY_SOCKET_KEEPS_CHOSEN_COMBO):
-            hit = ahead[1].get(count)
+        got = self._ahead.get((free, cpu_assignment.ALIGN_BY_SOCKET_KEEPS_CHOSEN_COMBO))
+        if got is not None:
+            hit = got.get(count)
             if hit is not None:
                 return hit
         return take_by_topology_mask(self.topology, free, count, self.options)
@@ -360,21 +362,25 @@ class StaticPolicy:
         / takeByTopologyNUMADistributed, v1.37.2). Called after an answer, before the next
         request is read: the next CreateContainer of such a size finds its take done (issue
         34: 5-10 us of a create of 1-4 CPUs on 256 CPUs, more for larger takes). Nothing is
-        taken again while the free CPUs stay the same; a count they cannot give is noted and
-        left to the create, which raises the error. Changes no state."""
+        taken again while the free CPUs stay the same, nor for the last :data:`AHEAD_KEPT`
+        free sets met (a pod deleted and one of its size created, the free CPUs of before
+        come back); a count they cannot give is noted and left to the create, which raises
+        the error. Changes no state."""
         free = state.default_mask & ~self.reserved_cpus.mask
         key = (free, cpu_assignment.ALIGN_BY_SOCKET_KEEPS_CHOSEN_COMBO)
-        ahead = self._ahead
-        if ahead is not None and ahead[0] == key \
-                and all(c in ahead[1] for c in self._recent_counts):
-            return
-        got: dict[int, CPUSet | None] = {}
+        kept = self._ahead
+        got = kept.get(key)
+        if got is None:
+            if len(kept) >= AHEAD_KEPT:
+                del kept[next(iter(kept))]  # (the oldest)
+            got = kept[key] = {}
         for count in self._recent_counts:
+            if count in got:
+                continue
             try:
                 got[count] = take_by_topology_mask(self.topology, free, count, self.options)
             except CPUManagerError:
                 got[count] = None  # (the create's own take raises it)
-        self._ahead = (key, got)
 
     def _keep_last_cpu(self, state: CPUManagerState, result: CPUSet, count: int,
                        available: int) -> None:
