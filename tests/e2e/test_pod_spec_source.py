@@ -1,7 +1,8 @@
 """Pods with and without ``.spec.resources`` sent with the kubelet's REAL requests (from
 oracle/cmd/kubelet-cri: the kubelet v1.37.2's kuberuntime, PodLevelResources on as by
 default), the plugin reading the pod specs from a loopback fake API server
-(podSpecSource: apiServer), gates off and on, on a real containerd (1.7 and 2.1).
+(podSpecSource: apiServer), gates off and on, on a real containerd (1.7 and 2.1); and the
+admission of a Guaranteed pod when its sandbox starts.
 
 The kubelet sends a container without its own resources, in a pod with ``.spec.resources``,
 the pod's limits: from NRI alone such a container looks like one asking for the whole pod
@@ -168,6 +169,33 @@ def test_the_look_alike_pods_get_what_the_kubelet_gives_each(
         entries = eventually(lambda: checkpoint(e2e_workdir).get("entries", {}).get(
             LOOK_CTR["metadata"]["uid"]), {"app": str(excl)})
         assert entries == {"app": str(excl)}
+    finally:
+        plugin.stop()
+
+
+def test_the_sandbox_admits_the_pod_before_its_containers(
+        containerd, cri, e2e_workdir, api, kubelet):
+    """On the real runtime: its RunPodSandbox carries the pod's uid and cgroup parent, so a
+    Guaranteed pod the watch shows is admitted when its sandbox starts, as the kubelet admits
+    it before the sandbox: its 4 CPUs are in the checkpoint before any container exists, and
+    the container created then gets them."""
+    plugin = plugin_for(containerd, e2e_workdir, api)
+    try:
+        uid = LOOK_CTR["metadata"]["uid"]
+        req = kubelet["look-container"]
+        api.add(LOOK_CTR)
+        time.sleep(0.5)  # (the watch's event on loopback: well within this)
+        pid = cri.run_pod("look-container", "Guaranteed", uid=uid, sandbox=req["sandbox"])
+        plugin.wait_for_log("look-container admitted at its sandbox", timeout=10)
+        held = eventually(lambda: bool(checkpoint(e2e_workdir).get("entries", {}).get(uid)),
+                          True)
+        assert held
+        cp = checkpoint(e2e_workdir)
+        excl = CPUSet.parse(cp["entries"][uid]["app"])
+        assert len(excl) == 4 and (excl <= NODE0 or excl <= NODE1)
+        assert cp["admittedPods"][uid].get("atSandbox") is True
+        cid = cri.create_container(pid, "app", kubelet=req["containers"]["app"])
+        assert spec(cri, cid) == excl
     finally:
         plugin.stop()
 
