@@ -392,8 +392,7 @@ class ContainerManager:
             if rec.at_sandbox:
                 # refused when its sandbox started: its first container gets that answer
                 # (the kubelet's admission of the pod), the next one admits it again
-                self.admissions[info.pod_uid] = PodAdmission(
-                    rec.refused, rec.containers, rec.pinned, rec.unsatisfiable)
+                self.admissions[info.pod_uid] = dataclasses.replace(rec, at_sandbox=False)
             else:
                 # a refused pod holds nothing: its next CreateContainer (the kubelet under
                 # policy none retries it; the CPUs may be free by then: a pod of the same
