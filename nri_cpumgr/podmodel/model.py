@@ -275,11 +275,28 @@ def parse_resource_list(doc: Any) -> dict[str, int]:
     if not isinstance(doc, Mapping):
         raise ResourceListError(f"expected a mapping, got {type(doc).__name__}", None, doc)
     out: dict[str, int] = {}
+    seen = _PARSED
     for k, v in doc.items():
+        cpu = k == "cpu"
+        if type(v) is str and (n := seen.get((v, cpu))) is not None:
+            out[str(k)] = n
+            continue
         if isinstance(v, (Mapping, list)):  # (never str()'d: its text may be huge)
             raise ResourceListError("not a quantity", str(k), v)
         try:
-            out[str(k)] = parse_quantity(str(v).strip(_JSON_SPACE), milli=(k == "cpu"))
+            n = parse_quantity(str(v).strip(_JSON_SPACE), milli=cpu)
         except ValueError as e:
             raise ResourceListError(str(e), str(k), v) from None
+        out[str(k)] = n
+        if type(v) is str and len(v) <= 64:
+            if len(seen) >= _PARSED_MAX:
+                seen.clear()
+            seen[(v, cpu)] = n
     return out
+
+
+#: quantity text as given, and whether it is in millicores -> its value (parse_resource_list):
+#: a node's pods repeat a few quantities ("1", "250m", "256Mi"), each ~13 us to parse (a
+#: watch's LIST of 110 pods: 8 ms -> 2 ms); cleared when it holds :data:`_PARSED_MAX`
+_PARSED: dict[tuple[str, bool], int] = {}
+_PARSED_MAX = 4096
