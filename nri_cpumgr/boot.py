@@ -48,12 +48,16 @@ CONNECT_TIMEOUT = 1.0
 
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 _PATH_CHARS = _NAME_CHARS | {"/"}
+_URL_CHARS = _PATH_CHARS | set(":[]%")
 
 #: The connection sent early: (socket fd, ttrpc stream id, name, index, socket path).
 _early: tuple[int, int, str, str, str] | None = None
 #: Why the early registration was not sent (None: sent, or not tried).
 skipped: str | None = None
 _gc_held = False
+#: The config file's ``apiServerURL`` and ``nodeName`` when it sets ``podSpecSource:
+#: apiServer`` (:func:`pod_source_keys`), read by :func:`_register`.
+_pod_source: tuple[str, str] | None = None
 
 
 def run_options(argv: list[str]) -> dict[str, str] | None:
@@ -93,41 +97,72 @@ def _plain(raw: str, chars: frozenset[str]) -> str | None:
     return value
 
 
+def _top_level(text: str) -> dict[str, str] | None:
+    """The top-level keys of a config document made of ``key: value`` lines at column 0
+    (the values of other keys may go on indented lines below them: options, feature
+    gates), comments and blank lines, each with the raw text after its colon; None when
+    the document is anything else."""
+    out: dict[str, str] = {}
+    for line in text.split("\n"):
+        stripped = line.strip(" ")
+        if not stripped or stripped.startswith("#"):
+            continue
+        if line[0] == " ":  # a nested value of the key above (options, feature gates):
+            if not out:  # never a top-level key, whatever it holds
+                return None
+            continue
+        if not line.isascii() or not line.isprintable():
+            return None  # tabs, CR, control or non-ASCII characters
+        key, sep, rest = line.partition(":")
+        if (not sep or not key.isalnum() or not key[0].islower() or key in out
+                or (rest and rest[0] != " ")):
+            return None
+        out[key] = rest
+    return out
+
+
 def registration_keys(text: str) -> dict[str, str] | None:
     """``pluginName``, ``pluginIndex``, ``socketPath`` of a config document made of ``key:
     value`` lines at column 0 (the values of other keys may go on indented lines below them:
     options, feature gates), comments and blank lines; the defaults for those absent. None
     when the document is anything else or one of the three is not a plain string. The
     caller checks the result against the validated config (this reads, never validates)."""
+    top = _top_level(text)
+    if top is None:
+        return None
     out = dict(DEFAULTS)
-    seen: set[str] = set()
-    for line in text.split("\n"):
-        stripped = line.strip(" ")
-        if not stripped or stripped.startswith("#"):
-            continue
-        if line[0] == " ":  # a nested value of the key above (options, feature gates):
-            if not seen:  # never a top-level key, whatever it holds
-                return None
-            continue
-        if not line.isascii() or not line.isprintable():
-            return None  # tabs, CR, control or non-ASCII characters
-        key, sep, rest = line.partition(":")
-        if (not sep or not key.isalnum() or not key[0].islower() or key in seen
-                or (rest and rest[0] != " ")):
-            return None
-        seen.add(key)
-        if key in out:
-            value = _plain(rest, _NAME_CHARS if key != "socketPath" else _PATH_CHARS)
+    for key in out:
+        if key in top:
+            value = _plain(top[key], _NAME_CHARS if key != "socketPath" else _PATH_CHARS)
             if value is None or (key == "socketPath" and value[0] != "/"):
                 return None  # (a relative socketPath: the config is refused, ConfigError)
             out[key] = value
     return out
 
 
+def pod_source_keys(text: str) -> tuple[str, str] | None:
+    """``apiServerURL`` and ``nodeName`` ("" when absent: their defaults) of a flat config
+    document (as :func:`registration_keys` reads one) that sets ``podSpecSource:
+    apiServer``; None for any other document, or one of the three not a plain string.
+    For :mod:`nri_cpumgr.early_list`, which hands its LIST only to a watch whose validated
+    config has the same two values."""
+    top = _top_level(text)
+    if top is None or "podSpecSource" not in top \
+            or _plain(top["podSpecSource"], _NAME_CHARS) != "apiServer":
+        return None
+    out = []
+    for key, chars in (("apiServerURL", _URL_CHARS), ("nodeName", _NAME_CHARS)):
+        value = _plain(top[key], chars) if key in top else ""
+        if value is None:
+            return None
+        out.append(value)
+    return out[0], out[1]
+
+
 def _register(argv: list[str]) -> None:
     """Send RegisterPlugin for a ``run`` command line when its values are certain (module
     doc); sets :data:`_early` or :data:`skipped`."""
-    global _early, skipped
+    global _early, skipped, _pod_source
     opts = run_options(argv)
     if opts is None:
         skipped = "a command line the early registration does not read"
@@ -144,6 +179,8 @@ def _register(argv: list[str]) -> None:
             skipped = "the config file could not be read"
             return
         got = registration_keys(text)
+        if got is not None:
+            _pod_source = pod_source_keys(text)
         if got is None:
             skipped = "not a flat config document"
             return
@@ -168,6 +205,21 @@ def _register(argv: list[str]) -> None:
         skipped = f"{socket_path}: {e.strerror or e}"
         return
     _early = (sock.detach(), 1, name, idx, socket_path)
+
+
+def _list_early(url: str, node: str) -> None:
+    """Fork the child making the pod spec watch's first LIST (:mod:`nri_cpumgr.early_list`)
+    when the API server's URL and the node's name are known."""
+    if (url or os.environ.get("KUBERNETES_SERVICE_HOST")) and (
+            node or os.environ.get("NODE_NAME")):
+        from nri_cpumgr import early_list
+
+        def job(fd: int) -> int:  # (in the child)
+            from nri_cpumgr.podsource import list_to
+
+            return list_to(fd, url, node)
+
+        early_list.start(url, node, job)
 
 
 def take(name: str, idx: str, socket_path: str) -> tuple[int, int] | None:
@@ -213,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
             _gc_held = True
         if not launched:
             _register(argv)
+            if _pod_source is not None:
+                _list_early(*_pod_source)
         from nri_cpumgr import dataclass_cache, standin
 
         dataclass_cache.install()  # (until the build's release_gc)

@@ -28,10 +28,13 @@ import os
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterable
-from typing import Any
 
-from nri_cpumgr.podmodel.spec import PodSpecFacts, facts_from_pod
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING without typing: the early LIST's child)
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any
+
+    from nri_cpumgr.podmodel.spec import PodSpecFacts
 
 log = logging.getLogger("nri_cpumgr.podsource")
 
@@ -40,6 +43,9 @@ WATCH_SECONDS = 290  # the server closes a watch after this (timeoutSeconds)
 PAGE = 500
 BACKOFF_MIN, BACKOFF_MAX = 0.5, 30.0
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+#: nri_cpumgr.podmodel.spec.MIRROR_ANNOTATION (a mirror pod's static pod UID), for
+#: :func:`facts_parts`
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 #: The longest the watch's first LIST waits for facts to be needed (seconds, PodSpecStore)
 START_GATE = 2.0
 
@@ -52,8 +58,12 @@ class PodSpecStore:
     these two does :meth:`wait` wait). ``needed``: set once anything asks for facts, or the
     plugin's first Synchronize was answered; the watch makes its first LIST only then (or
     after :data:`START_GATE` seconds), so that a restarted plugin's start does not share the
-    GIL with the watch's imports and LIST (issue 34). Thread-safe: writers hold the
-    condition; a read is one dict lookup.
+    GIL with the watch's imports and LIST (issue 34). ``answered``: cleared by a plugin that
+    starts the watch before its first Synchronize, set once that Synchronize is answered;
+    the watch opens its stream (its ``http.client`` and ``ssl`` imports: ~25 ms of the GIL)
+    only then (or after :data:`START_GATE` seconds), not while that answer is being built
+    after a first LIST it waited for. Thread-safe: writers hold the condition; a read is
+    one dict lookup.
     """
 
     def __init__(self) -> None:
@@ -62,6 +72,8 @@ class PodSpecStore:
         self.connected = False
         self.starting = False
         self.needed = threading.Event()
+        self.answered = threading.Event()
+        self.answered.set()
         self.synced_at: float | None = None  # monotonic time of the last full LIST
         self.waits = 0  # lookups that had to wait
         self.misses = 0  # lookups that found nothing (fallback to NRI alone)
@@ -133,12 +145,72 @@ class PodSpecStore:
 
 
 def _facts(obj: Any) -> PodSpecFacts | None:
+    from nri_cpumgr.podmodel.spec import facts_from_pod  # (not in the early LIST's child)
+
     try:
         return facts_from_pod(obj)
     except ValueError as e:
         name = (obj.get("metadata") or {}).get("name", "?") if isinstance(obj, dict) else "?"
         log.warning("pod spec source: pod %s skipped: %s", name, e)
         return None
+
+
+def facts_parts(pod: Any) -> Any:
+    """The parts of a ``v1.Pod`` (decoded JSON) that
+    :func:`nri_cpumgr.podmodel.spec.facts_from_pod` reads, the rest left out:
+    ``facts_from_pod(facts_parts(pod))`` gives what ``facts_from_pod(pod)`` gives, or
+    raises the same error (tests/unit/test_early_list.py holds the two together). A pod as
+    the API server serves it is ~5-15 KiB of JSON (managed fields, status); this is ~0.3
+    KiB: the form in which the watch's first LIST, made by a child process at the plugin's
+    start, is handed over (:mod:`nri_cpumgr.early_list`). Here, not beside
+    ``facts_from_pod``: that child imports neither the pod model nor its dataclasses."""
+    if not isinstance(pod, dict):
+        return pod
+    out: dict[str, Any] = {}
+    meta, spec = pod.get("metadata"), pod.get("spec")
+    if isinstance(meta, dict):
+        m = {k: meta[k] for k in ("uid", "namespace", "name") if k in meta}
+        ann = meta.get("annotations")
+        if isinstance(ann, dict):
+            m["annotations"] = ({MIRROR_ANNOTATION: ann[MIRROR_ANNOTATION]}
+                                if MIRROR_ANNOTATION in ann else {})
+        elif ann is not None:
+            m["annotations"] = ann
+        out["metadata"] = m
+    elif meta is not None:
+        out["metadata"] = meta
+    if isinstance(spec, dict):
+        sp = {k: spec[k] for k in ("resources", "initContainers", "containers") if k in spec}
+        for k in ("initContainers", "containers"):
+            if isinstance(sp.get(k), list):
+                sp[k] = [{f: c[f] for f in ("name", "resources", "restartPolicy") if f in c}
+                         if isinstance(c, dict) else c for c in sp[k]]
+        out["spec"] = sp
+    elif spec is not None:
+        out["spec"] = spec
+    return out
+
+
+def list_to(fd: int, url: str, node: str) -> int:
+    """The early LIST's child (:mod:`nri_cpumgr.early_list`): LIST node ``node``'s pods at
+    ``url`` (as :class:`APIServerPodSource` takes them) and write one JSON document on
+    ``fd``: ``{"resourceVersion": rv, "items": [facts_parts(pod), ...]}``, or ``{"error":
+    "<kind>: <message>"}`` when the LIST fails. Logs nothing (the watch logs what its own
+    LIST meets). Returns the child's exit status: 0, or 1 when ``fd`` is closed."""
+    logging.disable(logging.CRITICAL)
+    doc: dict[str, Any]
+    try:
+        pods, rv = APIServerPodSource(PodSpecStore(), url, node).list_pods()
+        doc = {"resourceVersion": rv, "items": [facts_parts(p) for p in pods]}
+    except Exception as e:  # noqa: BLE001 - the watch meets it again itself
+        doc = {"error": f"{type(e).__name__}: {e}"}
+    data = memoryview(json.dumps(doc, separators=(",", ":")).encode())
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    except OSError:  # (the plugin went away, or gave up on the child)
+        return 1
+    return 0
 
 
 class APIServerPodSource:
@@ -154,6 +226,7 @@ class APIServerPodSource:
                  token_file: str = f"{SA_DIR}/token", ca_file: str = f"{SA_DIR}/ca.crt",
                  request_timeout: float = REQUEST_TIMEOUT,
                  watch_seconds: int = WATCH_SECONDS) -> None:
+        url_given, node_given = url, node
         if not url:
             host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get(
                 "KUBERNETES_SERVICE_PORT", "443")
@@ -176,13 +249,22 @@ class APIServerPodSource:
         self.request_timeout = request_timeout
         self.watch_seconds = watch_seconds
         self._stop = threading.Event()
+        self._config = (url_given, node_given)
+        #: the child process making the first LIST (nri_cpumgr.early_list), once taken
+        self._early: tuple[int, int] | None = None
         self._conn: Any = None
         self._said: set[str] = set()
+        self._listed_at_start: float | None = None
         self._thread = threading.Thread(target=self._run, name="pod-spec-watch", daemon=True)
 
     def start(self) -> None:
         """Start the thread; its first LIST waits for the store's ``needed`` (at most
-        :data:`START_GATE` seconds, see :class:`PodSpecStore`)."""
+        :data:`START_GATE` seconds, see :class:`PodSpecStore`). That LIST is the one a
+        child process made at the plugin's start for the same ``apiServerURL`` and
+        ``nodeName`` (:mod:`nri_cpumgr.early_list`) when there is one."""
+        from nri_cpumgr import early_list
+
+        self._early = early_list.take(*self._config)
         self.store.starting = True
         self._thread.start()
 
@@ -190,6 +272,7 @@ class APIServerPodSource:
         """Stop the thread (closes an open stream); waits up to ``timeout`` seconds."""
         self._stop.set()
         self.store.needed.set()  # (a thread still before its first LIST)
+        self.store.answered.set()
         conn = self._conn
         if conn is not None:
             try:
@@ -201,6 +284,11 @@ class APIServerPodSource:
                 pass
         if self._thread.is_alive():
             self._thread.join(timeout)
+        early, self._early = self._early, None
+        if early is not None and not self._thread.is_alive():  # (never read: stopped first)
+            from nri_cpumgr import early_list
+
+            early_list.discard(*early)
 
     # ------------------------------------------------------------------ the HTTP side
     def _connection(self) -> Any:
@@ -237,10 +325,11 @@ class APIServerPodSource:
             raise OSError(f"HTTP {resp.status} for {path}: {body.strip()[:200]}")
         return resp
 
-    def _list(self) -> str:
-        """LIST every pod of the node (paged); replaces the store; returns the
-        resourceVersion to watch from."""
-        items: list[PodSpecFacts] = []
+    def list_pods(self) -> tuple[list[Any], str]:
+        """LIST every pod of the node (paged, :data:`PAGE` a page): the pods as served
+        (decoded JSON) and the list's resourceVersion. Raises OSError (an HTTP status but
+        200, a connection that fails or times out) or ValueError (a body that is not JSON)."""
+        pods: list[Any] = []
         cont = ""
         conn = self._connection()
         self._conn = conn
@@ -250,20 +339,38 @@ class APIServerPodSource:
                 if cont:
                     q["continue"] = cont
                 doc = json.loads(self._request(conn, self._path(**q)).read())
-                for obj in doc.get("items") or ():
-                    f = _facts(obj)
-                    if f is not None:
-                        items.append(f)
+                pods.extend(doc.get("items") or ())
                 meta = doc.get("metadata") or {}
                 cont = meta.get("continue") or ""
                 if not cont:
-                    rv = str(meta.get("resourceVersion", ""))
-                    break
+                    return pods, str(meta.get("resourceVersion", ""))
         finally:
             conn.close()
             self._conn = None
-        self.store.replace(items)
+
+    def _list(self) -> str:
+        """LIST every pod of the node; replaces the store; returns the resourceVersion to
+        watch from."""
+        pods, rv = self.list_pods()
+        self.store.replace([f for obj in pods if (f := _facts(obj)) is not None])
         return rv
+
+    def _listed_early(self) -> str:
+        """The store from the first LIST the child process made at the start; the
+        resourceVersion to watch from, or "" (the child failed: list again)."""
+        from nri_cpumgr import early_list
+
+        early, self._early = self._early, None
+        if early is None:
+            return ""
+        doc, cpu_ms = early_list.read(*early)
+        if doc is None or "error" in doc:
+            log.debug("pod spec source: the LIST made at the start did not come (%s); "
+                      "listing again", (doc or {}).get("error", "no answer"))
+            return ""
+        self.store.replace([f for obj in doc["items"] if (f := _facts(obj)) is not None])
+        self._listed_at_start = cpu_ms
+        return str(doc["resourceVersion"])
 
     def _watch(self, rv: str) -> str:
         """WATCH from ``rv`` until the server ends it; returns the last resourceVersion
@@ -304,15 +411,19 @@ class APIServerPodSource:
     def _run(self) -> None:
         self.store.needed.wait(START_GATE)
         backoff = BACKOFF_MIN
-        rv = ""
+        rv = self._listed_early() if self._early is not None else ""
         while not self._stop.is_set():
             try:
                 if not rv:
                     rv = self._list()
-                    if "ok" not in self._said:
-                        self._said = {"ok"}
-                        log.info("pod spec source: %d pods of node %s from %s", len(
-                            self.store), self.node, self.url.geturl())
+                if "ok" not in self._said:
+                    self._said = {"ok"}
+                    by = self._listed_at_start
+                    log.info("pod spec source: %d pods of node %s from %s%s", len(
+                        self.store), self.node, self.url.geturl(), "" if by is None else
+                        f" (listed at the start by a child process, {by:.0f} ms of CPU)")
+                    self._listed_at_start = None
+                self.store.answered.wait(START_GATE)
                 rv = self._watch(rv)
                 backoff = BACKOFF_MIN
             except Exception as e:  # noqa: BLE001 - any failure: fall back, retry later

@@ -405,6 +405,8 @@ class Plugin:
             source = APIServerPodSource(store, config.apiServerURL, config.nodeName)
         except ValueError as e:
             raise ConfigError(f"invalid config: {e}") from None
+        if not self.synchronized:  # (its stream after the first Synchronize's answer)
+            store.answered.clear()
         source.start()
         self.pod_specs, self._pod_source = store, source
         log.info("pod spec source: watching the pods of node %s at %s (wait up to %s)",
@@ -618,9 +620,11 @@ class Plugin:
             return []
         t0 = time.perf_counter()
         self._plain_rest = None  # (a Synchronize replaces the state, and what was pending)
-        if self.pod_specs is not None and not self.pod_specs.needed.is_set():
-            # the watch's first LIST once this answer is out (unless a wait asks sooner)
-            self._defer(self.pod_specs.needed.set)
+        specs = self.pod_specs
+        if specs is not None and not (specs.answered.is_set() and specs.needed.is_set()):
+            # the watch's first LIST once this answer is out (unless a wait asks sooner),
+            # its stream then too
+            self._defer(lambda: (specs.needed.set(), specs.answered.set()))
         by_id = {p.id: p for p in pods}
         infos, stopped = [], []
         # the containers that can only be shared (most of a node) are decided from four

@@ -77,7 +77,9 @@ def plugin_for(containerd, workdir, api, *, gates: dict | None = None, scope="po
                      topologyManagerPolicy="single-numa-node", topologyManagerScope=scope,
                      featureGates=gates or {}, podSpecSource="apiServer",
                      apiServerURL=api.url, nodeName=NODE, podSpecWait="500ms", **keys)
-    p.wait_for_log(f"pod spec source: {expect_pods} pods of node {NODE}", timeout=10)
+    # the first LIST is the one a child process made at the start (nri_cpumgr.early_list)
+    p.wait_for_log(rf"pod spec source: {expect_pods} pods of node {NODE} from \S+ \(listed "
+                   r"at the start by a child process", timeout=10)
     return p
 
 

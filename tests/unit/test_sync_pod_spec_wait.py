@@ -114,3 +114,19 @@ def test_pod_level_pod_known_to_the_checkpoint():
     assert again.synchronize([app, *sidecars]) == {}
     assert again.containers["main"].exclusive and again.containers["main"].applied == main.cpus
     assert again.containers["metrics"].applied == pool
+
+
+def test_the_watch_streams_once_the_first_synchronize_is_answered(workdir):
+    """A store the plugin started before its first Synchronize (``answered`` cleared, as
+    _start_pod_source leaves it): the answer sets ``answered`` (the watch opens its stream
+    then) and ``needed``."""
+    store = CountingStore()
+    store.answered.clear()
+
+    async def body(conn, plugin):
+        plugin.pod_specs = store
+        await conn.handshake()
+        assert store.answered.is_set()
+        assert store.needed.is_set()
+
+    run(workdir, body)

@@ -1,0 +1,152 @@
+"""The pod spec watch's first LIST, made at the plugin's start by a child process (issue 34).
+
+Why: a plugin started on a node whose Guaranteed containers its state does not know (a first
+start, a lost state) answers its first Synchronize only with their pods' spec facts
+(:meth:`nri_cpumgr.runtime.plugin.NRIPlugin._with_pod_specs`), so it waits for the watch's
+first LIST. Made in the plugin's thread, that LIST costs 35-55 ms of the process's one
+interpreter lock (``http.client``, ``ssl`` and ``email`` imported, the pages decoded, 2-CPU
+VM) on top of the plugin's own start, which needs the same lock: launch -> synchronized
+went from ~80 ms to ~150 ms. A child forked before the plugin is imported makes the LIST
+on another CPU meanwhile and hands over only what :func:`~nri_cpumgr.podmodel.spec.
+facts_from_pod` reads (:func:`~nri_cpumgr.podsource.facts_parts`, one JSON document
+on a pipe); the watch thread reads it when its first LIST is due and then watches from its
+resourceVersion, as after a LIST of its own.
+
+:func:`start` (called by :mod:`nri_cpumgr.boot` with the config file's ``apiServerURL`` and
+``nodeName`` as written) forks a child running :func:`nri_cpumgr.podsource.list_to`;
+:func:`take` hands the child to the watch whose validated config has the same two values,
+once; :func:`read` collects its answer. Whatever goes wrong with the child (it fails, says
+something unreadable, takes longer than :data:`DEADLINE`, was started for other values)
+only means the watch makes its first LIST itself, as without it, and logs what that LIST
+meets. The child never logs, closes every inherited descriptor but its pipe, and leaves
+with ``os._exit``; the parent reaps it.
+
+Only :mod:`os` and builtins at import: :mod:`nri_cpumgr.boot` imports this at the start.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+#: Seconds the watch waits for the child's answer (from when it first looks) before it
+#: gives up on it and lists itself (the child's requests have 2 s deadlines each).
+DEADLINE = 5.0
+
+#: The child: (pid, read end of its pipe, apiServerURL, nodeName as the config file gives).
+_child: tuple[int, int, str, str] | None = None
+
+
+def start(url: str, node: str, job: Callable[[int], int]) -> bool:
+    """Fork the child making the LIST of node ``node``'s pods at ``url`` (the config's
+    ``apiServerURL`` and ``nodeName``, "" for their defaults, as
+    :class:`nri_cpumgr.podsource.APIServerPodSource` takes them): ``job(fd)`` in the child
+    writes its document on ``fd`` and gives the child's exit status
+    (:func:`nri_cpumgr.podsource.list_to`). False when the fork fails (nothing started).
+    Call before any thread is started."""
+    global _child
+    r, w = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(r)
+        os.close(w)
+        return False
+    if pid == 0:  # the child
+        code = 1
+        try:
+            os.close(r)
+            os.closerange(3, w)
+            os.closerange(w + 1, 1 << 16)
+            code = job(w)
+        finally:
+            os._exit(code)
+    os.close(w)
+    _child = (pid, r, url, node)
+    return True
+
+
+def take(url: str, node: str) -> tuple[int, int] | None:
+    """The child, ``(pid, read fd)``, when it was started for ``url`` and ``node`` (the
+    validated config's ``apiServerURL`` and ``nodeName``); None when none was. A child
+    started for other values is stopped and reaped. Once: the child belongs to the caller
+    (who calls :func:`read`)."""
+    global _child
+    child, _child = _child, None
+    if child is None:
+        return None
+    pid, fd, *values = child
+    if values != [url, node]:
+        discard(pid, fd)
+        return None
+    return pid, fd
+
+
+def read(pid: int, fd: int, deadline: float = DEADLINE) -> tuple[dict[str, Any] | None, float]:
+    """Collect the child ``(pid, fd)`` of :func:`take`: its JSON document (decoded; None
+    when it failed, said nothing readable or took longer than ``deadline`` seconds) and
+    the child's CPU time in ms (user + system). The document has ``items`` and
+    ``resourceVersion``, or ``error`` (what the child's LIST met). Closes ``fd`` and reaps
+    the child."""
+    import json
+    import select
+    import time
+
+    chunks: list[bytes] = []
+    end = time.monotonic() + deadline
+    done = False
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        while (left := end - time.monotonic()) > 0:
+            if not poller.poll(left * 1000):
+                break
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                done = True
+                break
+            chunks.append(chunk)
+    except OSError:
+        pass
+    if not done:
+        discard(pid, fd)
+        return None, 0.0
+    os.close(fd)
+    ms = _reap(pid)
+    try:
+        doc = json.loads(b"".join(chunks))
+    except ValueError:
+        return None, ms
+    if isinstance(doc, dict) and (isinstance(doc.get("error"), str) or (
+            isinstance(doc.get("items"), list)
+            and isinstance(doc.get("resourceVersion"), str))):
+        return doc, ms
+    return None, ms
+
+
+def discard(pid: int, fd: int) -> None:
+    """Stop and reap the child ``(pid, fd)`` of :func:`take` without reading it."""
+    import signal
+
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    _reap(pid)
+
+
+def _reap(pid: int) -> float:
+    """Wait for the child ``pid``; its CPU time in ms (0 when it was reaped already)."""
+    try:
+        _, _, usage = os.wait4(pid, 0)
+    except ChildProcessError:
+        return 0.0
+    return (usage.ru_utime + usage.ru_stime) * 1000

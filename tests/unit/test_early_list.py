@@ -1,0 +1,282 @@
+"""The pod spec watch's first LIST made by a child process at the start (nri_cpumgr.early_list,
+issue 34): against the loopback fake API server, the child's LIST is the watch's (one LIST,
+the watch from its resourceVersion); a child started for other values, one that fails, one
+that says nothing readable and one that takes too long leave the LIST to the watch; the
+parts of a pod it hands over give the facts the whole pod gives; boot reads the config's
+values as the config model does."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import urllib.parse
+
+import pytest
+
+from nri_cpumgr import boot, early_list
+from nri_cpumgr.config import parse_config
+from nri_cpumgr.podmodel import spec
+from nri_cpumgr.podsource import (
+    MIRROR_ANNOTATION,
+    APIServerPodSource,
+    PodSpecStore,
+    facts_parts,
+    list_to,
+)
+from tests.e2e.harness.fakeapi import FakeAPIServer
+
+from .test_podsource import G4, pod, until
+
+NODE = "node-a"
+
+
+def JOB(url: str, node: str):  # noqa: N802 - what boot gives early_list.start
+    return lambda fd: list_to(fd, url, node)
+
+
+@pytest.fixture
+def api():
+    with FakeAPIServer(NODE) as a:
+        for i in range(5):
+            a.add(pod(f"u{i}", containers=(("app", G4), ("side", None))))
+        yield a
+
+
+@pytest.fixture(autouse=True)
+def _no_child_left():
+    yield
+    child, early_list._child = early_list._child, None
+    if child is not None:
+        early_list.discard(child[0], child[1])
+
+
+def _lists(api: FakeAPIServer) -> list[dict[str, str]]:
+    out = []
+    for p in api.requests:
+        q = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(p).query))
+        out.append(q)
+    return out
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False
+
+
+def test_the_childs_list_is_the_watchs_first(api: FakeAPIServer) -> None:
+    assert early_list.start(api.url, NODE, JOB(api.url, NODE))
+    pid = early_list._child[0]  # type: ignore[index]
+    # the LIST is made at once, before anything asks the watch for facts
+    assert until(lambda: len(api.requests) >= 1)
+    store = PodSpecStore()
+    src = APIServerPodSource(store, api.url, NODE)
+    src.start()
+    try:
+        assert early_list._child is None  # (taken)
+        assert not store.needed.is_set()
+        assert store.wait_synced(5)
+        assert {store.get(f"u{i}").uid for i in range(5)} == {f"u{i}" for i in range(5)}
+        assert store.get("u1").container("app").cpu_request_milli == 4000
+        listed = str(api._rv)  # (the version the child's LIST was served at)
+        api.add(pod("late"))  # the watch goes on from the child's LIST
+        assert until(lambda: store.get("late") is not None)
+        reqs = _lists(api)
+        assert [q.get("watch") for q in reqs] == [None, "1"]  # one LIST: the child's
+        assert reqs[1]["resourceVersion"] == listed
+        assert _gone(pid)  # reaped
+    finally:
+        src.stop()
+
+
+def test_a_child_started_for_other_values_is_stopped_and_the_watch_lists(
+        api: FakeAPIServer) -> None:
+    assert early_list.start(api.url, "another-node", JOB(api.url, "another-node"))
+    pid = early_list._child[0]  # type: ignore[index]
+    store = PodSpecStore()
+    store.needed.set()
+    src = APIServerPodSource(store, api.url, NODE)
+    src.start()
+    try:
+        assert _gone(pid)
+        assert store.wait_synced(5)
+        assert store.get("u3") is not None
+        assert any(q.get("fieldSelector") == f"spec.nodeName={NODE}" and "watch" not in q
+                   for q in _lists(api))
+    finally:
+        src.stop()
+
+
+def test_a_failed_childs_list_is_made_again_by_the_watch(api: FakeAPIServer) -> None:
+    api.down = True  # (503 to the child)
+    assert early_list.start(api.url, NODE, JOB(api.url, NODE))
+    assert until(lambda: len(api.requests) >= 1)
+    time.sleep(0.2)
+    api.down = False
+    store = PodSpecStore()
+    store.needed.set()
+    src = APIServerPodSource(store, api.url, NODE)
+    src.start()
+    try:
+        assert store.wait_synced(5)
+        assert store.get("u0") is not None
+        assert [q.get("watch") for q in _lists(api)][:2] == [None, None]  # two LISTs
+    finally:
+        src.stop()
+
+
+def test_a_child_that_takes_too_long_is_given_up() -> None:
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(8)  # (connects, never answers: the child's request waits for 2 s)
+    try:
+        url = f"http://127.0.0.1:{hung.getsockname()[1]}"
+        assert early_list.start(url, NODE, JOB(url, NODE))
+        pid, fd = early_list.take(url, NODE)  # type: ignore[misc]
+        t = time.monotonic()
+        assert early_list.read(pid, fd, deadline=0.3) == (None, 0.0)
+        assert time.monotonic() - t < 1.5
+        assert _gone(pid)
+    finally:
+        hung.close()
+
+
+def _child_saying(data: bytes) -> tuple[int, int]:
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        os.write(w, data)
+        os._exit(0)
+    os.close(w)
+    return pid, r
+
+
+@pytest.mark.parametrize("data", [b"", b"not json", b"[1, 2]", b'{"items": []}',
+                                  b'{"items": {}, "resourceVersion": "1"}'])
+def test_an_unreadable_answer_is_none(data: bytes) -> None:
+    pid, fd = _child_saying(data)
+    doc, _ = early_list.read(pid, fd)
+    assert doc is None
+    assert _gone(pid)
+
+
+def test_what_the_child_says() -> None:
+    doc, ms = early_list.read(*_child_saying(b'{"items": [], "resourceVersion": "7"}'))
+    assert doc == {"items": [], "resourceVersion": "7"}
+    assert ms >= 0.0
+    doc, _ = early_list.read(*_child_saying(b'{"error": "OSError: HTTP 403"}'))
+    assert doc == {"error": "OSError: HTTP 403"}
+
+
+def test_an_unread_child_is_stopped_with_the_source(api: FakeAPIServer) -> None:
+    assert early_list.start(api.url, NODE, JOB(api.url, NODE))
+    pid = early_list._child[0]  # type: ignore[index]
+    store = PodSpecStore()  # (nothing asks for facts: the thread waits for its gate)
+    src = APIServerPodSource(store, api.url, NODE)
+    src.start()
+    src.stop(timeout=0.2)
+    assert until(lambda: _gone(pid), 3)
+
+
+def test_the_stream_opens_once_the_first_synchronize_is_answered(api: FakeAPIServer) -> None:
+    store = PodSpecStore()
+    store.answered.clear()  # (a plugin before its first Synchronize's answer)
+    store.needed.set()
+    src = APIServerPodSource(store, api.url, NODE)
+    src.start()
+    try:
+        assert store.wait_synced(5)
+        time.sleep(0.3)
+        assert [q.get("watch") for q in _lists(api)] == [None]  # the LIST, no stream yet
+        store.answered.set()
+        assert until(lambda: [q.get("watch") for q in _lists(api)] == [None, "1"])
+    finally:
+        src.stop()
+
+
+# ------------------------------------------------------------------ the parts of a pod
+MIRROR = {MIRROR_ANNOTATION: "static-uid", "big": "x" * 5000}
+PODS = [
+    pod("a", containers=(("app", G4),)),
+    pod("b", pod_res={"limits": {"cpu": "2"}}, containers=(("app", None), ("s", G4)),
+        init=(("i", G4, "Always"), ("j", None, None))),
+    pod("m", annotations=MIRROR),
+    pod("n", annotations={"other": "1"}),
+    {**pod("c"), "status": {"phase": "Running"}, "kind": "Pod"},
+    {"metadata": {"uid": "d", "annotations": "not a map"}, "spec": {"containers": []}},
+    {"metadata": {"uid": "e", "managedFields": [{"x": 1}]},
+     "spec": {"containers": [{"name": "a", "image": "busybox", "env": [],
+                              "resources": {"requests": {"cpu": "500m"}}}],
+              "nodeName": NODE, "volumes": []}},
+    # malformed: the same error either way
+    {"metadata": {"uid": "f"}, "spec": {"containers": [{"resources": {}}]}},
+    {"metadata": {"uid": "g"}, "spec": {"containers": ["x"]}},
+    {"metadata": {"uid": "h"}, "spec": {"resources": "x"}},
+    {"metadata": {"uid": "i"}, "spec": {"containers": [
+        {"name": "a", "resources": {"limits": {"cpu": "lots"}}}]}},
+    {"metadata": "x", "spec": {}},
+    {"metadata": {}, "spec": {}},
+    {"metadata": {"uid": "j"}, "spec": "x"},
+    {"metadata": {"uid": "k"}},
+    "not a pod",
+    {"metadata": {"uid": "l"}, "spec": {"initContainers": [
+        {"name": "i", "restartPolicy": "Always", "resources": {"requests": {"cpu": "1"}}}],
+        "containers": "x"}},
+]
+
+
+def _facts_or_error(obj: object) -> object:
+    try:
+        return spec.facts_from_pod(obj)
+    except ValueError as e:
+        return f"ValueError: {e}"
+
+
+@pytest.mark.parametrize("obj", PODS)
+def test_the_parts_of_a_pod_give_its_facts(obj: object) -> None:
+    parts = json.loads(json.dumps(facts_parts(obj)))  # (as handed over: JSON)
+    assert _facts_or_error(parts) == _facts_or_error(obj)
+
+
+def test_the_parts_leave_the_rest_out() -> None:
+    full = PODS[6]
+    parts = facts_parts({**full, "metadata": {**full["metadata"], "annotations": MIRROR}})
+    assert parts == {"metadata": {"uid": "e", "annotations": {MIRROR_ANNOTATION: "static-uid"}},
+                     "spec": {"containers": [{"name": "a",
+                                              "resources": {"requests": {"cpu": "500m"}}}]}}
+    assert MIRROR_ANNOTATION == spec.MIRROR_ANNOTATION
+
+
+# ------------------------------------------------------------------ what boot reads
+SOURCE_DOCS = [
+    "podSpecSource: apiServer\n",
+    "podSpecSource: apiServer\napiServerURL: http://127.0.0.1:6443\nnodeName: node-a\n",
+    "podSpecSource: \"apiServer\"\napiServerURL: 'https://[fd00::1]:6443'  # c\n"
+    "nodeName: n1.example.com\ncpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\n",
+    "cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\npodSpecSource: apiServer\n"
+    "featureGates:\n  PodLevelResources: true\napiServerURL: https://10.0.0.1\n",
+]
+
+
+@pytest.mark.parametrize("text", SOURCE_DOCS)
+def test_pod_source_keys_are_the_validated_configs(text: str) -> None:
+    got = boot.pod_source_keys(text)
+    cfg = parse_config(text)
+    assert cfg.podSpecSource == "apiServer"
+    assert got == (cfg.apiServerURL, cfg.nodeName)
+
+
+@pytest.mark.parametrize("text", [
+    "", "podSpecSource: none\n", "cpuManagerPolicy: static\n",
+    "podSpecSource: apiServer\napiServerURL: http://a b\n",
+    "podSpecSource: apiServer\nnodeName: yes\n",
+    "podSpecSource: apiServer\napiServerURL:\n  nested: 1\n",
+    "{podSpecSource: apiServer}\n",
+])
+def test_pod_source_keys_give_up_on_anything_else(text: str) -> None:
+    assert boot.pod_source_keys(text) is None
