@@ -8,8 +8,8 @@ interpreter lock (``http.client``, ``ssl`` and ``email`` imported, the pages dec
 VM) on top of the plugin's own start, which needs the same lock: launch -> synchronized
 went from ~80 ms to ~150 ms. A child forked before the plugin is imported makes the LIST
 on another CPU meanwhile and hands over only what :func:`~nri_cpumgr.podmodel.spec.
-facts_from_pod` reads (:func:`~nri_cpumgr.podsource.facts_parts`, one JSON document
-on a pipe); the watch thread reads it when its first LIST is due and then watches from its
+facts_from_pod` reads (:func:`~nri_cpumgr.podsource.facts_parts`, one :mod:`marshal`
+document on a pipe); the watch thread reads it when its first LIST is due and then watches from its
 resourceVersion, as after a LIST of its own.
 
 :func:`start` (called by :mod:`nri_cpumgr.boot` with the config file's ``apiServerURL`` and
@@ -87,12 +87,12 @@ def take(url: str, node: str) -> tuple[int, int] | None:
 
 
 def read(pid: int, fd: int, deadline: float = DEADLINE) -> tuple[dict[str, Any] | None, float]:
-    """Collect the child ``(pid, fd)`` of :func:`take`: its JSON document (decoded; None
+    """Collect the child ``(pid, fd)`` of :func:`take`: its document (decoded; None
     when it failed, said nothing readable or took longer than ``deadline`` seconds) and
     the child's CPU time in ms (user + system). The document has ``items`` and
     ``resourceVersion``, or ``error`` (what the child's LIST met). Closes ``fd`` and reaps
     the child."""
-    import json
+    import marshal
     import select
     import time
 
@@ -118,8 +118,8 @@ def read(pid: int, fd: int, deadline: float = DEADLINE) -> tuple[dict[str, Any] 
     os.close(fd)
     ms = _reap(pid)
     try:
-        doc = json.loads(b"".join(chunks))
-    except ValueError:
+        doc = marshal.loads(b"".join(chunks))
+    except (ValueError, EOFError, TypeError):
         return None, ms
     if isinstance(doc, dict) and (isinstance(doc.get("error"), str) or (
             isinstance(doc.get("items"), list)

@@ -22,7 +22,6 @@ plugin decides from NRI alone meanwhile.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -193,10 +192,12 @@ def facts_parts(pod: Any) -> Any:
 
 def list_to(fd: int, url: str, node: str) -> int:
     """The early LIST's child (:mod:`nri_cpumgr.early_list`): LIST node ``node``'s pods at
-    ``url`` (as :class:`APIServerPodSource` takes them) and write one JSON document on
-    ``fd``: ``{"resourceVersion": rv, "items": [facts_parts(pod), ...]}``, or ``{"error":
-    "<kind>: <message>"}`` when the LIST fails. Logs nothing (the watch logs what its own
-    LIST meets). Returns the child's exit status: 0, or 1 when ``fd`` is closed."""
+    ``url`` (as :class:`APIServerPodSource` takes them) and write one document on ``fd``
+    (:mod:`marshal`: the plugin reads it without importing ``json``, the child being the
+    same interpreter, from the same process): ``{"resourceVersion": rv, "items":
+    [facts_parts(pod), ...]}``, or ``{"error": "<kind>: <message>"}`` when the LIST fails.
+    Logs nothing (the watch logs what its own LIST meets). Returns the child's exit status:
+    0, or 1 when ``fd`` is closed."""
     logging.disable(logging.CRITICAL)
     doc: dict[str, Any]
     try:
@@ -204,7 +205,9 @@ def list_to(fd: int, url: str, node: str) -> int:
         doc = {"resourceVersion": rv, "items": [facts_parts(p) for p in pods]}
     except Exception as e:  # noqa: BLE001 - the watch meets it again itself
         doc = {"error": f"{type(e).__name__}: {e}"}
-    data = memoryview(json.dumps(doc, separators=(",", ":")).encode())
+    import marshal
+
+    data = memoryview(marshal.dumps(doc))
     try:
         while data:
             data = data[os.write(fd, data):]
@@ -329,6 +332,8 @@ class APIServerPodSource:
         """LIST every pod of the node (paged, :data:`PAGE` a page): the pods as served
         (decoded JSON) and the list's resourceVersion. Raises OSError (an HTTP status but
         200, a connection that fails or times out) or ValueError (a body that is not JSON)."""
+        import json  # (in the watch's thread or the early LIST's child: not at the start)
+
         pods: list[Any] = []
         cont = ""
         conn = self._connection()
@@ -375,6 +380,8 @@ class APIServerPodSource:
     def _watch(self, rv: str) -> str:
         """WATCH from ``rv`` until the server ends it; returns the last resourceVersion
         seen, or "" when the caller must relist (410 Gone / an ERROR event)."""
+        import json
+
         conn = self._connection()
         self._conn = conn
         try:

@@ -8,6 +8,7 @@ values as the config model does."""
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import socket
 import time
@@ -156,8 +157,9 @@ def _child_saying(data: bytes) -> tuple[int, int]:
     return pid, r
 
 
-@pytest.mark.parametrize("data", [b"", b"not json", b"[1, 2]", b'{"items": []}',
-                                  b'{"items": {}, "resourceVersion": "1"}'])
+@pytest.mark.parametrize("data", [
+    b"", b"not marshal", b"\xff\x00", marshal.dumps([1, 2]), marshal.dumps({"items": []}),
+    marshal.dumps({"items": {}, "resourceVersion": "1"}), marshal.dumps({"error": 3})])
 def test_an_unreadable_answer_is_none(data: bytes) -> None:
     pid, fd = _child_saying(data)
     doc, _ = early_list.read(pid, fd)
@@ -166,10 +168,11 @@ def test_an_unreadable_answer_is_none(data: bytes) -> None:
 
 
 def test_what_the_child_says() -> None:
-    doc, ms = early_list.read(*_child_saying(b'{"items": [], "resourceVersion": "7"}'))
+    doc, ms = early_list.read(*_child_saying(marshal.dumps({"items": [],
+                                                           "resourceVersion": "7"})))
     assert doc == {"items": [], "resourceVersion": "7"}
     assert ms >= 0.0
-    doc, _ = early_list.read(*_child_saying(b'{"error": "OSError: HTTP 403"}'))
+    doc, _ = early_list.read(*_child_saying(marshal.dumps({"error": "OSError: HTTP 403"})))
     assert doc == {"error": "OSError: HTTP 403"}
 
 
