@@ -41,6 +41,9 @@ from nri_cpumgr.runline import run_arguments
 DEFAULT_CONFIG = "/etc/nri-cpumgr/config.yaml"
 #: The config model's defaults for the three keys (nri_cpumgr.config.model.Config).
 DEFAULTS = {"pluginName": "cpumgr", "pluginIndex": "90", "socketPath": "/var/run/nri/nri.sock"}
+#: The config model's default ``stateDirectory`` and the CPU checkpoint's name there
+#: (nri_cpumgr.runtime.plugin.CHECKPOINT_NAME).
+STATE_DIRECTORY, CHECKPOINT_NAME = "/var/lib/nri-cpumgr", "cpu_manager_state"
 #: The registration request's deadline (seconds), as the transport's.
 REGISTER_TIMEOUT = 10.0
 #: Seconds the connect and the write may block (a runtime whose listen backlog is full).
@@ -61,14 +64,14 @@ _pod_source: tuple[str, str] | None = None
 
 
 def run_options(argv: list[str]) -> dict[str, str] | None:
-    """The ``config`` and ``socket`` of a ``run`` command line (``argv`` without the program)
-    when given, as :func:`nri_cpumgr.runline.run_arguments` reads them; None when that gives
-    None."""
+    """The ``config``, ``socket`` and ``state_dir`` of a ``run`` command line (``argv``
+    without the program) when given, as :func:`nri_cpumgr.runline.run_arguments` reads
+    them; None when that gives None."""
     args = run_arguments(argv)
     if args is None:
         return None
-    return {k: v for k in ("config", "socket")  # type: ignore[misc]
-            if isinstance(v := args[k], str)}
+    return {k: v for k in ("config", "socket", "state_dir")  # type: ignore[misc]
+            if isinstance(v := args[k], str) and v}
 
 
 def _plain(raw: str, chars: frozenset[str]) -> str | None:
@@ -179,8 +182,9 @@ def _register(argv: list[str]) -> None:
             skipped = "the config file could not be read"
             return
         got = registration_keys(text)
-        if got is not None:
-            _pod_source = pod_source_keys(text)
+        if got is not None and (src := pod_source_keys(text)) is not None \
+                and not _restart(opts.get("state_dir"), text):
+            _pod_source = src
         if got is None:
             skipped = "not a flat config document"
             return
@@ -205,6 +209,18 @@ def _register(argv: list[str]) -> None:
         skipped = f"{socket_path}: {e.strerror or e}"
         return
     _early = (sock.detach(), 1, name, idx, socket_path)
+
+
+def _restart(state_dir: str | None, text: str) -> bool:
+    """Whether the state directory (``--state-dir``, else the config's ``stateDirectory``,
+    else its default) holds the plugin's CPU checkpoint, or cannot be told: a restart,
+    whose Synchronize restores its Guaranteed containers without waiting for the watch's
+    first LIST (:mod:`nri_cpumgr.early_list` is for a start that waits for it)."""
+    if state_dir is None:
+        top = _top_level(text) or {}
+        state_dir = _plain(top["stateDirectory"], _PATH_CHARS) if "stateDirectory" in top \
+            else STATE_DIRECTORY
+    return state_dir is None or os.path.exists(os.path.join(state_dir, CHECKPOINT_NAME))
 
 
 def _list_early(url: str, node: str) -> None:

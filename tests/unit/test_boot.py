@@ -27,7 +27,7 @@ TOP = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize(("argv", "want"), [
     (["run"], {}),
     (["run", "--config", "c.yaml", "--socket", "/s", "--state-dir", "/d", "-v"],
-     {"config": "c.yaml", "socket": "/s"}),
+     {"config": "c.yaml", "socket": "/s", "state_dir": "/d"}),
     (["run", "--config=a", "--config", "b", "--sysfs-root=/x", "--verbose"], {"config": "b"}),
     (["run", "--conf", "c.yaml"], None),  # an abbreviation: argparse's business
     (["run", "--config"], None),

@@ -283,3 +283,38 @@ def test_pod_source_keys_are_the_validated_configs(text: str) -> None:
 ])
 def test_pod_source_keys_give_up_on_anything_else(text: str) -> None:
     assert boot.pod_source_keys(text) is None
+
+
+def test_boots_defaults_are_the_plugins() -> None:
+    from nri_cpumgr.config import Config
+    from nri_cpumgr.runtime.plugin import CHECKPOINT_NAME
+
+    assert boot.STATE_DIRECTORY == Config().stateDirectory
+    assert boot.CHECKPOINT_NAME == CHECKPOINT_NAME
+
+
+@pytest.mark.parametrize(("where", "checkpoint", "early"), [
+    ("option", False, True), ("option", True, False),
+    ("config", False, True), ("config", True, False),
+])
+def test_only_a_start_without_a_checkpoint_lists_early(tmp_path, where: str, checkpoint: bool,
+                                                       early: bool) -> None:
+    """A restart (the CPU checkpoint in the state directory: its Synchronize does not wait
+    for the LIST) makes no child; a first start does."""
+    state = tmp_path / "state"
+    state.mkdir()
+    if checkpoint:
+        (state / boot.CHECKPOINT_NAME).write_text("{}")
+    cfg = tmp_path / "c.yaml"
+    text = f"podSpecSource: apiServer\napiServerURL: http://127.0.0.1:1\nnodeName: {NODE}\n"
+    argv = ["run", "--config", str(cfg), "--socket", str(tmp_path / "none.sock")]
+    if where == "option":
+        argv += ["--state-dir", str(state)]
+    else:
+        text += f"stateDirectory: {state}\n"
+    cfg.write_text(text)
+    try:
+        boot._register(argv)
+        assert boot._pod_source == (("http://127.0.0.1:1", NODE) if early else None)
+    finally:
+        boot._pod_source = boot._early = boot.skipped = None
