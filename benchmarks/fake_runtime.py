@@ -5,18 +5,17 @@ The runtime side is tests/unit/nri_peer.py's FakeRuntime (the ttrpc mux of conta
 socket, in this process). Each plugin runs as a subprocess dialling it: nri-cpumgr (static
 policy, reservedSystemCPUs "0", topology from a generated 256-CPU sysfs tree: 2 sockets x 64
 cores x 2 threads, one NUMA node per socket, 4 L3 caches per socket) and the Go floor
-``$GO_PEER`` (default ``.runtime/go-peer``; build it with
-``OUT="$PWD/.runtime/go-peer" bash ../shared/tools/go-peer/build.sh``, an absolute path;
-the whole comparison is skipped with one line, exit 0, when absent). The
-two alternate in rounds within one run. Per round and N: Configure, Synchronize of N running
-BestEffort containers
-(timed), then ``--creates`` times: RUN_POD_SANDBOX of a new pod (timed apart, if subscribed:
-a runtime sends it when the pod's sandbox has started, before the pod's containers come),
-CreateContainer of a Guaranteed 1-CPU container in it (timed), POST_START_CONTAINER
-(untimed, if subscribed), StopContainer of it (timed),
-REMOVE_CONTAINER, STOP_POD_SANDBOX and REMOVE_POD_SANDBOX state changes (untimed, each if
-subscribed). The
-plugin's own UpdateContainers calls are answered at once.
+``$GO_PEER`` (default ``.runtime/go-peer``; build it with ``OUT="$PWD/.runtime/go-peer" bash
+../shared/tools/go-peer/build.sh``, an absolute path; the whole comparison is skipped with one
+line, exit 0, when absent). The two alternate in rounds within one run (A B, B A, ...), so that
+a phase of a shared machine falls on both: many short rounds (``--rounds 10 --creates 200``)
+give steadier ratios, the p99 above all, than a few long ones. Per round and N: Configure,
+Synchronize of N running BestEffort containers (timed), then ``--creates`` times:
+RUN_POD_SANDBOX of a new pod (timed apart, if subscribed: a runtime sends it when the pod's
+sandbox has started, before the pod's containers come), CreateContainer of a Guaranteed 1-CPU
+container in it (timed), POST_START_CONTAINER (untimed, if subscribed), StopContainer of it
+(timed), REMOVE_CONTAINER, STOP_POD_SANDBOX and REMOVE_POD_SANDBOX state changes (untimed, each
+if subscribed). The plugin's own UpdateContainers calls are answered at once.
 
 ``--pod-spec``: nri-cpumgr runs the Helm chart's default ``podSpecSource: apiServer`` too,
 watching a loopback fake API server (tests/e2e/harness/fakeapi.py) in this process that holds
@@ -306,7 +305,7 @@ async def run(args: argparse.Namespace) -> list[list[str]]:
         for n in args.shared:
             res: dict[str, dict[str, list[float]]] = {"ours": {}, "go": {}}
             for r in range(args.rounds):
-                for kind in ("ours", "go"):
+                for kind in ("ours", "go") if r % 2 == 0 else ("go", "ours"):
                     sock = work / f"nri-{kind}-{n}-{r}.sock"
                     state = work / f"state-{kind}-{n}-{r}"
                     if kind == "ours":
