@@ -113,12 +113,18 @@ def sync_objects(n: int) -> tuple[list[nri_pb2.PodSandbox], list[nri_pb2.Contain
 
 def fake_api_server(n: int) -> tuple[Any, str]:
     """A loopback fake API server (tests/e2e/harness/fakeapi.py, entered: ``close()`` it)
-    holding ``n`` pods of node ``fp-node`` (every other one with pod-level resources, two
-    containers each), and the config lines that watch it (``podSpecSource: apiServer``)."""
+    holding ``n`` pods of node ``fp-node``: the Synchronize's Guaranteed pod (as on a node,
+    where a running pod is in the API server) and ``n - 1`` others (every other one with
+    pod-level resources, two containers each); and the config lines that watch it
+    (``podSpecSource: apiServer``)."""
     from tests.e2e.harness.fakeapi import FakeAPIServer
 
     api = FakeAPIServer("fp-node").__enter__()
-    for i in range(n):
+    one = {"cpu": "1", "memory": "256Mi"}
+    api.add({"metadata": {"uid": "0000-00000000", "name": "pod-0", "namespace": "bench"},
+             "spec": {"containers": [{"name": "app",
+                                      "resources": {"requests": one, "limits": one}}]}})
+    for i in range(1, n):
         res = {"requests": {"cpu": "250m", "memory": "256Mi"},
                "limits": {"cpu": "1", "memory": "256Mi"}}
         api.add({"metadata": {"uid": f"fp-{i}", "name": f"p{i}", "namespace": "ns"},

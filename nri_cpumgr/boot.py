@@ -71,7 +71,7 @@ def run_options(argv: list[str]) -> dict[str, str] | None:
     if args is None:
         return None
     return {k: v for k in ("config", "socket", "state_dir")  # type: ignore[misc]
-            if isinstance(v := args[k], str) and v}
+            if isinstance(v := args[k], str)}
 
 
 def _plain(raw: str, chars: frozenset[str]) -> str | None:
@@ -102,16 +102,19 @@ def _plain(raw: str, chars: frozenset[str]) -> str | None:
 
 def _top_level(text: str) -> dict[str, str] | None:
     """The top-level keys of a config document made of ``key: value`` lines at column 0
-    (the values of other keys may go on indented lines below them: options, feature
-    gates), comments and blank lines, each with the raw text after its colon; None when
-    the document is anything else."""
+    (the values of keys with nothing after their colon but a comment may go on indented
+    lines below them: options, feature gates), comments and blank lines, each with the raw
+    text after its colon; None when the document is anything else (a value on more than
+    one line above all: a quoted one whose quote does not close on its line may hold lines
+    that look like keys)."""
     out: dict[str, str] = {}
+    nested = False  # (the key above takes indented lines: nothing after its colon)
     for line in text.split("\n"):
         stripped = line.strip(" ")
         if not stripped or stripped.startswith("#"):
             continue
         if line[0] == " ":  # a nested value of the key above (options, feature gates):
-            if not out:  # never a top-level key, whatever it holds
+            if not nested:  # never a top-level key, nor more of an inline value
                 return None
             continue
         if not line.isascii() or not line.isprintable():
@@ -120,6 +123,10 @@ def _top_level(text: str) -> dict[str, str] | None:
         if (not sep or not key.isalnum() or not key[0].islower() or key in out
                 or (rest and rest[0] != " ")):
             return None
+        value = rest.strip(" ")
+        if value[:1] in ("'", '"') and value.find(value[0], 1) < 0:
+            return None  # (a quoted value going on below)
+        nested = not value or value.startswith("#")
         out[key] = rest
     return out
 
@@ -213,10 +220,11 @@ def _register(argv: list[str]) -> None:
 
 def _restart(state_dir: str | None, text: str) -> bool:
     """Whether the state directory (``--state-dir``, else the config's ``stateDirectory``,
-    else its default) holds the plugin's CPU checkpoint, or cannot be told: a restart,
-    whose Synchronize restores its Guaranteed containers without waiting for the watch's
-    first LIST (:mod:`nri_cpumgr.early_list` is for a start that waits for it)."""
-    if state_dir is None:
+    else its default) holds the plugin's CPU checkpoint, or the config names it in a way
+    this does not read: a restart, whose Synchronize restores its Guaranteed containers
+    without waiting for the watch's first LIST (:mod:`nri_cpumgr.early_list` is for a start
+    that waits for it)."""
+    if not state_dir:
         top = _top_level(text) or {}
         state_dir = _plain(top["stateDirectory"], _PATH_CHARS) if "stateDirectory" in top \
             else STATE_DIRECTORY

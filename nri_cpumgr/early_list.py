@@ -18,8 +18,10 @@ resourceVersion, as after a LIST of its own.
 once; :func:`read` collects its answer. Whatever goes wrong with the child (it fails, says
 something unreadable, takes longer than :data:`DEADLINE`, was started for other values)
 only means the watch makes its first LIST itself, as without it, and logs what that LIST
-meets. The child never logs, closes every inherited descriptor but its pipe, and leaves
-with ``os._exit``; the parent reaps it.
+meets; a child the validated config has no use for is stopped (:func:`drop`). The child
+never logs, puts ``/dev/null`` on its standard descriptors and closes every other one but
+its pipe, dies with the plugin's process (``PR_SET_PDEATHSIG``), and leaves with
+``os._exit``; the plugin reaps it.
 
 Only :mod:`os` and builtins at import: :mod:`nri_cpumgr.boot` imports this at the start.
 """
@@ -49,6 +51,7 @@ def start(url: str, node: str, job: Callable[[int], int]) -> bool:
     (:func:`nri_cpumgr.podsource.list_to`). False when the fork fails (nothing started).
     Call before any thread is started."""
     global _child
+    parent = os.getpid()
     r, w = os.pipe()
     try:
         pid = os.fork()
@@ -60,14 +63,41 @@ def start(url: str, node: str, job: Callable[[int], int]) -> bool:
         code = 1
         try:
             os.close(r)
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):  # (a caller waiting for the plugin's output: not for this)
+                os.dup2(null, fd)
             os.closerange(3, w)
             os.closerange(w + 1, 1 << 16)
+            _die_with(parent)
             code = job(w)
         finally:
             os._exit(code)
     os.close(w)
     _child = (pid, r, url, node)
     return True
+
+
+def _die_with(parent: int) -> None:
+    """The child: killed when the plugin's process ends (``PR_SET_PDEATHSIG``: the thread
+    that forked it is the main thread, which lives as long as the process); gone at once
+    when it has ended already."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def drop() -> None:
+    """Stop and reap a child nobody will take (the validated config has no pod spec watch
+    of the API server)."""
+    global _child
+    child, _child = _child, None
+    if child is not None:
+        discard(child[0], child[1])
 
 
 def take(url: str, node: str) -> tuple[int, int] | None:

@@ -58,10 +58,11 @@ class PodSpecStore:
     plugin's first Synchronize was answered; the watch makes its first LIST only then (or
     after :data:`START_GATE` seconds), so that a restarted plugin's start does not share the
     GIL with the watch's imports and LIST (issue 34). ``answered``: cleared by a plugin that
-    starts the watch before its first Synchronize, set once that Synchronize is answered;
-    the watch opens its stream (its ``http.client`` and ``ssl`` imports: ~25 ms of the GIL)
-    only then (or after :data:`START_GATE` seconds), not while that answer is being built
-    after a first LIST it waited for. Thread-safe: writers hold the condition; a read is
+    starts the watch before its first Synchronize, set once that Synchronize is answered or
+    a lookup waits for a pod the store lacks; the watch opens its stream (its
+    ``http.client`` and ``ssl`` imports: ~25 ms of the GIL) only then (or after
+    :data:`START_GATE` seconds), not while that answer is being built after a first LIST it
+    waited for. Thread-safe: writers hold the condition; a read is
     one dict lookup.
     """
 
@@ -74,6 +75,7 @@ class PodSpecStore:
         self.answered = threading.Event()
         self.answered.set()
         self.synced_at: float | None = None  # monotonic time of the last full LIST
+        self.listed_early = False  # that LIST was made at the start (APIServerPodSource)
         self.waits = 0  # lookups that had to wait
         self.misses = 0  # lookups that found nothing (fallback to NRI alone)
 
@@ -91,6 +93,7 @@ class PodSpecStore:
             return f
         if (self.connected or self.starting) and timeout > 0:
             self.needed.set()
+            self.answered.set()  # (the stream brings a pod created after the LIST)
             self.waits += 1
             with self._cond:
                 self._cond.wait_for(
@@ -114,9 +117,12 @@ class PodSpecStore:
         for a in f.aliases:
             self._by_uid[a] = f
 
-    def replace(self, facts: Iterable[PodSpecFacts]) -> None:
-        """A full LIST: the store becomes exactly ``facts``."""
+    def replace(self, facts: Iterable[PodSpecFacts], *, early: bool = False) -> None:
+        """A full LIST: the store becomes exactly ``facts``. ``early``: the LIST made at the
+        plugin's start by a child process (``listed_early``: a pod created since is not in
+        it until the stream brings it)."""
         with self._cond:
+            self.listed_early = early
             self._by_uid = {}
             for f in facts:
                 self._index(f)
@@ -253,8 +259,12 @@ class APIServerPodSource:
         self.watch_seconds = watch_seconds
         self._stop = threading.Event()
         self._config = (url_given, node_given)
-        #: the child process making the first LIST (nri_cpumgr.early_list), once taken
+        #: the child process making the first LIST (nri_cpumgr.early_list), once taken;
+        #: its pid while the thread reads it
         self._early: tuple[int, int] | None = None
+        self._reading: int | None = None
+        self._relist = threading.Event()  # (refresh)
+        self._streaming = False
         self._conn: Any = None
         self._said: set[str] = set()
         self._listed_at_start: float | None = None
@@ -271,11 +281,39 @@ class APIServerPodSource:
         self.store.starting = True
         self._thread.start()
 
+    def refresh(self) -> None:
+        """A fresh LIST, now: the first Synchronize found a Guaranteed pod missing from the
+        LIST made at the start (:attr:`PodSpecStore.listed_early`; the pod may have been
+        created since). The store's ``synced_at`` is cleared until that LIST is in (wait
+        for it with :meth:`PodSpecStore.wait_synced`); an open stream is ended for it. The
+        facts already in the store stay until then."""
+        with self.store._cond:
+            self.store.synced_at = None
+        self._relist.set()
+        self.store.needed.set()
+        self.store.answered.set()
+        conn = self._conn
+        if self._streaming and conn is not None and conn.sock is not None:
+            import socket
+
+            try:
+                conn.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
     def stop(self, timeout: float = 1.0) -> None:
         """Stop the thread (closes an open stream); waits up to ``timeout`` seconds."""
         self._stop.set()
         self.store.needed.set()  # (a thread still before its first LIST)
         self.store.answered.set()
+        reading = self._reading
+        if reading is not None:  # (the thread waits for the child: its pipe ends with it)
+            import signal
+
+            try:
+                os.kill(reading, signal.SIGKILL)
+            except OSError:
+                pass
         conn = self._conn
         if conn is not None:
             try:
@@ -368,12 +406,17 @@ class APIServerPodSource:
         early, self._early = self._early, None
         if early is None:
             return ""
-        doc, cpu_ms = early_list.read(*early)
+        self._reading = early[0]
+        try:
+            doc, cpu_ms = early_list.read(*early)
+        finally:
+            self._reading = None
         if doc is None or "error" in doc:
             log.debug("pod spec source: the LIST made at the start did not come (%s); "
                       "listing again", (doc or {}).get("error", "no answer"))
             return ""
-        self.store.replace([f for obj in doc["items"] if (f := _facts(obj)) is not None])
+        self.store.replace([f for obj in doc["items"] if (f := _facts(obj)) is not None],
+                           early=True)
         self._listed_at_start = cpu_ms
         return str(doc["resourceVersion"])
 
@@ -390,7 +433,8 @@ class APIServerPodSource:
                 timeoutSeconds=self.watch_seconds))
             if conn.sock is not None:  # the stream may stay quiet until the server ends it
                 conn.sock.settimeout(self.watch_seconds + 10)
-            while not self._stop.is_set():
+            self._streaming = True
+            while not self._stop.is_set() and not self._relist.is_set():
                 line = resp.readline()
                 if not line:
                     return rv
@@ -412,6 +456,7 @@ class APIServerPodSource:
                     self.store.put(f)
             return rv
         finally:
+            self._streaming = False
             conn.close()
             self._conn = None
 
@@ -421,7 +466,8 @@ class APIServerPodSource:
         rv = self._listed_early() if self._early is not None else ""
         while not self._stop.is_set():
             try:
-                if not rv:
+                if not rv or self._relist.is_set():
+                    self._relist.clear()
                     rv = self._list()
                 if "ok" not in self._said:
                     self._said = {"ok"}
@@ -431,7 +477,10 @@ class APIServerPodSource:
                         f" (listed at the start by a child process, {by:.0f} ms of CPU)")
                     self._listed_at_start = None
                 self.store.answered.wait(START_GATE)
-                rv = self._watch(rv)
+                if self._stop.is_set():
+                    break
+                if not self._relist.is_set():
+                    rv = self._watch(rv)
                 backoff = BACKOFF_MIN
             except Exception as e:  # noqa: BLE001 - any failure: fall back, retry later
                 self.store.set_connected(False)

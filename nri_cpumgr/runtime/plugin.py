@@ -397,6 +397,9 @@ class Plugin:
         self._stop_pod_source()
         self._spec_wait = config.duration("podSpecWait")
         if config.podSpecSource != "apiServer":
+            from nri_cpumgr import early_list
+
+            early_list.drop()  # (a child boot started for a document it read otherwise)
             return
         from nri_cpumgr.podsource import APIServerPodSource, PodSpecStore
 
@@ -476,6 +479,13 @@ class Plugin:
             log.warning("synchronize: no pod spec from the %s source yet; deciding from NRI "
                         "alone", self.config.podSpecSource)
             return infos
+        source = self._pod_source
+        if store.listed_early and source is not None and any(
+                i.qos is QOSClass.GUARANTEED and store.get(i.pod_uid) is None for i in infos):
+            # the LIST made at the start lacks a pod: created since? A fresh LIST, as
+            # without that one (its facts are used for the others if it does not come)
+            source.refresh()
+            store.wait_synced(max(self._spec_wait, SYNC_SPEC_WAIT))
         out = []
         for i in infos:
             f = store.get(i.pod_uid) if i.qos is QOSClass.GUARANTEED else None

@@ -318,3 +318,155 @@ def test_only_a_start_without_a_checkpoint_lists_early(tmp_path, where: str, che
         assert boot._pod_source == (("http://127.0.0.1:1", NODE) if early else None)
     finally:
         boot._pod_source = boot._early = boot.skipped = None
+
+
+# ------------------------------------------------------------------ found by a review
+PL = {"metadata": {"uid": "p", "name": "p", "namespace": "ns"}, "spec": {
+      "resources": {"limits": {"cpu": "1", "memory": "256Mi"}}, "containers": [{"name": "app"}]}}
+
+
+@pytest.mark.parametrize("when", ["no child", "before the child's LIST", "after it"])
+def test_a_pod_created_after_the_childs_list_is_decided_with_its_spec(tmp_path,
+                                                                      when: str) -> None:
+    """The child lists at the start; a pod-level pod created before the first Synchronize
+    may not be in that LIST: the Synchronize then has the watch LIST again and decides with
+    the pod's spec (without it, the pod's container would be taken for a 1-CPU Guaranteed
+    one and given CPU 1). A pod the child's LIST has costs no second LIST."""
+    from tests.unit.test_runtime_plugin import STATIC, cpus_of, ctr, run
+    from tests.unit.test_runtime_plugin import pod as nri_pod
+
+    with FakeAPIServer("n1") as api:
+        if when == "before the child's LIST":
+            api.add(PL)
+        if when != "no child":  # (as boot does at the start)
+            assert early_list.start(api.url, "n1", JOB(api.url, "n1"))
+            assert until(lambda: len(api.requests) >= 1)
+            time.sleep(0.3)  # (the child's LIST is made)
+        if when != "before the child's LIST":
+            api.add(PL)
+        seen: dict = {}
+
+        async def body(conn, plugin):
+            _, sync = await conn.handshake(pods=[nri_pod("p")],
+                                           containers=[ctr("p", 1000, "0-1")])
+            seen["cpus"] = cpus_of(sync.update)
+            seen["exclusive"] = plugin.manager.containers["c-p"].exclusive
+            seen["spec"] = plugin.manager.containers["c-p"].info.pod_spec is not None
+
+        run(tmp_path, body, config=STATIC + f"podSpecSource: apiServer\napiServerURL: "
+                                            f"{api.url}\nnodeName: n1\n")
+        assert seen == {"cpus": {}, "exclusive": False, "spec": True}
+        lists = [q for q in _lists(api) if "watch" not in q]
+        assert len(lists) == (2 if when == "after it" else 1)
+
+
+@pytest.mark.parametrize("text", [
+    # a quoted value going on below: its lines are not keys (the config model's logFile
+    # holds them all, podSpecSource stays "none")
+    'logFile: "/tmp/x.log\npodSpecSource: apiServer\napiServerURL: http://127.0.0.1:1\n'
+    'nodeName: n1\n  "\n',
+    "logFile: '/tmp/x.log\npodSpecSource: apiServer\nnodeName: n1'\n",
+    # a plain value going on below
+    "podSpecSource: apiServer\napiServerURL: http://a\n  b\nnodeName: n1\n",
+    "logFile: |\n  podSpecSource: apiServer\n",
+])
+def test_a_value_on_more_lines_is_not_flat(text: str) -> None:
+    assert boot.pod_source_keys(text) is None
+    assert boot.registration_keys(text) is None
+
+
+def test_a_child_the_config_has_no_use_for_is_stopped(tmp_path) -> None:
+    """Boot read a document otherwise than the config model (a source the validated config
+    does not have): the plugin stops the child when it sets its pod spec source up."""
+    from tests.unit.test_runtime_plugin import STATIC, run
+
+    with FakeAPIServer(NODE) as api:
+        assert early_list.start(api.url, NODE, JOB(api.url, NODE))
+        pid = early_list._child[0]  # type: ignore[index]
+
+        async def body(conn, plugin):
+            await conn.handshake()
+            assert plugin.pod_specs is None
+
+        run(tmp_path, body, config=STATIC)
+        assert early_list._child is None
+        assert _gone(pid)
+
+
+def test_stop_while_the_thread_reads_a_slow_child(api: FakeAPIServer) -> None:
+    """The thread waits for a child whose LIST the API server is slow to answer: stop()
+    ends the child, the thread ends at once, and nothing is asked of the API server
+    after it."""
+    api.delay = 3.0
+    assert early_list.start(api.url, NODE, JOB(api.url, NODE))
+    pid = early_list._child[0]  # type: ignore[index]
+    store = PodSpecStore()
+    store.needed.set()
+    src = APIServerPodSource(store, api.url, NODE)
+    src.start()
+    assert until(lambda: src._reading is not None)
+    t = time.monotonic()
+    src.stop()
+    assert time.monotonic() - t < 0.9
+    assert not src._thread.is_alive()
+    assert _gone(pid)
+    asked = len(api.requests)
+    time.sleep(0.5)
+    assert len(api.requests) == asked <= 1  # (the child's LIST, if it came to it)
+
+
+def test_stop_before_the_stream_opens_opens_none(api: FakeAPIServer) -> None:
+    store = PodSpecStore()
+    store.answered.clear()
+    store.needed.set()
+    src = APIServerPodSource(store, api.url, NODE)
+    src.start()
+    assert store.wait_synced(5)
+    time.sleep(0.2)  # (the thread waits for the first Synchronize's answer)
+    src.stop()
+    assert not src._thread.is_alive()
+    time.sleep(0.3)
+    assert [q.get("watch") for q in _lists(api)] == [None]
+
+
+def test_the_child_leaves_the_callers_output_alone(tmp_path) -> None:
+    """An invalid config exits with status 2 at once, although its child is still waiting
+    for an API server that answers nothing: the child holds neither the caller's pipes
+    (stdout, stderr) nor outlives the plugin."""
+    import subprocess
+    import sys
+
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(8)
+    try:
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(f"cpuManagerPolicy: bogus\npodSpecSource: apiServer\napiServerURL: "
+                       f"http://127.0.0.1:{hung.getsockname()[1]}\nnodeName: {NODE}\n")
+        t = time.monotonic()
+        out = subprocess.run(
+            [sys.executable, "-m", "nri_cpumgr", "run", "--config", str(cfg), "--socket",
+             str(tmp_path / "none.sock"), "--state-dir", str(tmp_path / "state")],
+            capture_output=True, text=True, timeout=30, check=False,
+            cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+        assert out.returncode == 2, out.stderr
+        assert time.monotonic() - t < 1.8  # (the child's request waits 2 s)
+        assert "cpuManagerPolicy" in out.stderr
+    finally:
+        hung.close()
+
+
+def test_refresh_ends_an_open_stream_and_lists_again(api: FakeAPIServer) -> None:
+    store = PodSpecStore()
+    store.needed.set()
+    src = APIServerPodSource(store, api.url, NODE)
+    src.start()
+    try:
+        assert until(lambda: [q.get("watch") for q in _lists(api)] == [None, "1"])
+        src.refresh()
+        assert store.synced_at is None or len(_lists(api)) > 2
+        assert store.wait_synced(5)
+        assert until(lambda: [q.get("watch") for q in _lists(api)] == [None, "1", None, "1"])
+        assert store.get("u2") is not None
+    finally:
+        src.stop()
