@@ -9,8 +9,10 @@ VM) on top of the plugin's own start, which needs the same lock: launch -> synch
 went from ~80 ms to ~150 ms. A child forked before the plugin is imported makes the LIST
 on another CPU meanwhile and hands over only what :func:`~nri_cpumgr.podmodel.spec.
 facts_from_pod` reads (:func:`~nri_cpumgr.podsource.facts_parts`, one :mod:`marshal`
-document on a pipe); the watch thread reads it when its first LIST is due and then watches from its
-resourceVersion, as after a LIST of its own.
+document on a pipe); the watch thread reads it when its first LIST is due and then watches
+from its resourceVersion, as after a LIST of its own; when it lacks one of the first
+Synchronize's Guaranteed pods (created since), the watch lists again
+(:meth:`nri_cpumgr.podsource.APIServerPodSource.refresh`).
 
 :func:`start` (called by :mod:`nri_cpumgr.boot` with the config file's ``apiServerURL`` and
 ``nodeName`` as written) forks a child running :func:`nri_cpumgr.podsource.list_to`;

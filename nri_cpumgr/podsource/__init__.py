@@ -62,8 +62,9 @@ class PodSpecStore:
     a lookup waits for a pod the store lacks; the watch opens its stream (its
     ``http.client`` and ``ssl`` imports: ~25 ms of the GIL) only then (or after
     :data:`START_GATE` seconds), not while that answer is being built after a first LIST it
-    waited for. Thread-safe: writers hold the condition; a read is
-    one dict lookup.
+    waited for. ``listed_early``: the last full LIST is the one a child process made at the
+    plugin's start (:mod:`nri_cpumgr.early_list`). Thread-safe: writers hold the condition;
+    a read is one dict lookup.
     """
 
     def __init__(self) -> None:
