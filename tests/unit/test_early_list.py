@@ -274,12 +274,24 @@ def test_pod_source_keys_are_the_validated_configs(text: str) -> None:
     assert got == (cfg.apiServerURL, cfg.nodeName)
 
 
+MORE_LINES = [
+    # a quoted value going on below: its lines are not keys (the config model's logFile
+    # holds them all, podSpecSource stays "none")
+    'logFile: "/tmp/x.log\npodSpecSource: apiServer\napiServerURL: http://127.0.0.1:1\n'
+    'nodeName: n1\n  "\n',
+    "logFile: '/tmp/x.log\npodSpecSource: apiServer\nnodeName: n1'\n",
+    # a plain value going on below
+    "podSpecSource: apiServer\napiServerURL: http://a\n  b\nnodeName: n1\n",
+    "logFile: |\n  podSpecSource: apiServer\n",
+]
+
+
 @pytest.mark.parametrize("text", [
     "", "podSpecSource: none\n", "cpuManagerPolicy: static\n",
     "podSpecSource: apiServer\napiServerURL: http://a b\n",
     "podSpecSource: apiServer\nnodeName: yes\n",
     "podSpecSource: apiServer\napiServerURL:\n  nested: 1\n",
-    "{podSpecSource: apiServer}\n",
+    "{podSpecSource: apiServer}\n", *MORE_LINES,
 ])
 def test_pod_source_keys_give_up_on_anything_else(text: str) -> None:
     assert boot.pod_source_keys(text) is None
@@ -360,18 +372,8 @@ def test_a_pod_created_after_the_childs_list_is_decided_with_its_spec(tmp_path,
         assert len(lists) == (2 if when == "after it" else 1)
 
 
-@pytest.mark.parametrize("text", [
-    # a quoted value going on below: its lines are not keys (the config model's logFile
-    # holds them all, podSpecSource stays "none")
-    'logFile: "/tmp/x.log\npodSpecSource: apiServer\napiServerURL: http://127.0.0.1:1\n'
-    'nodeName: n1\n  "\n',
-    "logFile: '/tmp/x.log\npodSpecSource: apiServer\nnodeName: n1'\n",
-    # a plain value going on below
-    "podSpecSource: apiServer\napiServerURL: http://a\n  b\nnodeName: n1\n",
-    "logFile: |\n  podSpecSource: apiServer\n",
-])
+@pytest.mark.parametrize("text", MORE_LINES)
 def test_a_value_on_more_lines_is_not_flat(text: str) -> None:
-    assert boot.pod_source_keys(text) is None
     assert boot.registration_keys(text) is None
 
 
