@@ -8,6 +8,8 @@ with one started container each (the shared pool, reused across rounds), then al
 with no plugin and with nri-cpumgr (static policy, reservedSystemCPUs "0") on the same daemon.
 In each round, ``--pods`` Guaranteed 1-CPU pods are handled one after the other, kubelet-like:
 
+* RunPodSandbox of the Guaranteed pod (wall clock, ms: with ``--pod-spec-source`` the
+  plugin admits the pod there);
 * Create+Start: CreateContainer then StartContainer at once (wall clock, ms);
 * off: ms from the end of StartContainer until no shared container's cgroup ``cpuset.cpus``
   contains the Guaranteed container's CPUs (polled every ~1 ms; with no plugin nothing moves
@@ -239,7 +241,10 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
                                                   "namespace": "e2e"},
                                      "spec": {"containers": [{"name": "g", "resources": {
                                          "requests": g1, "limits": g1}}]}})
+                        t = time.perf_counter()
                         pod = cri.run_pod(f"g-{r}-{k}", "Guaranteed", uid=uid)
+                        m.setdefault("RunPodSandbox", []).append(
+                            (time.perf_counter() - t) * 1000)
                         u0 = count(counter)
                         t = time.perf_counter()
                         cid = cri.create_container(pod, "g", requests={"cpu": "1",
@@ -343,8 +348,8 @@ def run_daemon(version: str, n_shared: int, args: argparse.Namespace) -> list[li
         for metric, vals in got.items():
             print(f"  {what} N={n_shared} {mode} {metric}: "
                   + " ".join(f"{v:.0f}" for v in vals), file=sys.stderr)
-    for metric in ("create+start", "deletion", "off", "back", "pass begun", "grow begun",
-                   "runc updates"):
+    for metric in ("RunPodSandbox", "create+start", "deletion", "off", "back", "pass begun",
+                   "grow begun", "runc updates"):
         a = res["none"].get(metric)
         for label, _, _ in variants:
             b = res[label].get(metric)
