@@ -79,9 +79,13 @@ def plugin_for(containerd, workdir, api, *, gates: dict | None = None, scope="po
                      apiServerURL=api.url, nodeName=NODE, podSpecWait="500ms", **keys)
     # a first start's LIST is the one a child process made at the start
     # (nri_cpumgr.early_list); a restart's (a checkpoint in the state directory) the watch's
-    line = p.wait_for_log(rf"pod spec source: {expect_pods} pods of node {NODE} from .*",
-                          timeout=10).group(0)
-    assert ("(listed at the start by a child process" in line) is not restart, line
+    try:
+        line = p.wait_for_log(rf"pod spec source: {expect_pods} pods of node {NODE} from .*",
+                              timeout=10).group(0)
+        assert ("(listed at the start by a child process" in line) is not restart, line
+    except BaseException:
+        p.stop()  # (not left running when the test fails here)
+        raise
     return p
 
 
