@@ -132,6 +132,12 @@ class PodSpecStore:
             self.synced_at = time.monotonic()
             self._cond.notify_all()
 
+    def unsync(self) -> None:
+        """A full LIST is due again (:meth:`APIServerPodSource.refresh`): ``synced_at`` is
+        None until it is in; the facts stay."""
+        with self._cond:
+            self.synced_at = None
+
     def put(self, f: PodSpecFacts) -> None:
         with self._cond:
             self._index(f)
@@ -236,7 +242,7 @@ class APIServerPodSource:
                  token_file: str = f"{SA_DIR}/token", ca_file: str = f"{SA_DIR}/ca.crt",
                  request_timeout: float = REQUEST_TIMEOUT,
                  watch_seconds: int = WATCH_SECONDS) -> None:
-        url_given, node_given = url, node
+        given = (url, node)  # (as configured: what nri_cpumgr.early_list was started for)
         if not url:
             host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get(
                 "KUBERNETES_SERVICE_PORT", "443")
@@ -259,7 +265,7 @@ class APIServerPodSource:
         self.request_timeout = request_timeout
         self.watch_seconds = watch_seconds
         self._stop = threading.Event()
-        self._config = (url_given, node_given)
+        self._config = given
         #: the child process making the first LIST (nri_cpumgr.early_list), once taken;
         #: its pid while the thread reads it
         self._early: tuple[int, int] | None = None
@@ -288,8 +294,7 @@ class APIServerPodSource:
         created since). The store's ``synced_at`` is cleared until that LIST is in (wait
         for it with :meth:`PodSpecStore.wait_synced`); an open stream is ended for it. The
         facts already in the store stay until then."""
-        with self.store._cond:
-            self.store.synced_at = None
+        self.store.unsync()
         self._relist.set()
         self.store.needed.set()
         self.store.answered.set()
