@@ -708,8 +708,8 @@ class Plugin:
                                            plain=plain)
         self.synchronized = True
         self.registered = True  # (a Synchronize comes from a runtime, after its Configure)
-        texts: dict[CPUSet, str] = {}  # (most of the updates carry the one shared pool)
-        reply = [_update(d, texts) for d in updates.values()]
+        shapes: dict[tuple, nri_pb2.ContainerUpdate] = {}  # (most: the one shared pool)
+        reply = [_update(d, shapes) for d in updates.values()]
         if self.resume is not None:  # an interrupted reconfiguration: its updates after the
             from nri_cpumgr.runtime.reconfig import can_send, resume_updates  # reply
 
@@ -1090,20 +1090,32 @@ def _mems_text(mems: CPUSet | None) -> str:
     return str(mems) if mems else ""
 
 
-def _update(d: Decision, texts: dict[CPUSet, str] | None = None) -> nri_pb2.ContainerUpdate:
+def _update(d: Decision, shapes: dict[tuple, nri_pb2.ContainerUpdate] | None = None
+            ) -> nri_pb2.ContainerUpdate:
     """An update keeping everything we decided for the container: cpus, no CFS quota when
     exclusive (or the kubelet's quota restored when it left exclusive CPUs), mems when
-    pinned. ``texts``: cpulists already formatted (cpuset -> text), filled as it goes."""
-    u = nri_pb2.ContainerUpdate(container_id=d.container_id, ignore_failure=True)
+    pinned. ``shapes``: the updates already built for other containers, by (cpus,
+    exclusive, quota, mems), filled as it goes: a Synchronize's hundreds of shared
+    containers get copies of one message (a third of the cost of building each, issue 34)."""
+    if shapes is None:
+        u = _update_shape(d)
+    else:
+        key = (d.cpus, d.exclusive, d.quota, d.mems)
+        shape = shapes.get(key)
+        if shape is None:
+            shape = shapes[key] = _update_shape(d)
+        u = nri_pb2.ContainerUpdate()
+        u.CopyFrom(shape)
+    u.container_id = d.container_id
+    return u
+
+
+def _update_shape(d: Decision) -> nri_pb2.ContainerUpdate:
+    """:func:`_update` without the container's id."""
+    u = nri_pb2.ContainerUpdate(ignore_failure=True)
     cpu = u.linux.resources.cpu
     if d.cpus:
-        if texts is None:
-            cpu.cpus = str(d.cpus)
-        else:
-            text = texts.get(d.cpus)
-            if text is None:
-                text = texts[d.cpus] = str(d.cpus)
-            cpu.cpus = text
+        cpu.cpus = str(d.cpus)
     if d.exclusive:
         cpu.quota.value = -1
     elif d.quota is not None:

@@ -120,3 +120,31 @@ def test_records_are_built_after_the_reply_and_before_the_next_request(workdir: 
         asyncio.run(body())
     finally:
         fast.close()
+
+
+def test_synchronize_updates_built_from_shared_shapes_are_each_containers_own() -> None:
+    """Synchronize's updates are copies of one message per (cpus, exclusive, quota, mems)
+    with the container's id set (issue 34): each is what the update built alone is, byte
+    for byte, and none shares a container id or a field with another."""
+    from nri_cpumgr.cm.records import Decision
+    from nri_cpumgr.cpuset import CPUSet
+    from nri_cpumgr.runtime.plugin import _update
+
+    pool, two, numa = CPUSet.parse("0,4-7"), CPUSet.parse("2-3"), CPUSet.parse("1")
+    decisions = [
+        Decision("a", pool), Decision("b", pool), Decision("c", two, exclusive=True),
+        Decision("d", two, exclusive=True, mems=numa), Decision("e", pool, quota=150000),
+        Decision("f", pool, quota=150000), Decision("g", None, quota=50000),
+        Decision("h", pool, mems=numa), Decision("i", pool),
+    ]
+    shapes: dict = {}
+    built = [_update(d, shapes) for d in decisions]
+    assert [u.SerializeToString() for u in built] == \
+        [_update(d).SerializeToString() for d in decisions]
+    assert [u.container_id for u in built] == list("abcdefghi")
+    assert len(shapes) == 6  # pool; two exclusive; + mems; pool + quota; quota alone; + mems
+    built[0].linux.resources.cpu.cpus = "9"  # (a copy: the next one from that shape is not it)
+    assert _update(Decision("j", pool), shapes).linux.resources.cpu.cpus == "0,4-7"
+    assert built[1].linux.resources.cpu.cpus == "0,4-7"
+    assert built[2].linux.resources.cpu.quota.value == -1
+    assert not built[0].linux.resources.cpu.HasField("quota")
