@@ -289,13 +289,13 @@ def main(argv: list[str] | None = None) -> int:
             _gc_held = True
         if not launched:
             _register(argv)
-            if _pod_source is not None:
-                _list_early(*_pod_source)
         from nri_cpumgr import dataclass_cache, standin
 
         dataclass_cache.install()  # (until the build's release_gc)
         # traceback's source lines and exception-group indentation, when first needed
         standin.import_with("logging", ("linecache", "textwrap"))
+        if _pod_source is not None:  # (forked with logging, re and enum imported: the
+            _list_early(*_pod_source)  # child's CPU, which the plugin's start competes with)
     try:
         from nri_cpumgr.cli import main as cli_main
 

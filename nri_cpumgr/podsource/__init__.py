@@ -212,6 +212,11 @@ def list_to(fd: int, url: str, node: str) -> int:
     Logs nothing (the watch logs what its own LIST meets). Returns the child's exit status:
     0, or 1 when ``fd`` is closed."""
     logging.disable(logging.CRITICAL)
+    from nri_cpumgr import standin
+
+    # (email.utils, which http.client imports, imports these for dates and message ids,
+    # which a LIST never needs: the child's CPU is CPU the plugin's start competes with)
+    standin.import_with("http.client", ("random", "datetime", "calendar"))
     doc: dict[str, Any]
     try:
         pods, rv = APIServerPodSource(PodSpecStore(), url, node).list_pods()

@@ -472,3 +472,49 @@ def test_refresh_ends_an_open_stream_and_lists_again(api: FakeAPIServer) -> None
         assert store.get("u2") is not None
     finally:
         src.stop()
+
+
+# ------------------------------------------------------------------ the child's own cost
+def _python(code: str) -> str:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=False,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_the_child_is_forked_with_logging_imported(tmp_path) -> None:
+    """The child starts with the modules the plugin imports first (``logging``, ``re``,
+    ``enum``), which it needs too: it would otherwise import them itself, on CPU the
+    plugin's start competes with on a small node (issue 34)."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"podSpecSource: apiServer\napiServerURL: http://127.0.0.1:1\n"
+                   f"nodeName: {NODE}\n")
+    argv = ["run", "--config", str(cfg), "--socket", str(tmp_path / "none.sock"),
+            "--state-dir", str(tmp_path / "state")]
+    got = _python(
+        "import sys\nfrom nri_cpumgr import boot\n"
+        "def fork(url, node):\n"
+        "    print(url, node, 'logging' in sys.modules, 're' in sys.modules)\n"
+        "    sys.exit(0)\n"
+        f"boot._list_early = fork\nboot.main({argv!r})\n")
+    assert got == f"http://127.0.0.1:1 {NODE} True True"
+
+
+def test_the_childs_list_imports_no_date_or_random_modules(api: FakeAPIServer) -> None:
+    """``http.client`` comes to the child without the modules ``email.utils`` imports for
+    dates and message ids (``random``, ``datetime``, ``calendar``: a LIST needs none of
+    them), and its LIST is whole."""
+    got = _python(
+        "import marshal, os, sys\nfrom nri_cpumgr.podsource import list_to\n"
+        "r, w = os.pipe()\n"
+        f"assert list_to(w, {api.url!r}, {NODE!r}) == 0\n"
+        "os.close(w)\ndata = b''\n"
+        "while chunk := os.read(r, 65536):\n    data += chunk\n"
+        "doc = marshal.loads(data)\n"
+        "print(sorted(p['metadata']['uid'] for p in doc['items']),"
+        " [m for m in ('random', 'datetime', 'calendar') if m in sys.modules])\n")
+    assert got == "['u0', 'u1', 'u2', 'u3', 'u4'] []"
