@@ -10,7 +10,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup venv runtime proto proto-check dataclass-code lint docs docs-serve test unit e2e e2e-vm cluster \
+.PHONY: setup venv runtime image-venv proto proto-check dataclass-code lint docs docs-serve test unit e2e e2e-vm cluster \
         cluster-e2e \
         demo bench stress clean clean-cache kubelet-cri modern modern-tools chart e2e-2.4 e2e-crio \
         cluster-modern cluster-adopt oracle differential
@@ -24,6 +24,18 @@ $(VENV)/.installed: pyproject.toml
 
 runtime:
 	bash scripts/fetch-runtime.sh
+
+# the image's interpreter for the benchmarks (issue 34; benchmarks/footprint.py runs the plugin
+# on it when it exists): Debian's python3, which the Dockerfile installs, in a virtualenv with
+# the plugin's dependencies and this tree (editable), and without setuptools, as the image
+IMAGE_VENV := .runtime/image-venv
+image-venv: $(IMAGE_VENV)/.installed
+$(IMAGE_VENV)/.installed: pyproject.toml
+	rm -rf $(IMAGE_VENV)
+	/usr/bin/python3 -m venv $(IMAGE_VENV)
+	$(IMAGE_VENV)/bin/python -m pip install -q -e .
+	$(IMAGE_VENV)/bin/python -m pip uninstall -q -y setuptools
+	touch $@
 
 setup: venv runtime
 

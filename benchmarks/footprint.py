@@ -27,6 +27,14 @@ at build time: the benchmark points PYTHONPYCACHEPREFIX at a private directory a
 one warm-up launch so that the bytecode exists; ``--cold-bytecode`` measures with no
 bytecode cache at all instead.
 
+The plugin's interpreter (``--python``, repeatable: side by side) is by default the image's:
+Debian's ``python3`` (the Dockerfile installs its package), in the virtualenv ``make
+image-venv`` makes (``.runtime/image-venv``: the plugin's dependencies, this tree installed
+editable, no setuptools, as the image has none), when it exists; else the interpreter running
+this benchmark. The two differ: the developers' ``.venv`` runs pyenv's CPython 3.11.7, built
+with a shared libpython and no profile-guided optimization, whose start executes ~15 % more
+instructions and runs them slower (docs/performance.md).
+
 ``--compare TREE`` (repeatable) adds the ``nri_cpumgr`` of another tree (a checkout, or an
 export of a revision: ``git archive REV nri_cpumgr | tar -x -C TREE``), launched as the
 console script does (``from nri_cpumgr.boot import main``) with ``PYTHONPATH=TREE``, in the
@@ -41,7 +49,9 @@ compared tree with the watch too.
 previous launch (a restart, as a DaemonSet rollout or a crash: the checkpoint of the previous
 run; the Guaranteed container is known to it unless that run synchronized 0 containers).
 
+    make image-venv   # once: the image's interpreter
     .venv/bin/python benchmarks/footprint.py [--rounds 5] [--go-peer .runtime/go-peer]
+        [--python .runtime/image-venv/bin/python --python .venv/bin/python]
 """
 
 from __future__ import annotations
@@ -77,6 +87,8 @@ SIZES = (0, 100, 1000)
 #: what the ``nri-cpumgr`` console script runs (``--compare``: the same, from another tree)
 BOOT = "import sys; from nri_cpumgr.boot import main; sys.exit(main())"
 FRAME_CHUNK = 4000
+#: the image's interpreter (``make image-venv``), the plugin's by default when it exists
+IMAGE_PYTHON = TOP / ".runtime" / "image-venv" / "bin" / "python"
 
 
 def sync_objects(n: int) -> tuple[list[nri_pb2.PodSandbox], list[nri_pb2.Container]]:
@@ -252,14 +264,22 @@ def line(label: str, values: list[float], unit: str) -> str:
             f"min {min(values):7.1f}   max {max(values):7.1f}   (n={len(values)})")
 
 
-def _installed_tree(env: dict[str, str]) -> Path | None:
-    """The checkout whose ``nri_cpumgr`` this interpreter imports outside it (its
+def _installed_tree(python: str, env: dict[str, str]) -> Path | None:
+    """The checkout whose ``nri_cpumgr`` interpreter ``python`` imports outside it (its
     virtualenv's install), or None."""
-    out = subprocess.run([sys.executable, "-c", "import nri_cpumgr; print(nri_cpumgr.__file__)"],
+    out = subprocess.run([python, "-c", "import nri_cpumgr; print(nri_cpumgr.__file__)"],
                          cwd="/", env=env, capture_output=True, text=True, check=False)
     if out.returncode != 0 or not out.stdout.strip():
         return None
     return Path(out.stdout.strip()).resolve().parent.parent
+
+
+def describe_python(python: str) -> str:
+    """``CPython 3.11.2 at /usr`` (version and base prefix) of interpreter ``python``."""
+    out = subprocess.run([python, "-c", "import platform, sys; print(platform."
+                          "python_implementation(), platform.python_version(), 'at', "
+                          "sys.base_prefix)"], capture_output=True, text=True, check=False)
+    return out.stdout.strip() or f"{python}: {out.stderr.strip()}"
 
 
 async def main_async(args: argparse.Namespace) -> int:
@@ -275,37 +295,40 @@ async def main_async(args: argparse.Namespace) -> int:
         else:
             env.pop("PYTHONDONTWRITEBYTECODE", None)
             env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
-        plugin = [sys.executable, "-m", "nri_cpumgr"]
-        script = Path(sys.executable).parent / "nri-cpumgr"
-        if not args.python_m and script.is_file():
-            if _installed_tree(env) == TOP:
-                plugin = [str(script)]
-            else:  # (an export run with another checkout's virtualenv: measure this tree)
-                print(f"({script} runs another tree than {TOP}: python -m instead)")
-        print(f"nri-cpumgr launched as: {' '.join(plugin)}")
-        subjects = [Subject("nri-cpumgr", [
-            *plugin, "run", "--config", str(cfg),
-            "--socket", "{socket}", "--state-dir", "{state}"], env)]
         api = None
         cfg2 = None
         if args.pod_spec_pods:
             api, extra = fake_api_server(args.pod_spec_pods)
             cfg2 = tmp / "config-podspec.yaml"
             cfg2.write_text(CONFIG + extra)
-            subjects.append(Subject("nri-cpumgr+podspec", [
-                *plugin, "run", "--config", str(cfg2),
-                "--socket", "{socket}", "--state-dir", "{state}"], env))
+        subjects: list[Subject] = []
+        for python in args.python:
+            plugin = [python, "-m", "nri_cpumgr"]
+            script = Path(python).parent / "nri-cpumgr"
+            if not args.python_m and script.is_file():
+                if _installed_tree(python, env) == TOP:
+                    plugin = [str(script)]
+                else:  # (an export run with another checkout's virtualenv: this tree)
+                    print(f"({script} runs another tree than {TOP}: python -m instead)")
+            label = "" if len(args.python) == 1 else f" [{python}]"
+            print(f"nri-cpumgr{label} launched as: {' '.join(plugin)} "
+                  f"({describe_python(python)})")
+            for name, c in (("nri-cpumgr", cfg), ("nri-cpumgr+podspec", cfg2)):
+                if c is not None:
+                    subjects.append(Subject(name + label, [
+                        *plugin, "run", "--config", str(c),
+                        "--socket", "{socket}", "--state-dir", "{state}"], env))
         for tree in args.compare:  # another checkout or export, launched as the image does
             root = Path(tree)
             if not (root / "nri_cpumgr" / "boot.py").is_file():
                 raise SystemExit(f"--compare {tree}: no nri_cpumgr/boot.py there")
             env2 = dict(env, PYTHONPATH=str(root))
             subjects.append(Subject(f"nri-cpumgr@{tree}", [
-                sys.executable, "-c", BOOT, "run", "--config", str(cfg),
+                args.python[0], "-c", BOOT, "run", "--config", str(cfg),
                 "--socket", "{socket}", "--state-dir", "{state}"], env2))
             if cfg2 is not None:  # (and its watch, against the same fake API server)
                 subjects.append(Subject(f"nri-cpumgr+podspec@{tree}", [
-                    sys.executable, "-c", BOOT, "run", "--config", str(cfg2),
+                    args.python[0], "-c", BOOT, "run", "--config", str(cfg2),
                     "--socket", "{socket}", "--state-dir", "{state}"], env2))
         go = Path(args.go_peer)
         if go.is_file():
@@ -369,6 +392,11 @@ def main() -> int:
     ap.add_argument("--python-m", action="store_true",
                     help="launch the plugin as `python -m nri_cpumgr` (before: what the "
                          "benchmark did until 2026-12-06), not the image's `nri-cpumgr` command")
+    ap.add_argument("--python", action="append", default=[], metavar="PYTHON",
+                    help="the plugin's interpreter: a virtualenv's python with the plugin's "
+                         "dependencies (repeatable: side by side; default: the image's, "
+                         f"{IMAGE_PYTHON.relative_to(TOP)} from `make image-venv`, when it "
+                         "exists, else this interpreter); --compare trees run on the first")
     ap.add_argument("--cold-bytecode", action="store_true",
                     help="no bytecode cache (PYTHONDONTWRITEBYTECODE=1)")
     ap.add_argument("--compare", action="append", default=[], metavar="TREE",
@@ -383,6 +411,13 @@ def main() -> int:
     RUNTIME_VERSION = args.runtime_version
     args.go_peer = str(Path(args.go_peer).resolve())
     args.compare = [str(Path(t).resolve()) for t in args.compare]
+    if not args.python:
+        args.python = [str(IMAGE_PYTHON) if IMAGE_PYTHON.is_file() else sys.executable]
+        if not IMAGE_PYTHON.is_file():
+            print(f"(no {IMAGE_PYTHON.relative_to(TOP)}: the plugin runs on this interpreter, "
+                  "not the image's; `make image-venv` makes it)")
+    # (absolute, not resolved: a virtualenv's python is a symlink to its base interpreter)
+    args.python = [os.path.abspath(p) for p in args.python]
     # a `-c` launch puts its working directory first on sys.path: away from any tree
     os.chdir(tempfile.gettempdir())
     with contextlib.suppress(KeyboardInterrupt):
