@@ -25,9 +25,11 @@ the start (footprint.py's wall clock does).
 same containers) leaves its checkpoint in the state directory, which the measured one reads
 and restores, as after a DaemonSet rollout or a crash (footprint.py's option).
 
-``--compare TREE`` (repeatable) adds the ``nri_cpumgr`` of another tree, as footprint.py's
-option does (``git archive REV nri_cpumgr | tar -x -C TREE``). Needs ``valgrind`` (Debian's
-package). Asserts nothing.
+``--python PYTHON``: the plugin's interpreter, by default the image's as in footprint.py
+(Debian's ``python3`` from ``make image-venv``, whose start executes ~15 % fewer instructions
+than the developers' pyenv build). ``--compare TREE`` (repeatable) adds the ``nri_cpumgr`` of
+another tree, as footprint.py's option does (``git archive REV nri_cpumgr | tar -x -C
+TREE``). Needs ``valgrind`` (Debian's package). Asserts nothing.
 
     .venv/bin/python benchmarks/start_instructions.py [--sizes 0 1000] [--pod-spec-pods N]
         [--restart] [--compare TREE]
@@ -84,11 +86,12 @@ def totals(parts: list[int], marks: dict[str, float], requests: list[float]) -> 
 
 
 async def measure(name: str, tree: Path | None, n: int, cfg: Path, env: dict[str, str],
-                  valgrind: str, requests: list[float], state: Path | None = None) -> list[int]:
+                  valgrind: str, requests: list[float], state: Path | None = None,
+                  python: str = sys.executable) -> list[int]:
     """Ir up to each of :data:`PARTS` of one launch with a Synchronize of ``n``; ``state``:
     the state directory to use, a launch without valgrind first leaving its checkpoint there
     (a restart), else a fresh one (a first start)."""
-    code = [sys.executable, "-c", fp.BOOT]
+    code = [python, "-c", fp.BOOT]
     sub_env = dict(env)
     if tree is not None:
         sub_env["PYTHONPATH"] = str(tree)
@@ -139,16 +142,18 @@ async def main_async(args: argparse.Namespace) -> int:
         trees: list[tuple[str, Path | None]] = [("nri-cpumgr", HERE.parent)]
         trees += [(f"nri-cpumgr@{t}", Path(t)) for t in args.compare]
         for name, tree in trees:  # warm-up: the bytecode of each tree
-            await measure(name, tree, 0, cfg, env, valgrind, requests)
+            await measure(name, tree, 0, cfg, env, valgrind, requests, python=args.python)
         print("start_instructions: instructions (Ir, millions) up to each answer"
               + (" of a restart (the checkpoint of a previous launch with as many "
                  "containers)" if args.restart else "") + "; config: "
               + config.strip().replace("\n", ", ")
-              + f"; runtime {fp.RUNTIME_NAME} {fp.RUNTIME_VERSION}")
+              + f"; runtime {fp.RUNTIME_NAME} {fp.RUNTIME_VERSION}; the plugin on "
+              + f"{args.python} ({fp.describe_python(args.python)})")
         for n in args.sizes:
             for name, tree in trees:
                 state = tmp / "state" if args.restart else None
-                ir = await measure(name, tree, n, cfg, env, valgrind, requests, state)
+                ir = await measure(name, tree, n, cfg, env, valgrind, requests, state,
+                                   args.python)
                 cells = [f"{part} {value / 1e6:6.1f}"
                          for part, value in zip(PARTS, ir, strict=False)]
                 print(f"  {name:<40} {n:>5} containers: " + "   ".join(cells))
@@ -170,8 +175,15 @@ def main() -> int:
     ap.add_argument("--restart", action="store_true",
                     help="each measured launch finds the checkpoint of a launch before it "
                          "with the same containers (a DaemonSet rollout, a crash)")
+    ap.add_argument("--python", metavar="PYTHON",
+                    help="the plugin's interpreter, as footprint.py's option (default: the "
+                         "image's, .runtime/image-venv/bin/python from `make image-venv`, "
+                         "when it exists, else this interpreter)")
     args = ap.parse_args()
     args.compare = [str(Path(t).resolve()) for t in args.compare]
+    if args.python is None:
+        args.python = str(fp.IMAGE_PYTHON) if fp.IMAGE_PYTHON.is_file() else sys.executable
+    args.python = os.path.abspath(args.python)
     os.chdir(tempfile.gettempdir())  # (a `-c` launch puts its working directory on sys.path)
     return asyncio.run(main_async(args))
 
