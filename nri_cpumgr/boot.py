@@ -294,8 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         dataclass_cache.install()  # (until the build's release_gc)
         # traceback's source lines and exception-group indentation, when first needed
         standin.import_with("logging", ("linecache", "textwrap"))
-        if _pod_source is not None:  # (forked with logging, re and enum imported: the
-            _list_early(*_pod_source)  # child's CPU, which the plugin's start competes with)
+        if not launched and _pod_source is not None:  # (forked with logging, re and enum
+            _list_early(*_pod_source)  # imported: the child's CPU, which the start competes with)
     try:
         from nri_cpumgr.cli import main as cli_main
 

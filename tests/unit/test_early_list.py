@@ -518,3 +518,16 @@ def test_the_childs_list_imports_no_date_or_random_modules(api: FakeAPIServer) -
         "print(sorted(p['metadata']['uid'] for p in doc['items']),"
         " [m for m in ('random', 'datetime', 'calendar') if m in sys.modules])\n")
     assert got == "['u0', 'u1', 'u2', 'u3', 'u4'] []"
+
+
+def test_a_plugin_the_runtime_launched_forks_no_child() -> None:
+    """A plugin the runtime launched (``NRI_PLUGIN_SOCKET``) reads no config early and makes
+    no child, whatever an earlier ``main`` of the same process found (found by a review)."""
+    got = _python(
+        "import os, sys\nfrom nri_cpumgr import boot, cli\n"
+        "boot._pod_source = ('http://127.0.0.1:1', 'n1')\n"
+        "boot._list_early = lambda url, node: print('forked')\n"
+        "cli.main = lambda argv: print('cli', argv) or 0\n"
+        "os.environ['NRI_PLUGIN_SOCKET'] = '3'\n"
+        "sys.exit(boot.main([]))\n")
+    assert got == "cli []"
