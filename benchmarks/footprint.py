@@ -274,6 +274,16 @@ def _installed_tree(python: str, env: dict[str, str]) -> Path | None:
     return Path(out.stdout.strip()).resolve().parent.parent
 
 
+def interpreter_path(python: str) -> str:
+    """``--python``'s value as an absolute path (a command name looked up on PATH; not
+    resolved: a virtualenv's python is a symlink to its base interpreter). Exits with a
+    message when there is no such interpreter."""
+    found = shutil.which(python) if os.sep not in python else python
+    if found is None or not os.path.isfile(found) or not os.access(found, os.X_OK):
+        raise SystemExit(f"--python {python}: no such interpreter")
+    return os.path.abspath(found)
+
+
 def describe_python(python: str) -> str:
     """``CPython 3.11.2 at /usr`` (version and base prefix) of interpreter ``python``."""
     out = subprocess.run([python, "-c", "import platform, sys; print(platform."
@@ -304,12 +314,15 @@ async def main_async(args: argparse.Namespace) -> int:
         subjects: list[Subject] = []
         for python in args.python:
             plugin = [python, "-m", "nri_cpumgr"]
+            env1 = dict(env, PYTHONPATH=str(TOP))  # (this tree, whatever python has installed)
             script = Path(python).parent / "nri-cpumgr"
             if not args.python_m and script.is_file():
                 if _installed_tree(python, env) == TOP:
-                    plugin = [str(script)]
-                else:  # (an export run with another checkout's virtualenv: this tree)
-                    print(f"({script} runs another tree than {TOP}: python -m instead)")
+                    plugin, env1 = [str(script)], env
+                else:  # (a virtualenv installing another checkout: this tree all the same)
+                    print(f"({script} runs another tree than {TOP}: python -c with "
+                          "PYTHONPATH instead)")
+                    plugin = [python, "-c", BOOT]
             label = "" if len(args.python) == 1 else f" [{python}]"
             print(f"nri-cpumgr{label} launched as: {' '.join(plugin)} "
                   f"({describe_python(python)})")
@@ -317,17 +330,18 @@ async def main_async(args: argparse.Namespace) -> int:
                 if c is not None:
                     subjects.append(Subject(name + label, [
                         *plugin, "run", "--config", str(c),
-                        "--socket", "{socket}", "--state-dir", "{state}"], env))
+                        "--socket", "{socket}", "--state-dir", "{state}"], env1))
+        on = "" if len(args.python) == 1 else f" [{args.python[0]}]"
         for tree in args.compare:  # another checkout or export, launched as the image does
             root = Path(tree)
             if not (root / "nri_cpumgr" / "boot.py").is_file():
                 raise SystemExit(f"--compare {tree}: no nri_cpumgr/boot.py there")
             env2 = dict(env, PYTHONPATH=str(root))
-            subjects.append(Subject(f"nri-cpumgr@{tree}", [
+            subjects.append(Subject(f"nri-cpumgr@{tree}{on}", [
                 args.python[0], "-c", BOOT, "run", "--config", str(cfg),
                 "--socket", "{socket}", "--state-dir", "{state}"], env2))
             if cfg2 is not None:  # (and its watch, against the same fake API server)
-                subjects.append(Subject(f"nri-cpumgr+podspec@{tree}", [
+                subjects.append(Subject(f"nri-cpumgr+podspec@{tree}{on}", [
                     args.python[0], "-c", BOOT, "run", "--config", str(cfg2),
                     "--socket", "{socket}", "--state-dir", "{state}"], env2))
         go = Path(args.go_peer)
@@ -416,8 +430,7 @@ def main() -> int:
         if not IMAGE_PYTHON.is_file():
             print(f"(no {IMAGE_PYTHON.relative_to(TOP)}: the plugin runs on this interpreter, "
                   "not the image's; `make image-venv` makes it)")
-    # (absolute, not resolved: a virtualenv's python is a symlink to its base interpreter)
-    args.python = [os.path.abspath(p) for p in args.python]
+    args.python = list(dict.fromkeys(interpreter_path(p) for p in args.python))
     # a `-c` launch puts its working directory first on sys.path: away from any tree
     os.chdir(tempfile.gettempdir())
     with contextlib.suppress(KeyboardInterrupt):

@@ -183,7 +183,7 @@ def main() -> int:
     args.compare = [str(Path(t).resolve()) for t in args.compare]
     if args.python is None:
         args.python = str(fp.IMAGE_PYTHON) if fp.IMAGE_PYTHON.is_file() else sys.executable
-    args.python = os.path.abspath(args.python)
+    args.python = fp.interpreter_path(args.python)
     os.chdir(tempfile.gettempdir())  # (a `-c` launch puts its working directory on sys.path)
     return asyncio.run(main_async(args))
 
