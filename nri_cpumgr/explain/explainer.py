@@ -34,17 +34,25 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from nri_cpumgr.cm.container_manager import AdmissionError, ContainerManager, Decision
+from nri_cpumgr.cm.container_manager import (
+    AdmissionError,
+    ContainerManager,
+    Decision,
+    PodAdmission,
+)
 from nri_cpumgr.cm.cpumanager import StaticPolicy
 from nri_cpumgr.cm.records import memory_unsatisfiable_text
 from nri_cpumgr.cpuset import CPUSet
 from nri_cpumgr.podmodel import QOSClass
 from nri_cpumgr.podmodel.nri import ContainerInfo
+from nri_cpumgr.podmodel.spec import PodSpecFacts
 from nri_cpumgr.topology import CPUTopology
 
 log = logging.getLogger("nri_cpumgr.explain")
 
 MAX_REFUSALS = 64
+#: pods admitted at their sandbox whose hints are kept for their containers' records
+MAX_SANDBOX_PODS = 256
 EXPLANATIONS_NAME = "explanations"
 
 
@@ -59,8 +67,45 @@ class Explainer:
         self.live: dict[str, dict[str, Any]] = {}
         self.refusals: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
         self._alt: dict[str, StaticPolicy | None] = {}
+        #: pod UID -> container name -> (the providers' hints, the merge) as the pod's
+        #: admission at its sandbox saw them (:meth:`admit_sandbox`), for its containers'
+        #: records; bounded (:data:`MAX_SANDBOX_PODS`), dropped with the pod
+        self._sandbox_hints: OrderedDict[str, dict[str, tuple[Any, Any]]] = OrderedDict()
 
     # ------------------------------------------------------------------ admission
+    def admit_sandbox(self, pod_uid: str, pod_name: str, namespace: str, qos: QOSClass,
+                      spec: PodSpecFacts) -> PodAdmission | None:
+        """:meth:`ContainerManager.admit_sandbox`, keeping the providers' hints and the
+        policy's merge that admission computes for each of the pod's containers (container
+        scope: each after the containers before it took their CPUs; pod scope: one for the
+        pod): their records show them when the containers come (:meth:`admit`). Returns
+        what it returns."""
+        m = self.manager
+        scope = m.tm.scope
+        seen: dict[str, tuple[Any, Any]] = {}
+        gather = getattr(scope, "accumulate_providers_hints", None)
+        if gather is not None:
+
+            def recorded(pod: Any, *name: str) -> Any:
+                gathered = gather(pod, *name)
+                both = self._format_hints(scope, gathered)
+                for n in name or [c.name for c in pod.init_containers + pod.containers]:
+                    seen[n] = both
+                return gathered
+
+            scope.accumulate_providers_hints = recorded  # (this call only: its own hints)
+        try:
+            rec = m.admit_sandbox(pod_uid, pod_name, namespace, qos, spec)
+        finally:
+            if gather is not None:
+                del scope.accumulate_providers_hints
+        if rec is not None and seen:
+            self._sandbox_hints[pod_uid] = seen
+            self._sandbox_hints.move_to_end(pod_uid)
+            while len(self._sandbox_hints) > MAX_SANDBOX_PODS:
+                self._sandbox_hints.popitem(last=False)
+        return rec
+
     def admit(self, info: ContainerInfo, device_numa: frozenset[int] = frozenset()) -> Decision:
         """:meth:`ContainerManager.admit`, recording why. Raises what it raises."""
         m = self.manager
@@ -78,6 +123,9 @@ class Explainer:
         if path == "recorded":
             aff = m.tm.get_affinity(info.pod_uid, info.name)
             h = _hint(aff)
+            seen = self._sandbox_hints.get(info.pod_uid, {}).get(info.name)
+            if seen is not None:  # (the hints that admission saw, at the sandbox)
+                rec["hints"] = seen[0]
             rec["affinity"] = {**h, "note": f"affinity NUMA {h['numa'] or '-'}: merged at the "
                                             "pod's admission"}
         elif m.managed and (info.qos is QOSClass.GUARANTEED or info.devices):
@@ -175,6 +223,12 @@ class Explainer:
             gathered = scope.accumulate_providers_hints(pod)  # type: ignore[attr-defined]
         else:
             gathered = scope.accumulate_providers_hints(pod, info.name)  # type: ignore[attr-defined]
+        return self._format_hints(scope, gathered)
+
+    def _format_hints(self, scope: Any, gathered: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The providers' hints ``gathered`` (in ``scope``'s provider order) and the
+        policy's merge of them, as records hold them."""
+        m = self.manager
         out: dict[str, Any] = {}
         for provider, hints in zip(scope.hint_providers, gathered or [], strict=False):
             pname = type(provider).__name__.removesuffix("Provider").lower()
@@ -230,6 +284,7 @@ class Explainer:
 
     # ------------------------------------------------------------------ bounds, persistence
     def forget_pod(self, pod_uid: str) -> None:
+        self._sandbox_hints.pop(pod_uid, None)
         for k in [k for k in self.refusals if k[0] == pod_uid]:
             del self.refusals[k]
 

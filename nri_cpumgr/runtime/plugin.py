@@ -995,7 +995,9 @@ class Plugin:
         if spec is None:
             return
         before = self.manager.shared_pool().mask
-        rec = self.manager.admit_sandbox(uid, pod.name, pod.namespace, qos, spec)
+        ex = self.explainer
+        rec = (ex.admit_sandbox if ex is not None else self.manager.admit_sandbox)(
+            uid, pod.name, pod.namespace, qos, spec)
         if rec is None:
             return
         if self.manager.shared_pool().mask != before:

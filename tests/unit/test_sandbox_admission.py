@@ -180,6 +180,32 @@ def test_plugin_admits_at_run_pod_sandbox_through_the_transport(workdir):
     run(workdir, body)
 
 
+def test_the_plugins_explanation_of_a_pod_admitted_at_its_sandbox_has_its_hints(workdir):
+    """Through the transport, with explanations on: the container of a pod admitted at its
+    RunPodSandbox is explained with the hints of that admission."""
+    from nri_cpumgr.api import nri_pb2
+    from tests.unit.nri_peer import nri_container, nri_pod
+    from tests.unit.test_runtime_plugin import STATIC, run
+
+    async def body(conn, plugin):
+        await conn.handshake()
+        plugin.pod_specs = _store_with("p")
+        p = nri_pod("p")
+        await conn.call("StateChange", nri_pb2.StateChangeEvent(
+            event=nri_pb2.RUN_POD_SANDBOX, pod=p), nri_pb2.Empty)
+        assert plugin.manager.admissions["p"].at_sandbox
+        await conn.call("CreateContainer", nri_pb2.CreateContainerRequest(
+            pod=p, container=nri_container("p", 1000, cid="c-app", name="app")),
+            nri_pb2.CreateContainerResponse)
+        rec = plugin.explainer.live["c-app"]
+        assert rec["admission"] == "recorded at the pod's admission (its sandbox)"
+        assert rec["hints"]["cpu"] == {"cpu": [{"numa": "0", "preferred": True}]}
+        assert rec["affinity"]["numa"] == "0"
+
+    run(workdir, body, config=STATIC + "topologyManagerPolicy: best-effort\n"
+                                       "explainDecisions: true\n")
+
+
 def _store_with(uid: str):
     from nri_cpumgr.podsource import PodSpecStore
 
@@ -237,3 +263,50 @@ def test_the_shrink_waits_for_a_pod_admitted_at_its_sandbox_as_for_a_start(workd
         assert held <= plugin.manager.shared_pool()
 
     run(workdir, body, ASYNC)
+
+
+@pytest.mark.parametrize(("policy", "scope"), [("best-effort", "container"),
+                                               ("single-numa-node", "pod"),
+                                               ("restricted", "container")])
+def test_explain_shows_the_hints_the_sandboxs_admission_saw(policy, scope):
+    """Each container of a pod admitted at its sandbox gets, in its record, the providers'
+    hints that admission saw: for the pod's first container, those an admission at that
+    container shows (the same pod on the same node); for the others too, which an
+    admission at the first container leaves with the merged affinity alone."""
+    from nri_cpumgr.config import Config
+    from nri_cpumgr.explain.explainer import Explainer
+
+    cfg = Config.model_validate({"cpuManagerPolicy": "static", "reservedSystemCPUs": "0"})
+    m = manager(policy, scope)
+    ex = Explainer(m, cfg)
+    rec = ex.admit_sandbox(POD.uid, POD.name, "ns", G, POD)
+    assert rec is not None and rec.at_sandbox and rec.refused is None
+    for n in ORDER:
+        ex.admit(info(f"c-{n}", POD, n))
+    ref_m = manager(policy, scope)
+    ref = Explainer(ref_m, cfg)
+    for n in ORDER:  # (the whole pod at its first container, "init")
+        ref.admit(info(f"c-{n}", POD, n))
+    got, want = ex.live["c-init"], ref.live["c-init"]
+    assert got["hints"] == want["hints"] and got["hints"]["cpu"] != "no preference"
+    assert got["affinity"]["numa"] == want["affinity"]["numa"]
+    assert m.state.assignments["p"] == ref_m.state.assignments["p"]
+    for n in ("sidecar", "app1", "app2"):  # (exclusive: hints of their own)
+        assert ex.live[f"c-{n}"]["hints"]["cpu"] != "no preference"
+        assert "hints" not in ref.live[f"c-{n}"]
+    for n in ORDER:  # the hints the admission merged into the affinity it stored
+        assert ex._sandbox_hints["p"][n][1]["numa"] == ex.live[f"c-{n}"]["affinity"]["numa"]
+    ex.forget_pod(POD.uid)
+    assert POD.uid not in ex._sandbox_hints
+
+
+def test_explain_keeps_no_hints_for_a_pod_left_to_its_first_container():
+    """A pod the sandbox does not admit (not Guaranteed) keeps nothing in the explainer."""
+    from nri_cpumgr.config import Config
+    from nri_cpumgr.explain.explainer import Explainer
+
+    m = manager("best-effort")
+    ex = Explainer(m, Config.model_validate({"cpuManagerPolicy": "static",
+                                             "reservedSystemCPUs": "0"}))
+    assert ex.admit_sandbox(POD.uid, POD.name, "ns", QOSClass.BURSTABLE, POD) is None
+    assert ex._sandbox_hints == {} and m.admissions == {}
