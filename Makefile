@@ -27,12 +27,14 @@ runtime:
 
 # the image's interpreter for the benchmarks (issue 34; benchmarks/footprint.py runs the plugin
 # on it when it exists): Debian's python3, which the Dockerfile installs, in a virtualenv with
-# the plugin's dependencies and this tree (editable), and without setuptools, as the image
+# the plugin's dependencies and this tree (editable), the image's pip (its console script) and
+# no setuptools, as the image
 IMAGE_VENV := .runtime/image-venv
 image-venv: $(IMAGE_VENV)/.installed
 $(IMAGE_VENV)/.installed: pyproject.toml
 	rm -rf $(IMAGE_VENV)
 	/usr/bin/python3 -m venv $(IMAGE_VENV)
+	$(IMAGE_VENV)/bin/python -m pip install -q --only-binary=:all: --upgrade 'pip>=25.0'
 	$(IMAGE_VENV)/bin/python -m pip install -q -e .
 	$(IMAGE_VENV)/bin/python -m pip uninstall -q -y setuptools
 	touch $@

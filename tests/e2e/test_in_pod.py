@@ -93,6 +93,13 @@ def test_plugin_as_a_pod_pins_containers(containerd, cri, e2e_workdir, plugin_im
     assert ("e2e/besteffort", "app", "BestEffort", "0") in rows, out
     assert (plugin.state_dir / "cpu_manager_state").is_file()
 
+    # the image's command imports nothing before the plugin's entry point (pip >= 25.0: a
+    # console script of Debian's bundled pip imports re, enum and functools first, issue 34)
+    code, out = exec_sync(cri, plugin.container_id,
+                          ["head", "-4", "/opt/nri-cpumgr/bin/nri-cpumgr"])
+    assert code == 0, out
+    assert out.splitlines()[1:3] == ["import sys", "from nri_cpumgr.boot import main"], out
+
     # metrics
     code, text = plugin.get("/metrics")
     assert code == 200
