@@ -21,8 +21,8 @@ hits both. Prints median / min / max per plugin; asserts nothing.
 The Go plugin is ``../shared/tools/go-peer`` built into ``$GO_PEER`` (default ``.runtime/go-peer``;
 ``--go-peer``; skipped when absent).
 nri-cpumgr runs as the image runs it: its ``nri-cpumgr`` command (the Dockerfile's
-ENTRYPOINT, the console script beside this interpreter, when that imports this tree;
-``--python-m``: ``python -m nri_cpumgr`` instead, which adds ``runpy``), bytecode compiled
+ENTRYPOINT, the console script beside the ``--python`` interpreter, when that imports this
+tree; else ``python -c`` with ``PYTHONPATH`` on this tree; ``--python-m``: ``python -m nri_cpumgr`` instead, which adds ``runpy``), bytecode compiled
 at build time: the benchmark points PYTHONPYCACHEPREFIX at a private directory and discards
 one warm-up launch so that the bytecode exists; ``--cold-bytecode`` measures with no
 bytecode cache at all instead.
