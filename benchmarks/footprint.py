@@ -22,10 +22,10 @@ The Go plugin is ``../shared/tools/go-peer`` built into ``$GO_PEER`` (default ``
 ``--go-peer``; skipped when absent).
 nri-cpumgr runs as the image runs it: its ``nri-cpumgr`` command (the Dockerfile's
 ENTRYPOINT, the console script beside the ``--python`` interpreter, when that imports this
-tree; else ``python -c`` with ``PYTHONPATH`` on this tree; ``--python-m``: ``python -m nri_cpumgr`` instead, which adds ``runpy``), bytecode compiled
-at build time: the benchmark points PYTHONPYCACHEPREFIX at a private directory and discards
-one warm-up launch so that the bytecode exists; ``--cold-bytecode`` measures with no
-bytecode cache at all instead.
+tree; else ``python -c`` with ``PYTHONPATH`` on this tree; ``--python-m``: ``python -m
+nri_cpumgr`` instead, which adds ``runpy``), bytecode compiled at build time: the benchmark
+points PYTHONPYCACHEPREFIX at a private directory and discards one warm-up launch so that
+the bytecode exists; ``--cold-bytecode`` measures with no bytecode cache at all instead.
 
 The plugin's interpreter (``--python``, repeatable: side by side) is by default the image's:
 Debian's ``python3`` (the Dockerfile installs its package), in the virtualenv ``make
