@@ -10,8 +10,9 @@ attribute looked up on a stand-in imports the real module and puts it, in the gl
 every module that took the stand-in, in its place. Anything importing those modules after
 :func:`import_with` returned gets the real module at once.
 
-Used by :mod:`nri_cpumgr.boot` for ``run`` only; what the stand-ins defer is imported as
-before at the first traceback or warning that needs it.
+Used by :mod:`nri_cpumgr.boot` for ``run``, and by :mod:`nri_cpumgr.podsource` (``urllib.parse``
+without ``ipaddress``; ``http.client`` without its date and message-id modules in the early
+LIST's child); what the stand-ins defer is imported as before at the first use that needs it.
 """
 
 from __future__ import annotations

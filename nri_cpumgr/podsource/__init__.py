@@ -26,7 +26,14 @@ import logging
 import os
 import threading
 import time
-import urllib.parse
+
+from nri_cpumgr import standin
+
+# (urllib.parse imports ipaddress, ~1.5 ms of class building, before the first Synchronize
+# of a plugin that watches, and in the early LIST's child: it uses it only for a bracketed
+# IPv6 host, which then imports it, issue 34)
+standin.import_with("urllib.parse", ("ipaddress",))
+import urllib.parse  # noqa: E402 - (imported above: binds the name)
 
 TYPE_CHECKING = False  # (typing.TYPE_CHECKING without typing: the early LIST's child)
 if TYPE_CHECKING:
@@ -212,8 +219,6 @@ def list_to(fd: int, url: str, node: str) -> int:
     Logs nothing (the watch logs what its own LIST meets). Returns the child's exit status:
     0, or 1 when ``fd`` is closed."""
     logging.disable(logging.CRITICAL)
-    from nri_cpumgr import standin
-
     # (email.utils, which http.client imports, imports these for dates and message ids,
     # which a LIST never needs: the child's CPU is CPU the plugin's start competes with)
     standin.import_with("http.client", ("random", "datetime", "calendar"))

@@ -520,6 +520,27 @@ def test_the_childs_list_imports_no_date_or_random_modules(api: FakeAPIServer) -
     assert got == "['u0', 'u1', 'u2', 'u3', 'u4'] []"
 
 
+def test_the_watch_imports_ipaddress_only_for_a_bracketed_host() -> None:
+    """``urllib.parse`` comes to the watch (and the early LIST's child) without
+    ``ipaddress``, which it uses only for a bracketed IPv6 host: such a URL still works, a
+    bracketed host that is no address is still refused, as ``urlsplit`` refuses it."""
+    got = _python(
+        "import sys\nfrom nri_cpumgr.podsource import APIServerPodSource, PodSpecStore\n"
+        "before = 'ipaddress' in sys.modules\n"
+        "plain = APIServerPodSource(PodSpecStore(), 'http://127.0.0.1:8080', 'n1')\n"
+        "after_plain = 'ipaddress' in sys.modules\n"
+        "v6 = APIServerPodSource(PodSpecStore(), 'https://[fd00::1]:6443', 'n1')\n"
+        "try:\n"
+        "    APIServerPodSource(PodSpecStore(), 'https://[not-an-ip]:6443', 'n1')\n"
+        "    refused = None\n"
+        "except ValueError as e:\n"
+        "    refused = str(e)\n"
+        "print(before, after_plain, v6.url.hostname, v6.url.port, 'ipaddress' in sys.modules,"
+        " refused)\n")
+    assert got == ("False False fd00::1 6443 True 'not-an-ip' does not appear to be an IPv4 "
+                   "or IPv6 address")
+
+
 def test_a_plugin_the_runtime_launched_forks_no_child() -> None:
     """A plugin the runtime launched (``NRI_PLUGIN_SOCKET``) reads no config early and makes
     no child, whatever an earlier ``main`` of the same process found (found by a review)."""
