@@ -215,7 +215,8 @@ def list_to(fd: int, url: str, node: str) -> int:
     ``url`` (as :class:`APIServerPodSource` takes them) and write one document on ``fd``
     (:mod:`marshal`: the plugin reads it without importing ``json``, the child being the
     same interpreter, from the same process): ``{"resourceVersion": rv, "items":
-    [facts_parts(pod), ...]}``, or ``{"error": "<kind>: <message>"}`` when the LIST fails.
+    [facts_parts(pod), ...]}``, or ``{"error": "<kind>: <message>"}`` when the LIST fails,
+    each with ``"cpu_ms"``: the child's CPU time so far (ms).
     Logs nothing (the watch logs what its own LIST meets). Returns the child's exit status:
     0, or 1 when ``fd`` is closed."""
     logging.disable(logging.CRITICAL)
@@ -230,6 +231,7 @@ def list_to(fd: int, url: str, node: str) -> int:
         doc = {"error": f"{type(e).__name__}: {e}"}
     import marshal
 
+    doc["cpu_ms"] = time.process_time() * 1000  # (the child's CPU so far, for the log)
     data = memoryview(marshal.dumps(doc))
     try:
         while data:

@@ -170,10 +170,33 @@ def test_an_unreadable_answer_is_none(data: bytes) -> None:
 def test_what_the_child_says() -> None:
     doc, ms = early_list.read(*_child_saying(marshal.dumps({"items": [],
                                                            "resourceVersion": "7"})))
-    assert doc == {"items": [], "resourceVersion": "7"}
-    assert ms >= 0.0
-    doc, _ = early_list.read(*_child_saying(marshal.dumps({"error": "OSError: HTTP 403"})))
-    assert doc == {"error": "OSError: HTTP 403"}
+    assert (doc, ms) == ({"items": [], "resourceVersion": "7"}, 0.0)
+    doc, ms = early_list.read(*_child_saying(marshal.dumps(
+        {"items": [], "resourceVersion": "7", "cpu_ms": 21.5})))
+    assert (doc, ms) == ({"items": [], "resourceVersion": "7"}, 21.5)
+    doc, ms = early_list.read(*_child_saying(marshal.dumps(
+        {"error": "OSError: HTTP 403", "cpu_ms": 3})))
+    assert (doc, ms) == ({"error": "OSError: HTTP 403"}, 3.0)
+    for bad in ("12", -1.0, None):  # (a CPU time that is none is 0)
+        doc, ms = early_list.read(*_child_saying(marshal.dumps(
+            {"items": [], "resourceVersion": "7", "cpu_ms": bad})))
+        assert (doc, ms) == ({"items": [], "resourceVersion": "7"}, 0.0)
+
+
+def test_the_childs_cpu_comes_with_its_list_and_reading_it_imports_no_library(
+        api: FakeAPIServer) -> None:
+    """The child says its CPU time with its LIST, and the plugin reaps it with
+    ``waitpid``: ``os.wait4``'s usage would import ``resource`` (a shared library) on the
+    first Synchronize's path (issue 34)."""
+    got = _python(
+        "import sys\nfrom nri_cpumgr import early_list\n"
+        "from nri_cpumgr.podsource import list_to\n"
+        f"url, node = {api.url!r}, {NODE!r}\n"
+        "assert early_list.start(url, node, lambda fd: list_to(fd, url, node))\n"
+        "doc, ms = early_list.read(*early_list.take(url, node))\n"
+        "print(sorted(p['metadata']['uid'] for p in doc['items']), 'cpu_ms' in doc,"
+        " 0 < ms < 60000, 'resource' in sys.modules)\n")
+    assert got == "['u0', 'u1', 'u2', 'u3', 'u4'] False True False"
 
 
 def test_an_unread_child_is_stopped_with_the_source(api: FakeAPIServer) -> None:
