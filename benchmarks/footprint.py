@@ -257,6 +257,20 @@ async def launch(subject: Subject, n: int, settle: float, keep: bool = True,
             shutil.rmtree(work, ignore_errors=True)
 
 
+def cpu_probe_ms() -> float:
+    """Wall-clock ms of a fixed piece of pure-Python work in this process (~2 ms on this
+    project's 2-CPU VM when it is quiet, on the developers' ``.venv``), taken before each
+    launch while nothing else of the benchmark runs: the machine's speed at the time. The
+    VM's CPU has slow phases (1.5-5x longer for the same work, with a load average of 0
+    and no steal time shown), in which every figure of both plugins grows with it: the
+    probe tells such a run from a quiet one (docs/performance.md)."""
+    t = time.perf_counter()
+    x = 0
+    for i in range(40_000):
+        x += i * i % 7
+    return (time.perf_counter() - t) * 1000
+
+
 def line(label: str, values: list[float], unit: str) -> str:
     if not values:
         return f"  {label:<28} -"
@@ -358,10 +372,12 @@ async def main_async(args: argparse.Namespace) -> int:
         for s in subjects:  # warm-up: bytecode, page cache
             await launch(s, 0, 0.0, keep=False)
         load = [os.getloadavg()]
+        probe: list[float] = []
         for r in range(args.rounds):
             order = subjects if r % 2 == 0 else subjects[::-1]
             for n in SIZES:
                 for s in order:
+                    probe.append(cpu_probe_ms())
                     await launch(s, n, args.settle)
         load.append(os.getloadavg())
         print(f"footprint: {args.rounds} rounds, {os.cpu_count()} CPUs, settle {args.settle}s, "
@@ -371,6 +387,8 @@ async def main_async(args: argparse.Namespace) -> int:
                  "subject's previous launch" if args.restart else "; fresh state per launch"))
         print("load average (1, 5, 15 min) before / after: "
               + " / ".join(" ".join(f"{x:.1f}" for x in la) for la in load))
+        print(line("CPU probe before each launch", probe, "ms")
+              + "  (fixed work: the machine's speed; cpu_probe_ms)")
         for s in subjects:
             print(s.name)
             print(line("launch -> registered", s.reg_ms, "ms"))
