@@ -56,6 +56,32 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 START_GATE = 2.0
 
 
+class _Parts:
+    """A pod of an early LIST whose facts :class:`PodSpecStore` has not decoded yet: the
+    LIST's object, the store's keys for it (UID, alias), the facts once decoded."""
+
+    __slots__ = ("obj", "keys", "facts", "done")
+
+    def __init__(self, obj: Any, keys: tuple[str, ...]) -> None:
+        self.obj = obj
+        self.keys = keys
+        self.facts: PodSpecFacts | None = None
+        self.done = False
+
+
+def _parts_keys(obj: Any) -> tuple[str, ...] | None:
+    """The store's keys for a LIST's pod, as its facts will have them (``uid``, then the
+    mirror pod's alias: :func:`nri_cpumgr.podmodel.spec.facts_from_pod`), or None when it
+    has no UID (its decoding refuses it)."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    uid = meta.get("uid") if isinstance(meta, dict) else None
+    if not isinstance(uid, str) or not uid:
+        return None
+    ann = meta.get("annotations")
+    mirror = ann.get(MIRROR_ANNOTATION) if isinstance(ann, dict) else None
+    return (uid, mirror) if isinstance(mirror, str) and mirror and mirror != uid else (uid,)
+
+
 class PodSpecStore:
     """Pod UID -> :class:`PodSpecFacts`, written by the watch thread, read by the handlers.
 
@@ -70,13 +96,17 @@ class PodSpecStore:
     ``http.client`` and ``ssl`` imports: ~25 ms of the GIL) only then (or after
     :data:`START_GATE` seconds), not while that answer is being built after a first LIST it
     waited for. ``listed_early``: the last full LIST is the one a child process made at the
-    plugin's start (:mod:`nri_cpumgr.early_list`). Thread-safe: writers hold the condition;
-    a read is one dict lookup.
+    plugin's start (:mod:`nri_cpumgr.early_list`); its pods' facts are decoded when first
+    looked up (:meth:`replace_parts`: the first Synchronize waits for that LIST and reads
+    only its Guaranteed pods), the rest by the watch thread once that Synchronize is
+    answered (:meth:`complete`). Thread-safe: writers hold the condition; a read is one
+    dict lookup (and, for a pod of that LIST not decoded yet, its decoding, under the
+    condition).
     """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._by_uid: dict[str, PodSpecFacts] = {}
+        self._by_uid: dict[str, PodSpecFacts | _Parts] = {}
         self.connected = False
         self.starting = False
         self.needed = threading.Event()
@@ -91,12 +121,13 @@ class PodSpecStore:
         return len(self._by_uid)
 
     def get(self, uid: str) -> PodSpecFacts | None:
-        return self._by_uid.get(uid)
+        f = self._by_uid.get(uid)
+        return self._decode(f) if type(f) is _Parts else f
 
     def wait(self, uid: str, timeout: float) -> PodSpecFacts | None:
         """The facts of pod ``uid``; when unknown and the watch is connected, wait up to
         ``timeout`` seconds for them. None when still unknown (counted in ``misses``)."""
-        f = self._by_uid.get(uid)
+        f = self.get(uid)
         if f is not None:
             return f
         if (self.connected or self.starting) and timeout > 0:
@@ -107,7 +138,7 @@ class PodSpecStore:
                 self._cond.wait_for(
                     lambda: uid in self._by_uid or not (self.connected or self.starting),
                     timeout)
-            f = self._by_uid.get(uid)
+            f = self.get(uid)
         if f is None:
             self.misses += 1
         return f
@@ -130,14 +161,57 @@ class PodSpecStore:
         plugin's start by a child process (``listed_early``: a pod created since is not in
         it until the stream brings it)."""
         with self._cond:
-            self.listed_early = early
             self._by_uid = {}
             for f in facts:
                 self._index(f)
-            self.connected = True
-            self.starting = False
-            self.synced_at = time.monotonic()
-            self._cond.notify_all()
+            self._replaced(early)
+
+    def _replaced(self, early: bool) -> None:
+        self.listed_early = early
+        self.connected = True
+        self.starting = False
+        self.synced_at = time.monotonic()
+        self._cond.notify_all()
+
+    def replace_parts(self, pods: Iterable[Any], *, early: bool = False) -> None:
+        """:meth:`replace` with the LIST's pods as :func:`facts_parts` gives them (or whole),
+        each decoded (:func:`nri_cpumgr.podmodel.spec.facts_from_pod`) when first looked up
+        or by :meth:`complete`, whichever comes first: the same facts, under the same UIDs
+        and aliases, the same warning for a pod that has none. A pod without a UID is
+        decoded (and refused) at once."""
+        with self._cond:
+            self._by_uid = {}
+            for obj in pods:
+                keys = _parts_keys(obj)
+                if keys is None:
+                    if (f := _facts(obj)) is not None:  # (it logs why there is none)
+                        self._index(f)
+                    continue
+                parts = _Parts(obj, keys)
+                for k in keys:
+                    self._by_uid[k] = parts
+            self._replaced(early)
+
+    def complete(self) -> None:
+        """Decode the pods :meth:`replace_parts` left undecoded (the watch thread, once the
+        first Synchronize is answered)."""
+        with self._cond:
+            left = {id(v): v for v in self._by_uid.values() if type(v) is _Parts}
+            for parts in left.values():
+                self._decode(parts)
+
+    def _decode(self, parts: _Parts) -> PodSpecFacts | None:
+        with self._cond:
+            if not parts.done:
+                parts.facts = _facts(parts.obj)  # (None, and a warning, for a bad pod)
+                parts.done = True
+                for k in parts.keys:
+                    if self._by_uid.get(k) is parts:
+                        if parts.facts is None:
+                            del self._by_uid[k]
+                        else:
+                            self._by_uid[k] = parts.facts
+            return parts.facts
 
     def unsync(self) -> None:
         """A full LIST is due again (:meth:`APIServerPodSource.refresh`): ``synced_at`` is
@@ -433,8 +507,7 @@ class APIServerPodSource:
             log.debug("pod spec source: the LIST made at the start did not come (%s); "
                       "listing again", (doc or {}).get("error", "no answer"))
             return ""
-        self.store.replace([f for obj in doc["items"] if (f := _facts(obj)) is not None],
-                           early=True)
+        self.store.replace_parts(doc["items"], early=True)
         self._listed_at_start = cpu_ms
         return str(doc["resourceVersion"])
 
@@ -487,6 +560,8 @@ class APIServerPodSource:
                 if not rv or self._relist.is_set():
                     self._relist.clear()
                     rv = self._list()
+                self.store.answered.wait(START_GATE)
+                self.store.complete()  # (an early LIST's facts the Synchronize left)
                 if "ok" not in self._said:
                     self._said = {"ok"}
                     by = self._listed_at_start
@@ -494,7 +569,6 @@ class APIServerPodSource:
                         self.store), self.node, self.url.geturl(), "" if by is None else
                         f" (listed at the start by a child process, {by:.0f} ms of CPU)")
                     self._listed_at_start = None
-                self.store.answered.wait(START_GATE)
                 if self._stop.is_set():
                     break
                 if not self._relist.is_set():

@@ -575,3 +575,77 @@ def test_a_plugin_the_runtime_launched_forks_no_child() -> None:
         "os.environ['NRI_PLUGIN_SOCKET'] = '3'\n"
         "sys.exit(boot.main([]))\n")
     assert got == "cli []"
+
+
+def test_an_early_lists_pods_are_decoded_when_looked_up_then_all(monkeypatch, caplog) -> None:
+    """The LIST made at the start goes into the store undecoded: a lookup decodes its pod
+    (the first Synchronize reads only its Guaranteed pods), :meth:`complete` the rest (the
+    watch thread, once that Synchronize is answered). Every pod then has the facts, UIDs
+    and aliases that decoding the LIST at once gives, and a pod with bad values is refused
+    with the same warning, once (issue 34)."""
+    import nri_cpumgr.podsource as ps
+
+    pods = [pod("u0", containers=(("app", G4),)),
+            pod("u1", pod_res={"limits": {"cpu": "2"}}),
+            pod("m1", annotations={MIRROR_ANNOTATION: "static-1"}),
+            pod("bad", containers=(("app", {"limits": {"cpu": "lots"}}),)),
+            {"metadata": {"name": "no-uid"}, "spec": {}}]
+    eager = PodSpecStore()
+    with caplog.at_level("WARNING", logger="nri_cpumgr.podsource"):
+        eager.replace([f for p in pods if (f := ps._facts(facts_parts(p))) is not None])
+    said = sorted(r.getMessage() for r in caplog.records)
+    assert len(said) == 2  # (the bad pod and the one without a UID)
+    caplog.clear()
+    decoded: list[str] = []
+    real = ps._facts
+
+    def counting(obj):
+        decoded.append((obj.get("metadata") or {}).get("uid"))
+        return real(obj)
+
+    monkeypatch.setattr(ps, "_facts", counting)
+    lazy = PodSpecStore()
+    with caplog.at_level("WARNING", logger="nri_cpumgr.podsource"):
+        lazy.replace_parts([facts_parts(p) for p in pods], early=True)
+        assert decoded == [None]  # (no UID: refused at once)
+        assert lazy.synced_at is not None and lazy.listed_early
+        assert lazy.get("u0") == eager.get("u0") and decoded == [None, "u0"]
+        assert lazy.get("static-1") == eager.get("static-1") == eager.get("m1")
+        assert lazy.get("m1") is lazy.get("static-1") and decoded == [None, "u0", "m1"]
+        assert lazy.get("bad") is None and lazy.get("nope") is None
+        lazy.complete()
+        assert sorted(d for d in decoded if d) == ["bad", "m1", "u0", "u1"]  # (once each)
+        lazy.complete()
+        assert lazy.get("u1") == eager.get("u1")
+    assert len(decoded) == 5
+    assert sorted(r.getMessage() for r in caplog.records) == said
+    assert len(lazy) == len(eager) == 4  # u0, u1, m1 and its alias
+    for uid in ("u0", "u1", "m1", "static-1", "bad"):
+        assert lazy.get(uid) == eager.get(uid)
+
+
+def test_the_watch_decodes_the_rest_once_the_synchronize_is_answered(
+        api: FakeAPIServer) -> None:
+    """Through the watch: the child's LIST is in the store undecoded until the first
+    Synchronize is answered (the plugin sets ``answered``), then decoded, before the
+    stream opens."""
+    from nri_cpumgr.podsource import _Parts
+
+    assert early_list.start(api.url, NODE, JOB(api.url, NODE))
+    store = PodSpecStore()
+    store.answered.clear()
+    store.needed.set()
+    src = APIServerPodSource(store, api.url, NODE)
+    src.start()
+    try:
+        assert store.wait_synced(5) and store.listed_early
+        undecoded = {k for k, v in store._by_uid.items() if type(v) is _Parts}
+        assert undecoded == {"u0", "u1", "u2", "u3", "u4"}
+        assert store.get("u2") is not None
+        assert {k for k, v in store._by_uid.items() if type(v) is _Parts} == undecoded - {"u2"}
+        assert [q.get("watch") for q in _lists(api)] == [None]  # (no stream yet)
+        store.answered.set()
+        assert until(lambda: not any(type(v) is _Parts for v in store._by_uid.values()))
+        assert until(lambda: [q.get("watch") for q in _lists(api)] == [None, "1"])
+    finally:
+        src.stop()
