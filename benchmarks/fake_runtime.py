@@ -17,6 +17,11 @@ container in it (timed), POST_START_CONTAINER (untimed, if subscribed), StopCont
 (timed), REMOVE_CONTAINER, STOP_POD_SANDBOX and REMOVE_POD_SANDBOX state changes (untimed, each
 if subscribed). The plugin's own UpdateContainers calls are answered at once.
 
+nri-cpumgr runs on the image's interpreter, Debian's ``python3`` in the virtualenv ``make
+image-venv`` makes (``.runtime/image-venv``), when it exists, as ``footprint.py`` runs it
+(``--python``: another; else the interpreter running this benchmark): the developers'
+``.venv`` runs pyenv's CPython, whose every request costs 10-25 % more.
+
 ``--pod-spec``: nri-cpumgr runs the Helm chart's default ``podSpecSource: apiServer`` too,
 watching a loopback fake API server (tests/e2e/harness/fakeapi.py) in this process that holds
 each round's pods (the shared ones BestEffort, the created ones Guaranteed, 1 CPU and 256 MiB)
@@ -48,6 +53,7 @@ TOP = Path(__file__).resolve().parent.parent
 if str(TOP) not in sys.path:
     sys.path.insert(0, str(TOP))
 
+from benchmarks.footprint import IMAGE_PYTHON, describe_python, interpreter_path  # noqa: E402
 from benchmarks.report import print_table  # noqa: E402
 from nri_cpumgr.api import nri_pb2  # noqa: E402
 from tests.unit.nri_peer import FakeRuntime, PeerConn  # noqa: E402
@@ -309,7 +315,7 @@ async def run(args: argparse.Namespace) -> list[list[str]]:
                     sock = work / f"nri-{kind}-{n}-{r}.sock"
                     state = work / f"state-{kind}-{n}-{r}"
                     if kind == "ours":
-                        argv = [sys.executable, "-m", "nri_cpumgr", "run", "--config", str(cfg),
+                        argv = [args.python, "-m", "nri_cpumgr", "run", "--config", str(cfg),
                                 "--socket", str(sock), "--state-dir", str(state),
                                 "--sysfs-root", str(sysfs)]
                     else:
@@ -364,6 +370,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pod-spec", action="store_true",
                     help="nri-cpumgr with the chart's podSpecSource apiServer, watching a fake "
                          "API server that holds the pods")
+    ap.add_argument("--python", metavar="PYTHON",
+                    help="nri-cpumgr's interpreter, a virtualenv's python with the plugin's "
+                         "dependencies (default: the image's, "
+                         f"{IMAGE_PYTHON.relative_to(TOP)} from `make image-venv`, when it "
+                         "exists, else this interpreter)")
     ap.add_argument("--quick", action="store_true", help="N=1000, 1 round of 200")
     ap.add_argument("--keep", action="store_true", help="keep the work dir (plugin logs)")
     ap.add_argument("--runtime-version", default=RUNTIME_VERSION,
@@ -376,9 +387,12 @@ def main(argv: list[str] | None = None) -> int:
         args.shared = args.shared or [1000]
         args.rounds, args.creates = 1, 200
     args.shared = args.shared or [100, 1000]
+    args.python = interpreter_path(args.python) if args.python else (
+        str(IMAGE_PYTHON) if IMAGE_PYTHON.is_file() else sys.executable)
     if not GO_PEER.is_file():
         print(go_peer_skip(GO_PEER))
         return 0
+    print(f"nri-cpumgr on {args.python} ({describe_python(args.python)})")
     rows = asyncio.run(run(args))
     print(f"\nFake runtime (containerd {RUNTIME_VERSION}), 256-CPU topology: {args.rounds} "
           f"alternating rounds x {args.creates} creates; ms; load average "
