@@ -157,8 +157,8 @@ def read(pid: int, fd: int, deadline: float = DEADLINE) -> tuple[dict[str, Any] 
         return None, 0.0
     if not isinstance(doc, dict):
         return None, 0.0
-    ms = doc.pop("cpu_ms", 0.0)
-    ms = float(ms) if type(ms) in (int, float) and ms >= 0 else 0.0
+    ms = doc.pop("cpu_ms", 0.0)  # (a number of ms below a day, else none)
+    ms = float(ms) if type(ms) in (int, float) and 0 <= ms < 86_400_000 else 0.0
     if isinstance(doc.get("error"), str) or (
             isinstance(doc.get("items"), list)
             and isinstance(doc.get("resourceVersion"), str)):

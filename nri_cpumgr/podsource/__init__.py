@@ -151,19 +151,22 @@ class PodSpecStore:
                 self._cond.wait_for(lambda: self.synced_at is not None, timeout)
         return self.synced_at is not None
 
-    def _index(self, f: PodSpecFacts) -> None:
-        self._by_uid[f.uid] = f
+    def _index(self, f: PodSpecFacts, into: dict[str, Any] | None = None) -> None:
+        by = self._by_uid if into is None else into
+        by[f.uid] = f
         for a in f.aliases:
-            self._by_uid[a] = f
+            by[a] = f
 
     def replace(self, facts: Iterable[PodSpecFacts], *, early: bool = False) -> None:
         """A full LIST: the store becomes exactly ``facts``. ``early``: the LIST made at the
         plugin's start by a child process (``listed_early``: a pod created since is not in
-        it until the stream brings it)."""
+        it until the stream brings it). The new index is built aside and put in place at
+        once: a lookup meanwhile reads the whole previous one."""
+        by: dict[str, Any] = {}
         with self._cond:
-            self._by_uid = {}
             for f in facts:
-                self._index(f)
+                self._index(f, by)
+            self._by_uid = by
             self._replaced(early)
 
     def _replaced(self, early: bool) -> None:
@@ -177,28 +180,31 @@ class PodSpecStore:
         """:meth:`replace` with the LIST's pods as :func:`facts_parts` gives them (or whole),
         each decoded (:func:`nri_cpumgr.podmodel.spec.facts_from_pod`) when first looked up
         or by :meth:`complete`, whichever comes first: the same facts, under the same UIDs
-        and aliases, the same warning for a pod that has none. A pod without a UID is
+        and aliases, the same warning for a pod that has none (UIDs and aliases being
+        unique in a LIST: a pod that has none leaves its keys empty). A pod without a UID is
         decoded (and refused) at once."""
+        by: dict[str, Any] = {}
         with self._cond:
-            self._by_uid = {}
             for obj in pods:
                 keys = _parts_keys(obj)
                 if keys is None:
                     if (f := _facts(obj)) is not None:  # (it logs why there is none)
-                        self._index(f)
+                        self._index(f, by)
                     continue
                 parts = _Parts(obj, keys)
                 for k in keys:
-                    self._by_uid[k] = parts
+                    by[k] = parts
+            self._by_uid = by
             self._replaced(early)
 
     def complete(self) -> None:
         """Decode the pods :meth:`replace_parts` left undecoded (the watch thread, once the
-        first Synchronize is answered)."""
+        first Synchronize is answered), one at a time: a lookup waits for one pod's
+        decoding at most."""
         with self._cond:
             left = {id(v): v for v in self._by_uid.values() if type(v) is _Parts}
-            for parts in left.values():
-                self._decode(parts)
+        for parts in left.values():
+            self._decode(parts)
 
     def _decode(self, parts: _Parts) -> PodSpecFacts | None:
         with self._cond:
@@ -242,9 +248,11 @@ def _facts(obj: Any) -> PodSpecFacts | None:
 
     try:
         return facts_from_pod(obj)
-    except ValueError as e:
-        name = (obj.get("metadata") or {}).get("name", "?") if isinstance(obj, dict) else "?"
-        log.warning("pod spec source: pod %s skipped: %s", name, e)
+    except Exception as e:  # noqa: BLE001 - a value of any type the API server's may hold
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        name = meta.get("name", "?") if isinstance(meta, dict) else "?"
+        log.warning("pod spec source: pod %s skipped: %s", name,
+                    e if isinstance(e, ValueError) else f"{type(e).__name__}: {e}")
         return None
 
 
@@ -554,13 +562,22 @@ class APIServerPodSource:
     def _run(self) -> None:
         self.store.needed.wait(START_GATE)
         backoff = BACKOFF_MIN
-        rv = self._listed_early() if self._early is not None else ""
+        try:
+            rv = self._listed_early() if self._early is not None else ""
+        except Exception as e:  # noqa: BLE001 - the watch lists itself, as without the child
+            log.debug("pod spec source: the LIST made at the start: %s: %s; listing again",
+                      type(e).__name__, e)
+            rv = ""
         while not self._stop.is_set():
             try:
                 if not rv or self._relist.is_set():
                     self._relist.clear()
                     rv = self._list()
                 self.store.answered.wait(START_GATE)
+                if self._stop.is_set():
+                    break
+                if self._relist.is_set():  # (a refresh: its LIST replaces the store)
+                    continue
                 self.store.complete()  # (an early LIST's facts the Synchronize left)
                 if "ok" not in self._said:
                     self._said = {"ok"}

@@ -177,7 +177,8 @@ def test_what_the_child_says() -> None:
     doc, ms = early_list.read(*_child_saying(marshal.dumps(
         {"error": "OSError: HTTP 403", "cpu_ms": 3})))
     assert (doc, ms) == ({"error": "OSError: HTTP 403"}, 3.0)
-    for bad in ("12", -1.0, None):  # (a CPU time that is none is 0)
+    for bad in ("12", -1.0, None, True, float("inf"), float("nan"), 10**400,
+                86_400_000):  # (a CPU time that is none is 0)
         doc, ms = early_list.read(*_child_saying(marshal.dumps(
             {"items": [], "resourceVersion": "7", "cpu_ms": bad})))
         assert (doc, ms) == ({"items": [], "resourceVersion": "7"}, 0.0)
@@ -647,5 +648,89 @@ def test_the_watch_decodes_the_rest_once_the_synchronize_is_answered(
         store.answered.set()
         assert until(lambda: not any(type(v) is _Parts for v in store._by_uid.values()))
         assert until(lambda: [q.get("watch") for q in _lists(api)] == [None, "1"])
+    finally:
+        src.stop()
+
+
+def test_a_pod_of_any_bad_shape_is_skipped_not_raised(caplog) -> None:
+    """A pod whose values have a type the decoding does not expect (not only a bad value)
+    is skipped with a warning, eagerly or when looked up: the handlers that look it up
+    never meet the error (found by a review)."""
+    import nri_cpumgr.podsource as ps
+
+    odd = {"metadata": {"uid": "u9", "name": "odd"}, "spec": {"containers": 5}}
+    with caplog.at_level("WARNING", logger="nri_cpumgr.podsource"):
+        assert ps._facts(odd) is None
+        store = PodSpecStore()
+        store.replace_parts([odd, facts_parts(pod("u1"))], early=True)
+        assert store.get("u9") is None and store.get("u9") is None
+        assert store.get("u1") is not None
+        store.complete()
+    said = [r.getMessage() for r in caplog.records]
+    assert said == ["pod spec source: pod odd skipped: TypeError: 'int' object is not "
+                    "iterable"] * 2
+    assert len(store) == 1
+
+
+def test_a_full_list_is_put_in_place_at_once() -> None:
+    """:meth:`PodSpecStore.replace` builds the new index aside: a lookup while it is built
+    reads the previous one whole (found by a review: it read a half-built one)."""
+    store = PodSpecStore()
+    store.replace([spec.facts_from_pod(pod("old"))])
+    seen = []
+
+    def facts():
+        yield spec.facts_from_pod(pod("new1"))
+        seen.append((store.get("old") is not None, store.get("new1")))
+        yield spec.facts_from_pod(pod("new2"))
+
+    store.replace(facts())
+    assert seen == [(True, None)]
+    assert store.get("old") is None and store.get("new2") is not None
+
+
+def test_a_refresh_after_the_childs_list_decodes_none_of_it(api: FakeAPIServer,
+                                                            monkeypatch) -> None:
+    """A refresh (the Synchronize lacked a pod) sets ``answered``: the watch makes the new
+    LIST without decoding the child's first (found by a review)."""
+    decoded: list[str] = []
+    real = PodSpecStore._decode
+    monkeypatch.setattr(PodSpecStore, "_decode",
+                        lambda self, parts: decoded.append(parts.keys[0]) or real(self, parts))
+    assert early_list.start(api.url, NODE, JOB(api.url, NODE))
+    store = PodSpecStore()
+    store.answered.clear()
+    store.needed.set()
+    src = APIServerPodSource(store, api.url, NODE)
+    src.start()
+    try:
+        assert store.wait_synced(5) and store.listed_early
+        api.add(pod("u9", containers=(("app", G4),)))
+        src.refresh()
+        assert store.wait_synced(5)
+        assert not store.listed_early and store.get("u9") is not None
+        assert until(lambda: [q.get("watch") for q in _lists(api)] == [None, None, "1"])
+        assert decoded == []
+    finally:
+        src.stop()
+
+
+def test_a_failing_read_of_the_childs_list_leaves_the_watch_listing(
+        api: FakeAPIServer, monkeypatch) -> None:
+    """Whatever reading the child's document raises, the watch thread lives and lists
+    itself, as without the child (found by a review: the thread ended)."""
+    def broken(pid: int, fd: int, deadline: float = 0.0):
+        early_list.discard(pid, fd)
+        raise OverflowError("cannot convert")
+
+    monkeypatch.setattr(early_list, "read", broken)
+    assert early_list.start(api.url, NODE, JOB(api.url, NODE))
+    store = PodSpecStore()
+    store.needed.set()
+    src = APIServerPodSource(store, api.url, NODE)
+    src.start()
+    try:
+        assert store.wait_synced(5) and not store.listed_early
+        assert store.get("u0") is not None
     finally:
         src.stop()
