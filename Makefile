@@ -178,11 +178,11 @@ e2e-vm: setup oracle
 demo: setup
 	$(PY) scripts/demo.py
 
-bench: setup
+bench: setup image-venv
 	$(PY) benchmarks/run_all.py
 
 # issue 21: 10 minutes of pod churn per containerd version (1.7 and 2.1 from Debian, 2.4.2 from
-# the modern build) with the shipped sharedPoolUpdateMode (reply, reply, async); fails on a CRI
+# the modern build) with the shipped sharedPoolUpdateMode, auto (cri, cri, async); fails on a CRI
 # call outliving 20 s, keeping containerd's goroutine dump
 STRESS_ARGS ?= --minutes 10 --version 1.7 --version 2.1 --version 2.4
 stress: setup

@@ -90,7 +90,8 @@ def go_peer_skip(path: Path) -> str:
     """The one line said when the Go comparison plugin is absent."""
     return (f"skipped (no Go comparison plugin at {path}): build it with "
             f"`OUT={path} bash ../shared/tools/go-peer/build.sh` (that script is in "
-            "../shared, beside the project's steering repo, not in a plain clone), or set "
+            "../shared, the project's shared tools beside this checkout, not in a plain clone), "
+            "or set "
             "GO_PEER=PATH to a built one")
 
 
@@ -394,7 +395,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"nri-cpumgr on {args.python} ({describe_python(args.python)})")
     rows = asyncio.run(run(args))
-    print(f"\nFake runtime (containerd {RUNTIME_VERSION}), 256-CPU topology: {args.rounds} "
+    watch = "; nri-cpumgr with the pod spec watch (podSpecSource apiServer)" if args.pod_spec \
+        else ""
+    print(f"\nFake runtime (containerd {RUNTIME_VERSION}){watch}, 256-CPU topology: {args.rounds} "
           f"alternating rounds x {args.creates} creates; ms; load average "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}\n")
     print_table(["N shared", "call", "nri-cpumgr median", "p99", "Go median", "p99",

@@ -289,13 +289,25 @@ def _installed_tree(python: str, env: dict[str, str]) -> Path | None:
 
 
 def interpreter_path(python: str) -> str:
-    """``--python``'s value as an absolute path (a command name looked up on PATH; not
-    resolved: a virtualenv's python is a symlink to its base interpreter). Exits with a
-    message when there is no such interpreter."""
+    """``--python``'s value as the interpreter's own path (a command name looked up on
+    PATH; a wrapper such as pyenv's shim replaced by the interpreter it runs, which
+    ``sys.executable`` names; a virtualenv's python kept as it is: a symlink to its base
+    interpreter). Exits with a message when there is no such interpreter, or when it cannot
+    import the plugin's NRI schema (this tree on ``PYTHONPATH``: its dependencies, protobuf
+    above all, are not installed for it)."""
     found = shutil.which(python) if os.sep not in python else python
     if found is None or not os.path.isfile(found) or not os.access(found, os.X_OK):
         raise SystemExit(f"--python {python}: no such interpreter")
-    return os.path.abspath(found)
+    out = subprocess.run(
+        [found, "-c", "import sys, nri_cpumgr.api.nri_pb2; print(sys.executable)"],
+        cwd="/", env=dict(os.environ, PYTHONPATH=str(TOP)), capture_output=True, text=True,
+        check=False)
+    if out.returncode != 0 or not out.stdout.strip():
+        why = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
+        raise SystemExit(f"--python {python}: it cannot run the plugin ({why}): give a "
+                         "virtualenv's python with the plugin's dependencies (`make "
+                         "image-venv` makes the image's, `make setup` the developers')")
+    return os.path.abspath(out.stdout.strip().splitlines()[-1])
 
 
 def describe_python(python: str) -> str:
@@ -327,7 +339,7 @@ async def main_async(args: argparse.Namespace) -> int:
             cfg2.write_text(CONFIG + extra)
         subjects: list[Subject] = []
         for python in args.python:
-            plugin = [python, "-m", "nri_cpumgr"]
+            plugin = [python, "-m", "nri_cpumgr"] if args.python_m else [python, "-c", BOOT]
             env1 = dict(env, PYTHONPATH=str(TOP))  # (this tree, whatever python has installed)
             script = Path(python).parent / "nri-cpumgr"
             if not args.python_m and script.is_file():
@@ -364,8 +376,9 @@ async def main_async(args: argparse.Namespace) -> int:
                                                 "-name", "go-peer", "-idx", "10"], env))
         else:
             print(f"(no {go}: nri-cpumgr alone; the Go column is skipped: build it with "
-                  f"`OUT={go} bash ../shared/tools/go-peer/build.sh` (in ../shared, beside the "
-                  "project's steering repo, not in a plain clone), or set GO_PEER=PATH)")
+                  f"`OUT={go} bash ../shared/tools/go-peer/build.sh` (../shared: the project's "
+                  "shared tools beside this checkout, not in a plain clone), or set "
+                  "GO_PEER=PATH)")
         if args.restart:
             for k, s in enumerate(subjects):
                 s.state_dir = tmp / f"state-{k}"

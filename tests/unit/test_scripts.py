@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,27 @@ def test_readme_runs_benchmarks_with_the_venv_python() -> None:
     assert bare == []
     log = texts["docs/development/measurements.md"]  # the tables and their commands
     assert ".venv/bin/python benchmarks/fake_runtime.py" in log
+
+
+def test_the_benchmarks_python_is_the_interpreter_a_wrapper_runs_and_must_run_the_plugin(
+        tmp_path: Path) -> None:
+    """``--python`` (footprint.py, fake_runtime.py): a wrapper such as pyenv's shim gives
+    way to the interpreter it runs; an interpreter without the plugin's dependencies is
+    refused with one line, not a traceback after its launch (found by a fresh user)."""
+    import pytest
+
+    from benchmarks.footprint import interpreter_path
+
+    shim = tmp_path / "python3"
+    shim.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+    shim.chmod(0o755)
+    assert interpreter_path(str(shim)) == os.path.abspath(sys.executable)
+    bare = tmp_path / "bare-python"
+    bare.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'google'\" >&2\n"
+                    "exit 1\n")
+    bare.chmod(0o755)
+    with pytest.raises(SystemExit, match=r"--python .*bare-python: it cannot run the plugin "
+                       r"\(ModuleNotFoundError: No module named 'google'\)"):
+        interpreter_path(str(bare))
+    with pytest.raises(SystemExit, match="no such interpreter"):
+        interpreter_path(str(tmp_path / "none"))
