@@ -625,6 +625,20 @@ def test_an_early_lists_pods_are_decoded_when_looked_up_then_all(monkeypatch, ca
         assert lazy.get(uid) == eager.get(uid)
 
 
+def _watch_after_a_child(api: FakeAPIServer, *, answered: bool = True
+                         ) -> tuple[PodSpecStore, APIServerPodSource]:
+    """A child started for ``api``, then a watch that takes it, facts needed at once;
+    ``answered=False``: as a plugin before its first Synchronize's answer. Stop the source."""
+    assert early_list.start(api.url, NODE, JOB(api.url, NODE))
+    store = PodSpecStore()
+    if not answered:
+        store.answered.clear()
+    store.needed.set()
+    src = APIServerPodSource(store, api.url, NODE)
+    src.start()
+    return store, src
+
+
 def test_the_watch_decodes_the_rest_once_the_synchronize_is_answered(
         api: FakeAPIServer) -> None:
     """Through the watch: the child's LIST is in the store undecoded until the first
@@ -632,12 +646,7 @@ def test_the_watch_decodes_the_rest_once_the_synchronize_is_answered(
     stream opens."""
     from nri_cpumgr.podsource import _Parts
 
-    assert early_list.start(api.url, NODE, JOB(api.url, NODE))
-    store = PodSpecStore()
-    store.answered.clear()
-    store.needed.set()
-    src = APIServerPodSource(store, api.url, NODE)
-    src.start()
+    store, src = _watch_after_a_child(api, answered=False)
     try:
         assert store.wait_synced(5) and store.listed_early
         undecoded = {k for k, v in store._by_uid.items() if type(v) is _Parts}
@@ -697,12 +706,7 @@ def test_a_refresh_after_the_childs_list_decodes_none_of_it(api: FakeAPIServer,
     real = PodSpecStore._decode
     monkeypatch.setattr(PodSpecStore, "_decode",
                         lambda self, parts: decoded.append(parts.keys[0]) or real(self, parts))
-    assert early_list.start(api.url, NODE, JOB(api.url, NODE))
-    store = PodSpecStore()
-    store.answered.clear()
-    store.needed.set()
-    src = APIServerPodSource(store, api.url, NODE)
-    src.start()
+    store, src = _watch_after_a_child(api, answered=False)
     try:
         assert store.wait_synced(5) and store.listed_early
         api.add(pod("u9", containers=(("app", G4),)))
@@ -724,11 +728,7 @@ def test_a_failing_read_of_the_childs_list_leaves_the_watch_listing(
         raise OverflowError("cannot convert")
 
     monkeypatch.setattr(early_list, "read", broken)
-    assert early_list.start(api.url, NODE, JOB(api.url, NODE))
-    store = PodSpecStore()
-    store.needed.set()
-    src = APIServerPodSource(store, api.url, NODE)
-    src.start()
+    store, src = _watch_after_a_child(api)
     try:
         assert store.wait_synced(5) and not store.listed_early
         assert store.get("u0") is not None
